@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * agentd: serves a workspace directory (wsbridge.v1.Workspace), runs commands
+ * in it (wsbridge.v1.Exec), and speaks Dev_Agent's ManageAgentOps, over gRPC.
+ * Parses options, opens the root, starts the transport and the libuv loop,
+ * and drains calls on SIGTERM. The loop runs on the main thread.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "agentd.h"
+#include "config.h"
+#include "exec.h"
+#include "fsops.h"
+#include "wsb.h"
+
+#define DEFAULT_ROOT "/workspace"
+#define DEFAULT_LISTEN "127.0.0.1:9000"
+#define MAX_LISTEN 16
+#define DRAIN_GRACE_MS 10000
+#define MAX_RECV_BYTES (64u << 20)
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: agentd [OPTION]...\n"
+		"Serve a workspace directory and run commands in it over gRPC.\n"
+		"\n"
+		"  -r, --root DIR         workspace root (default " DEFAULT_ROOT ")\n"
+		"  -l, --listen ADDR      listen on ADDR: HOST:PORT or unix:/PATH; repeatable\n"
+		"                         (default " DEFAULT_LISTEN ")\n"
+		"      --stdio            serve one connection over stdin/stdout instead\n"
+		"      --token-file FILE  require 'authorization: Bearer TOKEN' on every call;\n"
+		"                         needed for any listener beyond loopback\n"
+		"      --log-level LEVEL  error, warning, notice (default), info, debug\n"
+		"      --view-limit BYTES largest file ViewFile returns (default %zu)\n"
+		"      --max-handles N    open file handles allowed (default 4096)\n"
+		"      --threads N        completion-queue threads (default 4)\n"
+		"  -h, --help             show this help\n"
+		"  -V, --version          show the version\n",
+		AGENTD_VIEW_LIMIT_DEFAULT);
+}
+
+/* True for a listen address that only this machine can reach. */
+static bool addr_is_local(const char *addr)
+{
+	char host[256];
+	const char *colon;
+	struct in6_addr a6;
+	struct in_addr a4;
+	size_t n;
+
+	if (strncmp(addr, "unix:", 5) == 0 || strncmp(addr, "unix-abstract:", 14) == 0)
+		return true;
+	if (addr[0] == '[') {
+		const char *end = strchr(addr, ']');
+		if (!end)
+			return false;
+		n = (size_t)(end - addr - 1);
+		if (n >= sizeof(host))
+			return false;
+		memcpy(host, addr + 1, n);
+		host[n] = '\0';
+		return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+	}
+	colon = strrchr(addr, ':');
+	n = colon ? (size_t)(colon - addr) : strlen(addr);
+	if (n >= sizeof(host))
+		return false;
+	memcpy(host, addr, n);
+	host[n] = '\0';
+	if (strcmp(host, "localhost") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	return false;
+}
+
+/* gRPC unlinks and rebinds a unix socket path that exists; refuse instead
+ * when another server still answers on it. */
+static int unix_addr_in_use(const char *addr)
+{
+	struct sockaddr_un sun = {.sun_family = AF_UNIX};
+	const char *path = addr + 5;
+	int fd, r;
+
+	if (strncmp(path, "//", 2) == 0)
+		path += 2;
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sun.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	r = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+	close(fd);
+	return r == 0 ? -EADDRINUSE : 0;
+}
+
+static int read_token(const char *file, char **ret)
+{
+	char buf[4097];
+	struct stat stb;
+	ssize_t n;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &stb) == 0 && (stb.st_mode & 0077))
+		wsb_warn("token file '%s' is readable by group or others", file);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	if (n == (ssize_t)sizeof(buf) - 1)
+		return -EFBIG;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+		n--;
+	buf[n] = '\0';
+	if (n == 0 || strchr(buf, '\n'))
+		return -EINVAL;
+	*ret = strdup(buf);
+	return *ret ? 0 : -ENOMEM;
+}
+
+struct app {
+	struct agentd ad;
+	struct rpc_server *server;
+	uv_signal_t sigterm, sigint;
+	bool stopping;
+	bool stdio;
+};
+
+static void on_drained(void *arg)
+{
+	struct app *app = arg;
+
+	wsb_info("all calls ended");
+	uv_signal_stop(&app->sigterm);
+	uv_signal_stop(&app->sigint);
+	uv_close((uv_handle_t *)&app->sigterm, NULL);
+	uv_close((uv_handle_t *)&app->sigint, NULL);
+	/* The server's uv_async keeps the loop alive; main() closes it. */
+	uv_stop(app->ad.loop);
+}
+
+static void app_stop(struct app *app, const char *why)
+{
+	if (app->stopping)
+		return;
+	app->stopping = true;
+	wsb_notice("%s: draining calls (up to %d s)", why, DRAIN_GRACE_MS / 1000);
+	rpc_server_shutdown(app->server, DRAIN_GRACE_MS, on_drained, app);
+	exec_table_kill_all(app->ad.exec);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	app_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_stdio_eof(void *arg)
+{
+	app_stop(arg, "stdin closed");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"root", required_argument, NULL, 'r'},
+		{"listen", required_argument, NULL, 'l'},
+		{"stdio", no_argument, NULL, 's'},
+		{"token-file", required_argument, NULL, 't'},
+		{"log-level", required_argument, NULL, 'L'},
+		{"view-limit", required_argument, NULL, 'v'},
+		{"max-handles", required_argument, NULL, 'm'},
+		{"threads", required_argument, NULL, 'T'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{0},
+	};
+	const char *root = DEFAULT_ROOT, *token_file = NULL;
+	const char *listen[MAX_LISTEN];
+	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
+	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096;
+	char *token = NULL, *end;
+	static struct app app;
+	struct rpc_server_config cfg = {0};
+	uv_loop_t *loop = uv_default_loop();
+
+	wsb_log_init("agentd", level);
+	while ((c = getopt_long(argc, argv, "r:l:hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'r':
+			root = optarg;
+			break;
+		case 'l':
+			if (nlisten == MAX_LISTEN) {
+				fprintf(stderr, "agentd: at most %d --listen addresses\n", MAX_LISTEN);
+				return 2;
+			}
+			listen[nlisten++] = optarg;
+			break;
+		case 's':
+			app.stdio = true;
+			break;
+		case 't':
+			token_file = optarg;
+			break;
+		case 'L':
+			level = wsb_log_level_parse(optarg);
+			if (level < 0) {
+				fprintf(stderr, "agentd: unknown log level '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'v':
+		case 'm':
+		case 'T': {
+			unsigned long long v;
+
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || v == 0 || optarg[0] == '-' ||
+			    (c == 'T' && v > 64) || (c == 'm' && v > 1000000)) {
+				fprintf(stderr, "agentd: bad number '%s' for --%s\n", optarg,
+					c == 'v' ? "view-limit" : c == 'm' ? "max-handles" : "threads");
+				return 2;
+			}
+			if (c == 'v')
+				view_limit = v;
+			else if (c == 'm')
+				max_handles = v;
+			else
+				threads = (int)v;
+			break;
+		}
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("agentd " WSB_VERSION "\n");
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "agentd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	wsb_log_init("agentd", level);
+	if (app.stdio && nlisten) {
+		fprintf(stderr, "agentd: --stdio and --listen exclude each other\n");
+		return 2;
+	}
+	if (!app.stdio && nlisten == 0)
+		listen[nlisten++] = DEFAULT_LISTEN;
+	if (token_file) {
+		r = read_token(token_file, &token);
+		if (r < 0) {
+			wsb_err("cannot read token file '%s': %s", token_file,
+				r == -EINVAL ? "empty or more than one line" : strerror(-r));
+			return 1;
+		}
+	}
+	for (int i = 0; i < nlisten; i++) {
+		if (!token && !addr_is_local(listen[i])) {
+			wsb_err("refusing to listen on '%s' without --token-file: it is reachable "
+				"beyond this machine (only loopback and unix sockets may go without "
+				"a token)",
+				listen[i]);
+			return 1;
+		}
+	}
+
+	signal(SIGPIPE, SIG_IGN);
+	r = resolve_root_open(root, &app.ad.root);
+	if (r < 0) {
+		wsb_err("cannot open workspace root '%s': %s", root, strerror(-r));
+		return 1;
+	}
+	app.ad.root_path = root;
+	app.ad.loop = loop;
+	app.ad.view_limit = (size_t)view_limit;
+	app.ad.max_handles = (unsigned)max_handles;
+	r = fsops_handles_new(app.ad.max_handles, &app.ad.handles);
+	if (r == 0)
+		r = exec_table_new(loop, EXEC_MAX_PROCESSES_DEFAULT, &app.ad.exec);
+	if (r < 0) {
+		wsb_err("cannot start: %s", strerror(-r));
+		return 1;
+	}
+
+	cfg.loop = loop;
+	cfg.cq_threads = threads;
+	cfg.token = token;
+	cfg.max_recv_bytes = MAX_RECV_BYTES;
+	r = rpc_server_new(&cfg, &app.server);
+	if (r == 0)
+		r = svc_health_register(app.server, &app.ad);
+	if (r == 0)
+		r = svc_workspace_register(app.server, &app.ad);
+	if (r == 0)
+		r = svc_exec_register(app.server, &app.ad);
+	if (r == 0)
+		r = svc_devagent_register(app.server, &app.ad);
+	if (r < 0) {
+		wsb_err("cannot set up the server: %s", strerror(-r));
+		return 1;
+	}
+	for (int i = 0; i < nlisten; i++) {
+		r = strncmp(listen[i], "unix:", 5) == 0 ? unix_addr_in_use(listen[i]) : 0;
+		if (r == 0)
+			r = rpc_server_listen(app.server, listen[i]);
+		if (r < 0) {
+			wsb_err("cannot listen on '%s': %s", listen[i],
+				r == -EADDRINUSE ? "address in use (is another agentd running?)" :
+						   strerror(-r));
+			return 1;
+		}
+	}
+	r = rpc_server_start(app.server);
+	if (r == 0 && app.stdio)
+		r = stdio_serve_start(app.server, loop, on_stdio_eof, &app);
+	if (r < 0) {
+		wsb_err("cannot start the server: %s", strerror(-r));
+		return 1;
+	}
+	for (int i = 0; i < nlisten; i++)
+		wsb_notice("serving '%s' on %s%s", root, listen[i], token ? " (token required)" : "");
+	if (app.stdio)
+		wsb_info("serving '%s' on stdin/stdout", root);
+
+	uv_signal_init(loop, &app.sigterm);
+	uv_signal_init(loop, &app.sigint);
+	app.sigterm.data = app.sigint.data = &app;
+	uv_signal_start(&app.sigterm, on_signal, SIGTERM);
+	uv_signal_start(&app.sigint, on_signal, SIGINT);
+
+	uv_run(loop, UV_RUN_DEFAULT);
+
+	rpc_server_free(app.server);
+	stdio_serve_stop();
+	uv_run(loop, UV_RUN_DEFAULT); /* close callbacks */
+	exec_table_free(app.ad.exec);
+	uv_run(loop, UV_RUN_DEFAULT);
+	fsops_handles_free(app.ad.handles);
+	close(app.ad.root.fd);
+	free(token);
+	r = uv_loop_close(loop);
+	if (r < 0)
+		wsb_debug("loop close: %s", uv_strerror(r));
+	wsb_info("exiting");
+	return 0;
+}

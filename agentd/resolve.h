@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * Path resolution confined to the workspace root. Every path an RPC receives
+ * goes through here; nothing else in agentd opens a path by name.
+ *
+ * A wire path is a byte string relative to the root. A leading "/" means the
+ * root ("/a/b" == "a/b"); "", "." and "/" are the root itself. Resolution never
+ * leaves the root: a ".." that climbs above it, an absolute symlink, or a
+ * symlink whose target climbs out fails with -EXDEV (reported to clients as
+ * PERMISSION_DENIED). Symlinks are followed only inside the root, and are
+ * resolved on file descriptors, so a symlink swapped in during the call cannot
+ * redirect it outside.
+ *
+ * Mechanism: openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS where the
+ * kernel has it (Linux >= 5.6); otherwise (or under gVisor, which may lack it)
+ * an equally strict component-by-component walk with O_PATH | O_NOFOLLOW,
+ * reading each symlink with readlinkat(2), bounded at 40 links (ELOOP), as
+ * path_resolution(7) describes.
+ *
+ * Thread safety: all functions may be called from any thread concurrently.
+ */
+#ifndef AGENTD_RESOLVE_H
+#define AGENTD_RESOLVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/** The workspace root. */
+struct resolve_root {
+	int fd;            /**< O_PATH|O_DIRECTORY fd of the root, owned by caller */
+	bool use_openat2;  /**< false forces the portable walk (tests, gVisor) */
+};
+
+/**
+ * Open the root directory @p path (absolute or relative to the cwd) and probe
+ * whether openat2 works. Returns 0 and fills @p root, or -errno (-ENOTDIR,
+ * -ENOENT, ...). Close root->fd when done.
+ */
+int resolve_root_open(const char *path, struct resolve_root *root);
+
+/**
+ * Check and normalise a wire path: no NUL byte (-EINVAL), at most PATH_MAX
+ * bytes (-ENAMETOOLONG), no component longer than NAME_MAX (-ENAMETOOLONG).
+ * Leading slashes are dropped. On success returns 0 and sets *ret to a
+ * malloc'd NUL-terminated relative path ("." for the root) that the caller
+ * frees.
+ */
+int resolve_normalize(const void *path, size_t len, char **ret);
+
+/**
+ * Open wire path @p path (@p len bytes) with open(2) @p flags and @p mode,
+ * resolved beneath the root. A final symlink is followed (inside the root)
+ * unless @p flags has O_NOFOLLOW. O_CLOEXEC is always added. O_CREAT works
+ * as with openat(2). Returns the new fd (>= 0) or -errno: -EXDEV for an
+ * escape, else as open(2) reports.
+ */
+int resolve_open(const struct resolve_root *root, const void *path, size_t len, int flags,
+		 mode_t mode);
+
+/**
+ * Resolve everything but the last component of @p path: returns in
+ * *ret_dirfd an O_PATH|O_DIRECTORY fd of the parent (the caller closes it)
+ * and in *ret_name a malloc'd copy of the last component (the caller frees
+ * it), for use with the *at(2) calls and AT_SYMLINK_NOFOLLOW. Returns 0 or
+ * -errno: -EXDEV for an escape, -EBUSY when @p path is the root itself (it has
+ * no parent here), -EINVAL when the last component is "." or "..".
+ */
+int resolve_parent(const struct resolve_root *root, const void *path, size_t len,
+		   int *ret_dirfd, char **ret_name);
+
+#endif /* AGENTD_RESOLVE_H */

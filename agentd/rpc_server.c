@@ -1,0 +1,957 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * The gRPC C-core server adapter (agentd/rpc.h). All grpc_* calls of agentd
+ * live here.
+ *
+ * Threads: N completion-queue threads block in grpc_completion_queue_next()
+ * (C-core 1.51 has no notification fd to put the queue in a uv loop). A
+ * completion for a call of an RPC_ON_CQ method is handled on the cq thread
+ * that got it; one of an RPC_ON_LOOP method is pushed on a mutex-protected
+ * FIFO and handled by the uv_async callback on the loop thread (uv_async_send
+ * coalesces wake-ups, so the FIFO is drained whole).
+ *
+ * Lifetime: a struct rpc_call is reference-counted (atomic). The handler holds
+ * one reference until it ends the call; every batch in flight holds one.
+ * Request slots (calls not yet arrived) are counted in srv->live too, so that
+ * shutdown waits for all of them (grpc-c-core.md §2, shutdown sequence).
+ *
+ * gRPC rules followed: only one SEND_MESSAGE in flight per call, and a batch
+ * that start_batch rejects poisons the call in 1.51, so the call is cancelled
+ * (grpc-c-core.md §2); unknown methods are answered UNIMPLEMENTED at once
+ * rather than left to hang (§2); SO_REUSEPORT is turned off (§5).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "rpc.h"
+#include "wsb.h"
+
+/* Request slots posted per registered method, and for unknown methods. */
+#define RPC_SLOTS_PER_METHOD 2
+
+enum tag_kind {
+	TAG_REQUEST,   /* a registered call arrived */
+	TAG_UNKNOWN,   /* an unregistered call arrived */
+	TAG_SEND,      /* SEND_MESSAGE (+ initial metadata) done */
+	TAG_RECV,      /* RECV_MESSAGE done */
+	TAG_CLOSE,     /* RECV_CLOSE_ON_SERVER done: end or cancel */
+	TAG_STATUS,    /* final status sent */
+	TAG_SHUTDOWN,  /* grpc_server_shutdown_and_notify done */
+};
+
+struct rpc_tag {
+	enum tag_kind kind;
+	bool ok;
+	struct rpc_call *call; /* NULL for TAG_SHUTDOWN */
+	struct rpc_tag *next;  /* loop FIFO link */
+};
+
+struct rpc_reg {
+	const struct rpc_method *m;
+	void *handle; /* from grpc_server_register_method */
+};
+
+struct rpc_server {
+	grpc_server *server;
+	grpc_completion_queue *cq;
+	grpc_server_credentials *creds;
+	uv_loop_t *loop;
+	uv_async_t async;
+	uv_timer_t grace;
+	pthread_t *threads;
+	int nthreads;
+	char *token;
+	size_t token_len;
+	size_t max_recv;
+
+	struct rpc_reg *regs;
+	size_t nregs;
+	bool started;
+
+	pthread_mutex_t lock; /* protects fifo_head/fifo_tail */
+	struct rpc_tag *fifo_head, *fifo_tail;
+
+	atomic_int live;           /* request slots + calls alive */
+	atomic_bool shutting_down; /* no new request slots */
+	atomic_int threads_done;
+	bool shutdown_tag_done;    /* loop thread */
+	bool cq_shutdown;          /* loop thread */
+	bool finished;             /* loop thread: done callback called */
+	struct rpc_tag shutdown_tag;
+	void (*done)(void *arg);
+	void *done_arg;
+	int closing; /* uv handles left to close in rpc_server_free */
+};
+
+struct rpc_call {
+	struct rpc_server *srv;
+	const struct rpc_reg *reg; /* NULL for an unknown method */
+	grpc_call *call;
+	gpr_timespec deadline;
+	grpc_metadata_array md;
+	grpc_call_details details; /* unknown methods only */
+	grpc_byte_buffer *payload; /* first request, READ_INITIAL_BYTE_BUFFER */
+	ProtobufCMessage *req;
+
+	atomic_int refs;
+	atomic_bool cancelled; /* client cancelled / deadline passed */
+	int close_cancelled;   /* out-param of RECV_CLOSE_ON_SERVER */
+	bool md_sent;          /* initial metadata sent */
+	bool ended;            /* terminal op issued (method thread) */
+	bool send_busy, recv_busy;
+
+	grpc_byte_buffer *send_buf;
+	rpc_sent_fn sent;
+	void *sent_arg;
+	grpc_byte_buffer *recv_buf;
+	rpc_recv_fn recvfn;
+	void *recv_arg;
+	void (*cancel_cb)(struct rpc_call *, void *);
+	void *cancel_arg;
+
+	struct rpc_tag t_req, t_send, t_recv, t_close, t_status;
+};
+
+static int post_slot(struct rpc_server *s, const struct rpc_reg *reg);
+static void handle_tag(struct rpc_server *s, struct rpc_tag *t);
+
+/* ---- helpers ---- */
+
+static void tag_init(struct rpc_tag *t, enum tag_kind kind, struct rpc_call *c)
+{
+	t->kind = kind;
+	t->call = c;
+	t->ok = false;
+	t->next = NULL;
+}
+
+static bool call_on_loop(const struct rpc_call *c)
+{
+	return c->reg && c->reg->m->thread == RPC_ON_LOOP;
+}
+
+static void server_check_shutdown(struct rpc_server *s)
+{
+	if (atomic_load(&s->shutting_down))
+		uv_async_send(&s->async);
+}
+
+static void call_free(struct rpc_call *c)
+{
+	struct rpc_server *s = c->srv;
+
+	if (c->call)
+		grpc_call_unref(c->call);
+	grpc_metadata_array_destroy(&c->md);
+	if (!c->reg)
+		grpc_call_details_destroy(&c->details);
+	if (c->payload)
+		grpc_byte_buffer_destroy(c->payload);
+	if (c->send_buf)
+		grpc_byte_buffer_destroy(c->send_buf);
+	if (c->recv_buf)
+		grpc_byte_buffer_destroy(c->recv_buf);
+	if (c->req)
+		protobuf_c_message_free_unpacked(c->req, NULL);
+	free(c);
+	if (atomic_fetch_sub(&s->live, 1) == 1)
+		server_check_shutdown(s);
+}
+
+static void call_ref(struct rpc_call *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+static void call_unref(struct rpc_call *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) == 1)
+		call_free(c);
+}
+
+static grpc_byte_buffer *pack_buffer(const ProtobufCMessage *msg)
+{
+	size_t n = protobuf_c_message_get_packed_size(msg);
+	grpc_slice slice = grpc_slice_malloc(n);
+	grpc_byte_buffer *bb;
+
+	protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(slice));
+	bb = grpc_raw_byte_buffer_create(&slice, 1);
+	grpc_slice_unref(slice);
+	return bb;
+}
+
+/* Decode a received byte buffer. Returns 0, -EBADMSG. */
+static int unpack_buffer(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+			 ProtobufCMessage **ret)
+{
+	grpc_byte_buffer_reader reader;
+	grpc_slice slice;
+	int r;
+
+	if (!grpc_byte_buffer_reader_init(&reader, bb))
+		return -EBADMSG;
+	slice = grpc_byte_buffer_reader_readall(&reader);
+	grpc_byte_buffer_reader_destroy(&reader);
+	r = wsb_unpack(desc, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), ret);
+	grpc_slice_unref(slice);
+	return r;
+}
+
+/* Start a batch owned by tag @p t; takes a call reference for it. On a
+ * rejected batch the call is cancelled (a rejected batch poisons the call in
+ * 1.51) and -ECANCELED returned. */
+static int start_batch(struct rpc_call *c, const grpc_op *ops, size_t n, struct rpc_tag *t)
+{
+	grpc_call_error e;
+
+	call_ref(c);
+	e = grpc_call_start_batch(c->call, ops, n, t, NULL);
+	if (e != GRPC_CALL_OK) {
+		wsb_warn("%s: start_batch: %s", rpc_method_path(c), grpc_call_error_to_string(e));
+		atomic_store(&c->cancelled, true);
+		grpc_call_cancel(c->call, NULL);
+		call_unref(c);
+		return -ECANCELED;
+	}
+	return 0;
+}
+
+/* ---- ending a call ---- */
+
+static int send_status(struct rpc_call *c, int code, int err, const char *msg)
+{
+	grpc_op ops[3];
+	grpc_metadata trailer;
+	grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+	const char *ename = err > 0 ? wsb_errno_name(err) : NULL;
+	size_t n = 0;
+	int r;
+
+	memset(ops, 0, sizeof(ops));
+	if (!c->md_sent) {
+		ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+		n++;
+		c->md_sent = true;
+	}
+	ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+	ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+	ops[n].data.send_status_from_server.status_details = &details;
+	if (ename) {
+		trailer.key = grpc_slice_from_static_string(WSB_ERRNO_TRAILER);
+		trailer.value = grpc_slice_from_static_string(ename);
+		ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+		ops[n].data.send_status_from_server.trailing_metadata = &trailer;
+	}
+	n++;
+	tag_init(&c->t_status, TAG_STATUS, c);
+	r = start_batch(c, ops, n, &c->t_status);
+	grpc_slice_unref(details);
+	return r;
+}
+
+static int call_end(struct rpc_call *c, int code, int err, const char *msg)
+{
+	int r;
+
+	if (c->ended) {
+		wsb_err("%s: call ended twice", rpc_method_path(c));
+		return -EINVAL;
+	}
+	c->ended = true;
+	if (code != WSB_OK)
+		wsb_debug("%s: %s: %s", rpc_method_path(c), wsb_status_name(code), msg ? msg : "");
+	r = send_status(c, code, err, msg);
+	if (r == 0 && atomic_load(&c->cancelled))
+		r = -ECANCELED;
+	call_unref(c); /* the handler's reference */
+	return r;
+}
+
+int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
+{
+	grpc_op ops[3];
+	grpc_slice details;
+	size_t n = 0;
+	int r;
+
+	if (c->ended)
+		return -EINVAL;
+	c->ended = true;
+	memset(ops, 0, sizeof(ops));
+	if (!c->md_sent) {
+		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+		c->md_sent = true;
+	}
+	c->send_buf = pack_buffer(msg);
+	ops[n].op = GRPC_OP_SEND_MESSAGE;
+	ops[n].data.send_message.send_message = c->send_buf;
+	n++;
+	details = grpc_slice_from_static_string("");
+	ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+	ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
+	ops[n].data.send_status_from_server.status_details = &details;
+	n++;
+	tag_init(&c->t_status, TAG_STATUS, c);
+	r = start_batch(c, ops, n, &c->t_status);
+	if (r == 0 && atomic_load(&c->cancelled))
+		r = -ECANCELED;
+	call_unref(c);
+	return r;
+}
+
+static int finishv(struct rpc_call *c, int code, int err, const char *prefix, const char *fmt,
+		   va_list ap)
+{
+	char msg[1024] = "";
+	int n = 0;
+
+	if (fmt) {
+		n = vsnprintf(msg, sizeof(msg), fmt, ap);
+		if (n < 0)
+			n = 0;
+		if (n >= (int)sizeof(msg))
+			n = sizeof(msg) - 1;
+	}
+	if (prefix)
+		snprintf(msg + n, sizeof(msg) - n, "%s%s", n ? ": " : "", prefix);
+	return call_end(c, code, err, msg);
+}
+
+int rpc_finish(struct rpc_call *c, int code, int err, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = finishv(c, code, err, NULL, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int rpc_fail_errno(struct rpc_call *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	if (err < 0)
+		err = -err;
+	if (err == 0)
+		err = EIO;
+	va_start(ap, fmt);
+	r = finishv(c, wsb_status_from_errno(err), err, strerror(err), fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/* ---- streaming ---- */
+
+int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg)
+{
+	grpc_op ops[2];
+	size_t n = 0;
+	int r;
+
+	if (c->send_busy)
+		return -EBUSY;
+	if (c->ended || atomic_load(&c->cancelled))
+		return -ECANCELED;
+	memset(ops, 0, sizeof(ops));
+	if (!c->md_sent) {
+		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+		c->md_sent = true;
+	}
+	if (c->send_buf)
+		grpc_byte_buffer_destroy(c->send_buf);
+	c->send_buf = pack_buffer(msg);
+	ops[n].op = GRPC_OP_SEND_MESSAGE;
+	ops[n].data.send_message.send_message = c->send_buf;
+	n++;
+	c->sent = sent;
+	c->sent_arg = arg;
+	c->send_busy = true;
+	tag_init(&c->t_send, TAG_SEND, c);
+	r = start_batch(c, ops, n, &c->t_send);
+	if (r < 0)
+		c->send_busy = false;
+	return r;
+}
+
+int rpc_recv(struct rpc_call *c, rpc_recv_fn recv, void *arg)
+{
+	grpc_op op;
+	int r;
+
+	if (c->recv_busy)
+		return -EBUSY;
+	if (c->ended || atomic_load(&c->cancelled))
+		return -ECANCELED;
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_RECV_MESSAGE;
+	op.data.recv_message.recv_message = &c->recv_buf;
+	c->recvfn = recv;
+	c->recv_arg = arg;
+	c->recv_busy = true;
+	tag_init(&c->t_recv, TAG_RECV, c);
+	r = start_batch(c, &op, 1, &c->t_recv);
+	if (r < 0)
+		c->recv_busy = false;
+	return r;
+}
+
+void rpc_on_cancel(struct rpc_call *c, void (*cb)(struct rpc_call *, void *), void *arg)
+{
+	c->cancel_cb = cb;
+	c->cancel_arg = arg;
+}
+
+bool rpc_cancelled(const struct rpc_call *c)
+{
+	return atomic_load(&c->cancelled);
+}
+
+uint64_t rpc_deadline_ms(const struct rpc_call *c)
+{
+	gpr_timespec d, now;
+	int64_t ms;
+
+	if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) == 0)
+		return UINT64_MAX;
+	d = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+	now = gpr_now(GPR_CLOCK_MONOTONIC);
+	ms = gpr_time_to_millis(gpr_time_sub(d, now));
+	return ms > 0 ? (uint64_t)ms : 0;
+}
+
+const char *rpc_method_path(const struct rpc_call *c)
+{
+	return c->reg ? c->reg->m->path : "(unknown method)";
+}
+
+/* ---- arrival of a call ---- */
+
+/* Constant-time check of "authorization: Bearer TOKEN" among the metadata. */
+static bool call_authorized(const struct rpc_server *s, const struct rpc_call *c)
+{
+	static const char prefix[] = "Bearer ";
+	bool found = false;
+
+	for (size_t i = 0; i < c->md.count; i++) {
+		const grpc_metadata *m = &c->md.metadata[i];
+		const uint8_t *v = GRPC_SLICE_START_PTR(m->value);
+		size_t vlen = GRPC_SLICE_LENGTH(m->value);
+		unsigned diff = 0;
+
+		if (grpc_slice_str_cmp(m->key, "authorization") != 0)
+			continue;
+		if (vlen != sizeof(prefix) - 1 + s->token_len ||
+		    memcmp(v, prefix, sizeof(prefix) - 1) != 0)
+			continue;
+		v += sizeof(prefix) - 1;
+		for (size_t j = 0; j < s->token_len; j++)
+			diff |= (unsigned)(v[j] ^ (uint8_t)s->token[j]);
+		found |= diff == 0;
+	}
+	return found;
+}
+
+/* A new call arrived (any thread for cq methods, loop for loop methods). */
+static void call_start(struct rpc_call *c)
+{
+	const struct rpc_method *m = c->reg->m;
+	struct rpc_server *s = c->srv;
+	grpc_op op;
+
+	/* RECV_CLOSE_ON_SERVER tells of the call's end or cancellation. */
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+	op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+	tag_init(&c->t_close, TAG_CLOSE, c);
+	if (start_batch(c, &op, 1, &c->t_close) < 0) {
+		call_end(c, WSB_INTERNAL, 0, "could not start call");
+		return;
+	}
+	if (s->token && !m->no_auth && !call_authorized(s, c)) {
+		call_end(c, WSB_UNAUTHENTICATED, 0,
+			 "missing or wrong bearer token (send metadata 'authorization: Bearer TOKEN')");
+		return;
+	}
+	if (m->kind != RPC_CLIENT_STREAM) {
+		int r;
+
+		if (!c->payload) {
+			call_end(c, WSB_INVALID_ARGUMENT, 0, "the call carried no request message");
+			return;
+		}
+		r = unpack_buffer(c->payload, m->request, &c->req);
+		grpc_byte_buffer_destroy(c->payload);
+		c->payload = NULL;
+		if (r < 0) {
+			rpc_finish(c, WSB_INVALID_ARGUMENT, EBADMSG,
+				   "the request does not decode as a %s message", m->request->name);
+			return;
+		}
+	}
+	m->handler(c, c->req, m->data);
+}
+
+static void unknown_start(struct rpc_call *c)
+{
+	char *method = grpc_slice_to_c_string(c->details.method);
+	char *esc = wsb_escape(method, strlen(method), 200);
+	grpc_op op;
+
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+	op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+	tag_init(&c->t_close, TAG_CLOSE, c);
+	if (start_batch(c, &op, 1, &c->t_close) == 0) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "unknown method '%s'", esc ? esc : "?");
+		call_end(c, WSB_UNIMPLEMENTED, 0, msg);
+	} else {
+		c->ended = true;
+		call_unref(c);
+	}
+	free(esc);
+	gpr_free(method);
+}
+
+/* Post one request slot for @p reg (NULL: unknown methods). */
+static int post_slot(struct rpc_server *s, const struct rpc_reg *reg)
+{
+	struct rpc_call *c;
+	grpc_call_error e;
+
+	if (atomic_load(&s->shutting_down))
+		return 0;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->srv = s;
+	c->reg = reg;
+	atomic_init(&c->refs, 1);
+	grpc_metadata_array_init(&c->md);
+	tag_init(&c->t_req, reg ? TAG_REQUEST : TAG_UNKNOWN, c);
+	atomic_fetch_add(&s->live, 1);
+	if (reg) {
+		bool payload = reg->m->kind != RPC_CLIENT_STREAM;
+		e = grpc_server_request_registered_call(s->server, reg->handle, &c->call,
+							&c->deadline, &c->md,
+							payload ? &c->payload : NULL, s->cq, s->cq,
+							&c->t_req);
+	} else {
+		grpc_call_details_init(&c->details);
+		e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq,
+					     s->cq, &c->t_req);
+	}
+	if (e != GRPC_CALL_OK) {
+		wsb_err("request_call: %s", grpc_call_error_to_string(e));
+		call_free(c);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* ---- completion handling ---- */
+
+static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
+{
+	struct rpc_call *c = t->call;
+
+	switch (t->kind) {
+	case TAG_REQUEST:
+		if (!t->ok) { /* shutting down */
+			call_free(c);
+			return;
+		}
+		/* ON_LOOP calls reach here on the loop; the slot is reposted
+		 * by the cq thread before the hop (see cq_dispatch). */
+		if (c->reg->m->thread == RPC_ON_CQ)
+			post_slot(s, c->reg);
+		c->deadline = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+		call_start(c);
+		return;
+	case TAG_UNKNOWN:
+		if (!t->ok) {
+			call_free(c);
+			return;
+		}
+		post_slot(s, NULL);
+		unknown_start(c);
+		return;
+	case TAG_SEND:
+		c->send_busy = false;
+		if (c->send_buf) {
+			grpc_byte_buffer_destroy(c->send_buf);
+			c->send_buf = NULL;
+		}
+		if (!t->ok)
+			atomic_store(&c->cancelled, true);
+		if (!c->ended && c->sent)
+			c->sent(c, t->ok, c->sent_arg);
+		call_unref(c);
+		return;
+	case TAG_RECV: {
+		ProtobufCMessage *msg = NULL;
+		int err = 0;
+
+		c->recv_busy = false;
+		if (!t->ok) {
+			atomic_store(&c->cancelled, true);
+			err = -ECANCELED;
+		} else if (c->recv_buf) {
+			err = unpack_buffer(c->recv_buf, c->reg->m->request, &msg);
+			grpc_byte_buffer_destroy(c->recv_buf);
+			c->recv_buf = NULL;
+		}
+		if (!c->ended && c->recvfn)
+			c->recvfn(c, msg, err, c->recv_arg);
+		else if (msg)
+			protobuf_c_message_free_unpacked(msg, NULL);
+		call_unref(c);
+		return;
+	}
+	case TAG_CLOSE:
+		if (!t->ok || c->close_cancelled)
+			atomic_store(&c->cancelled, true);
+		if (atomic_load(&c->cancelled) && !c->ended && c->cancel_cb) {
+			void (*cb)(struct rpc_call *, void *) = c->cancel_cb;
+
+			c->cancel_cb = NULL;
+			cb(c, c->cancel_arg);
+		}
+		call_unref(c);
+		return;
+	case TAG_STATUS:
+		call_unref(c);
+		return;
+	case TAG_SHUTDOWN:
+		s->shutdown_tag_done = true;
+		return;
+	}
+}
+
+static void loop_push(struct rpc_server *s, struct rpc_tag *t)
+{
+	pthread_mutex_lock(&s->lock);
+	t->next = NULL;
+	if (s->fifo_tail)
+		s->fifo_tail->next = t;
+	else
+		s->fifo_head = t;
+	s->fifo_tail = t;
+	pthread_mutex_unlock(&s->lock);
+	uv_async_send(&s->async);
+}
+
+/* Which thread a completion belongs on; runs on the cq thread. */
+static void cq_dispatch(struct rpc_server *s, struct rpc_tag *t)
+{
+	struct rpc_call *c = t->call;
+
+	switch (t->kind) {
+	case TAG_SHUTDOWN:
+		loop_push(s, t);
+		return;
+	case TAG_STATUS:
+	case TAG_UNKNOWN:
+		handle_tag(s, t);
+		return;
+	case TAG_REQUEST:
+		if (t->ok && call_on_loop(c)) {
+			post_slot(s, c->reg);
+			loop_push(s, t);
+			return;
+		}
+		handle_tag(s, t);
+		return;
+	default:
+		if (call_on_loop(c))
+			loop_push(s, t);
+		else
+			handle_tag(s, t);
+		return;
+	}
+}
+
+static void *cq_thread(void *arg)
+{
+	struct rpc_server *s = arg;
+
+	for (;;) {
+		grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+							   NULL);
+		struct rpc_tag *t;
+
+		if (ev.type == GRPC_QUEUE_SHUTDOWN)
+			break;
+		if (ev.type != GRPC_OP_COMPLETE)
+			continue;
+		t = ev.tag;
+		t->ok = ev.success != 0;
+		cq_dispatch(s, t);
+	}
+	atomic_fetch_add(&s->threads_done, 1);
+	uv_async_send(&s->async);
+	return NULL;
+}
+
+static void finish_shutdown(struct rpc_server *s)
+{
+	if (s->finished || !atomic_load(&s->shutting_down))
+		return;
+	if (!s->cq_shutdown && s->shutdown_tag_done && atomic_load(&s->live) == 0) {
+		s->cq_shutdown = true;
+		grpc_completion_queue_shutdown(s->cq);
+	}
+	if (s->cq_shutdown && atomic_load(&s->threads_done) == s->nthreads) {
+		for (int i = 0; i < s->nthreads; i++)
+			pthread_join(s->threads[i], NULL);
+		s->nthreads = 0;
+		s->finished = true;
+		uv_timer_stop(&s->grace);
+		if (s->done)
+			s->done(s->done_arg);
+	}
+}
+
+static void on_async(uv_async_t *h)
+{
+	struct rpc_server *s = h->data;
+	struct rpc_tag *t;
+
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		t = s->fifo_head;
+		if (t) {
+			s->fifo_head = t->next;
+			if (!s->fifo_head)
+				s->fifo_tail = NULL;
+		}
+		pthread_mutex_unlock(&s->lock);
+		if (!t)
+			break;
+		handle_tag(s, t);
+	}
+	finish_shutdown(s);
+}
+
+/* ---- server lifecycle ---- */
+
+int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
+{
+	struct rpc_server *s;
+	grpc_arg args[2];
+	grpc_channel_args chargs;
+
+	if (!cfg || !cfg->loop || cfg->cq_threads < 1)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->loop = cfg->loop;
+	s->nthreads = cfg->cq_threads;
+	s->max_recv = cfg->max_recv_bytes ? cfg->max_recv_bytes : 4u << 20;
+	if (cfg->token) {
+		s->token = strdup(cfg->token);
+		if (!s->token) {
+			free(s);
+			return -ENOMEM;
+		}
+		s->token_len = strlen(s->token);
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	atomic_init(&s->live, 0);
+	atomic_init(&s->threads_done, 0);
+	atomic_init(&s->shutting_down, false);
+
+	grpc_init();
+	args[0].type = GRPC_ARG_INTEGER;
+	args[0].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+	args[0].value.integer = 0;
+	args[1].type = GRPC_ARG_INTEGER;
+	args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+	args[1].value.integer = s->max_recv > INT32_MAX ? INT32_MAX : (int)s->max_recv;
+	chargs.num_args = 2;
+	chargs.args = args;
+	s->server = grpc_server_create(&chargs, NULL);
+	s->cq = grpc_completion_queue_create_for_next(NULL);
+	grpc_server_register_completion_queue(s->server, s->cq, NULL);
+	s->creds = grpc_insecure_server_credentials_create();
+
+	uv_async_init(s->loop, &s->async, on_async);
+	s->async.data = s;
+	uv_timer_init(s->loop, &s->grace);
+	s->grace.data = s;
+	*ret = s;
+	return 0;
+}
+
+int rpc_server_register(struct rpc_server *s, const struct rpc_method *m)
+{
+	struct rpc_reg *regs;
+	void *h;
+
+	if (s->started)
+		return -EBUSY;
+	for (size_t i = 0; i < s->nregs; i++)
+		if (strcmp(s->regs[i].m->path, m->path) == 0)
+			return -EEXIST;
+	regs = realloc(s->regs, (s->nregs + 1) * sizeof(*regs));
+	if (!regs)
+		return -ENOMEM;
+	s->regs = regs;
+	h = grpc_server_register_method(s->server, m->path, NULL,
+					m->kind == RPC_CLIENT_STREAM ?
+						GRPC_SRM_PAYLOAD_NONE :
+						GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+					0);
+	if (!h)
+		return -EINVAL;
+	s->regs[s->nregs].m = m;
+	s->regs[s->nregs].handle = h;
+	s->nregs++;
+	return 0;
+}
+
+int rpc_server_listen(struct rpc_server *s, const char *addr)
+{
+	mode_t old = 0;
+	bool unix_sock = strncmp(addr, "unix:", 5) == 0;
+	int port;
+
+	if (s->started)
+		return -EBUSY;
+	if (!*addr || (unix_sock && !addr[5]))
+		return -EINVAL;
+	if (unix_sock)
+		old = umask(0077);
+	port = grpc_server_add_http2_port(s->server, addr, s->creds);
+	if (unix_sock)
+		umask(old);
+	return port > 0 ? 0 : -EADDRINUSE;
+}
+
+int rpc_server_start(struct rpc_server *s)
+{
+	grpc_server_start(s->server);
+	s->started = true;
+	for (size_t i = 0; i < s->nregs; i++)
+		for (int k = 0; k < RPC_SLOTS_PER_METHOD; k++)
+			if (post_slot(s, &s->regs[i]) < 0)
+				return -ENOMEM;
+	for (int k = 0; k < RPC_SLOTS_PER_METHOD; k++)
+		if (post_slot(s, NULL) < 0)
+			return -ENOMEM;
+	s->threads = calloc(s->nthreads, sizeof(*s->threads));
+	if (!s->threads)
+		return -ENOMEM;
+	for (int i = 0; i < s->nthreads; i++) {
+		int r = pthread_create(&s->threads[i], NULL, cq_thread, s);
+		if (r) {
+			s->nthreads = i;
+			return -r;
+		}
+	}
+	return 0;
+}
+
+int rpc_server_add_fd(struct rpc_server *s, int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	/* Only insecure credentials work here; others fail silently (§5). */
+	grpc_server_add_channel_from_fd(s->server, fd, s->creds);
+	return 0;
+}
+
+static void on_grace(uv_timer_t *t)
+{
+	struct rpc_server *s = t->data;
+
+	wsb_notice("grace period over: cancelling the calls still running");
+	grpc_server_cancel_all_calls(s->server);
+}
+
+void rpc_server_shutdown(struct rpc_server *s, uint64_t grace_ms, void (*done)(void *), void *arg)
+{
+	if (atomic_load(&s->shutting_down))
+		return;
+	s->done = done;
+	s->done_arg = arg;
+	atomic_store(&s->shutting_down, true);
+	tag_init(&s->shutdown_tag, TAG_SHUTDOWN, NULL);
+	grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+	if (grace_ms == 0)
+		grpc_server_cancel_all_calls(s->server);
+	else
+		uv_timer_start(&s->grace, on_grace, grace_ms, 0);
+	if (!s->started) {
+		/* No cq threads: drain here. */
+		for (;;) {
+			grpc_event ev = grpc_completion_queue_next(
+				s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+			if (ev.type != GRPC_OP_COMPLETE)
+				break;
+			if (ev.tag == &s->shutdown_tag) {
+				s->shutdown_tag_done = true;
+				break;
+			}
+		}
+		s->cq_shutdown = true;
+		grpc_completion_queue_shutdown(s->cq);
+		while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+			       .type != GRPC_QUEUE_SHUTDOWN)
+			;
+		s->finished = true;
+		if (done)
+			done(arg);
+	}
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+	struct rpc_server *s = h->data;
+
+	if (--s->closing == 0)
+		free(s);
+}
+
+void rpc_server_free(struct rpc_server *s)
+{
+	if (!s)
+		return;
+	if (s->server)
+		grpc_server_destroy(s->server);
+	if (s->cq)
+		grpc_completion_queue_destroy(s->cq);
+	grpc_server_credentials_release(s->creds);
+	grpc_shutdown();
+	free(s->regs);
+	free(s->threads);
+	free(s->token);
+	pthread_mutex_destroy(&s->lock);
+	s->closing = 2;
+	uv_close((uv_handle_t *)&s->async, on_handle_closed);
+	uv_close((uv_handle_t *)&s->grace, on_handle_closed);
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# The local path, in one step: install the Debian 12 packages wsbridge needs,
+# build it with meson into build/, and start agentd on a small sample
+# workspace (./workspace, created if missing) on 127.0.0.1:9000, in the
+# background. Prints how to use it; deploy/local/down.sh stops it.
+#
+# Environment: WSB_WORKSPACE (default ./workspace), WSB_LISTEN (default
+# 127.0.0.1:9000), WSB_BUILD (default ./build), WSB_SKIP_INSTALL=1 to skip apt.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+build=${WSB_BUILD:-$top/build}
+workspace=${WSB_WORKSPACE:-$top/workspace}
+listen=${WSB_LISTEN:-127.0.0.1:9000}
+state=$build/local
+packages=(build-essential meson ninja-build pkg-config
+	libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
+	libfuse3-dev fuse3 libcmocka-dev bats
+	python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc
+	socat git)
+
+say() { printf '==> %s\n' "$*"; }
+
+if [[ ${WSB_SKIP_INSTALL:-0} != 1 ]]; then
+	missing=()
+	for p in "${packages[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$p")
+	done
+	if ((${#missing[@]})); then
+		say "installing ${missing[*]}"
+		sudo=()
+		[[ $(id -u) -eq 0 ]] || sudo=(sudo)
+		"${sudo[@]}" apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+fi
+
+say "building into $build"
+[[ -f $build/build.ninja ]] || meson setup "$build" >/dev/null
+ninja -C "$build" >/dev/null
+
+if [[ ! -d $workspace ]]; then
+	say "creating a sample workspace in $workspace"
+	mkdir -p "$workspace/hello"
+	cat >"$workspace/hello/hello.c" <<'C'
+#include <stdio.h>
+
+int main(void)
+{
+	puts("hello from the workspace");
+	return 0;
+}
+C
+	printf 'cc -o hello hello.c\n./hello\n' >"$workspace/hello/commands.txt"
+fi
+
+mkdir -p "$state"
+if [[ -f $state/agentd.pid ]] && kill -0 "$(cat "$state/agentd.pid")" 2>/dev/null; then
+	say "agentd already running (pid $(cat "$state/agentd.pid")); restarting"
+	"$top/deploy/local/down.sh"
+fi
+say "starting agentd on $listen serving $workspace"
+"$build/agentd/agentd" --root "$workspace" --listen "$listen" 2>"$state/agentd.log" &
+echo $! >"$state/agentd.pid"
+
+wsctl=("$build/fusefs/wsctl" -a "$listen")
+for _ in $(seq 50); do
+	"${wsctl[@]}" health >/dev/null 2>&1 && break
+	kill -0 "$(cat "$state/agentd.pid")" 2>/dev/null || {
+		cat "$state/agentd.log" >&2
+		exit 1
+	}
+	sleep 0.1
+done
+"${wsctl[@]}" health
+say "the workspace, as agentd serves it:"
+"${wsctl[@]}" ls -l /hello
+say "a command run in it:"
+"${wsctl[@]}" exec --cwd hello -- sh -c 'cc -o hello hello.c && ./hello'
+
+cat <<EOT
+
+agentd is running (pid $(cat "$state/agentd.pid"), log $state/agentd.log).
+Try:
+  export WSBRIDGE_ADDR=$listen PATH=$build/fusefs:\$PATH
+  wsctl ls /            wsctl cat hello/hello.c        wsctl exec -- ls -la
+  wsctl put FILE dst    wsctl get hello/hello.c out.c  wsctl health
+Stop it with: deploy/local/down.sh
+EOT

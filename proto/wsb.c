@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * The wire conventions every binary shares: errno names and gRPC status codes
+ * (docs/protocol.md), message packing, and the stderr logger. Any thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wsb.h"
+
+static const char *const status_names[] = {
+	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+	"FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+	"INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+};
+
+const char *wsb_status_name(int code)
+{
+	if (code < 0 || code >= (int)(sizeof(status_names) / sizeof(status_names[0])))
+		return "UNKNOWN_STATUS";
+	return status_names[code];
+}
+
+/* glibc's strerrorname_np(3) (glibc >= 2.32) is the errno name table. */
+#define WSB_ERRNO_MAX 4096
+
+const char *wsb_errno_name(int err)
+{
+	if (err <= 0 || err >= WSB_ERRNO_MAX)
+		return NULL;
+	return strerrorname_np(err);
+}
+
+int wsb_errno_from_name(const char *name)
+{
+	if (!name || !*name)
+		return 0;
+	for (int e = 1; e < 256; e++) {
+		const char *n = strerrorname_np(e);
+		if (n && strcmp(n, name) == 0)
+			return e;
+	}
+	return 0;
+}
+
+int wsb_status_from_errno(int err)
+{
+	switch (err) {
+	case 0:
+		return WSB_OK;
+	case ENOENT:
+	case ENOTDIR:
+	case ENXIO:
+	case ESRCH:
+		return WSB_NOT_FOUND;
+	case EEXIST:
+		return WSB_ALREADY_EXISTS;
+	case EACCES:
+	case EPERM:
+	case EXDEV:
+	case EROFS:
+		return WSB_PERMISSION_DENIED;
+	case ENOSPC:
+	case EDQUOT:
+	case EMFILE:
+	case ENFILE:
+	case EFBIG:
+	case ENOMEM:
+	case EAGAIN:
+	case EMLINK:
+		return WSB_RESOURCE_EXHAUSTED;
+	case EINVAL:
+	case ENAMETOOLONG:
+	case ELOOP:
+	case EBADMSG:
+	case E2BIG:
+		return WSB_INVALID_ARGUMENT;
+	case ENOTEMPTY:
+	case EISDIR:
+	case EBUSY:
+	case ETXTBSY:
+	case EBADF:
+	case ENODATA:
+	case ERANGE:
+		return WSB_FAILED_PRECONDITION;
+	case EOVERFLOW:
+		return WSB_OUT_OF_RANGE;
+	case ENOSYS:
+	case EOPNOTSUPP:
+		return WSB_UNIMPLEMENTED;
+	case ETIMEDOUT:
+		return WSB_DEADLINE_EXCEEDED;
+	case ECANCELED:
+	case EINTR:
+		return WSB_CANCELLED;
+	case ENOTCONN:
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case EPIPE:
+		return WSB_UNAVAILABLE;
+	case EIO:
+		return WSB_DATA_LOSS;
+	default:
+		return WSB_UNKNOWN;
+	}
+}
+
+int wsb_errno_from_status(int code)
+{
+	switch (code) {
+	case WSB_OK:
+		return 0;
+	case WSB_CANCELLED:
+		return ECANCELED;
+	case WSB_INVALID_ARGUMENT:
+		return EINVAL;
+	case WSB_DEADLINE_EXCEEDED:
+		return ETIMEDOUT;
+	case WSB_NOT_FOUND:
+		return ENOENT;
+	case WSB_ALREADY_EXISTS:
+		return EEXIST;
+	case WSB_PERMISSION_DENIED:
+	case WSB_UNAUTHENTICATED:
+		return EACCES;
+	case WSB_RESOURCE_EXHAUSTED:
+		return ENOSPC;
+	case WSB_FAILED_PRECONDITION:
+		return EPERM;
+	case WSB_OUT_OF_RANGE:
+		return EOVERFLOW;
+	case WSB_UNIMPLEMENTED:
+		return ENOSYS;
+	case WSB_UNAVAILABLE:
+		return ENOTCONN;
+	default:
+		return EIO;
+	}
+}
+
+/* ---- codec ---- */
+
+int wsb_pack(const ProtobufCMessage *msg, uint8_t **ret_buf, size_t *ret_len)
+{
+	size_t n = protobuf_c_message_get_packed_size(msg);
+	uint8_t *buf = malloc(n ? n : 1);
+
+	if (!buf)
+		return -ENOMEM;
+	protobuf_c_message_pack(msg, buf);
+	*ret_buf = buf;
+	*ret_len = n;
+	return 0;
+}
+
+int wsb_unpack(const ProtobufCMessageDescriptor *desc, const void *data, size_t len,
+	       ProtobufCMessage **ret_msg)
+{
+	static const uint8_t empty[1];
+	ProtobufCMessage *m;
+
+	m = protobuf_c_message_unpack(desc, NULL, len, data ? data : empty);
+	if (!m)
+		return -EBADMSG;
+	*ret_msg = m;
+	return 0;
+}
+
+/* ---- logging ---- */
+
+static const char *log_prog = "wsbridge";
+static int log_level = WSB_LOG_NOTICE;
+
+static const char *const level_names[] = {
+	[WSB_LOG_ERR] = "error", [WSB_LOG_WARNING] = "warning", [WSB_LOG_NOTICE] = "notice",
+	[WSB_LOG_INFO] = "info", [WSB_LOG_DEBUG] = "debug",
+};
+
+void wsb_log_init(const char *progname, int level)
+{
+	if (progname)
+		log_prog = progname;
+	log_level = level;
+}
+
+int wsb_log_level_parse(const char *name)
+{
+	if (!name)
+		return -EINVAL;
+	for (int l = WSB_LOG_ERR; l <= WSB_LOG_DEBUG; l++)
+		if (strcmp(name, level_names[l]) == 0)
+			return l;
+	if (strcmp(name, "err") == 0)
+		return WSB_LOG_ERR;
+	if (strcmp(name, "warn") == 0)
+		return WSB_LOG_WARNING;
+	return -EINVAL;
+}
+
+bool wsb_log_enabled(int level)
+{
+	return level <= log_level;
+}
+
+void wsb_logv(int level, const char *fmt, va_list ap)
+{
+	char line[2048];
+	int saved = errno;
+	int n, m;
+
+	if (!wsb_log_enabled(level))
+		return;
+	if (level < WSB_LOG_ERR)
+		level = WSB_LOG_ERR;
+	if (level > WSB_LOG_DEBUG)
+		level = WSB_LOG_DEBUG;
+	n = snprintf(line, sizeof(line), "%s: %s: ", log_prog, level_names[level]);
+	if (n < 0)
+		n = 0;
+	errno = saved; /* for %m */
+	m = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+	if (m < 0)
+		m = 0;
+	n += m;
+	if (n > (int)sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	(void)!write(STDERR_FILENO, line, n);
+	errno = saved;
+}
+
+void wsb_log(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	wsb_logv(level, fmt, ap);
+	va_end(ap);
+}
+
+char *wsb_escape(const void *s, size_t len, size_t max)
+{
+	const unsigned char *p = s;
+	size_t n = len < max ? len : max;
+	char *out = malloc(n * 4 + 4), *o = out;
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = p[i];
+		if (c >= 0x20 && c < 0x7f && c != '\\') {
+			*o++ = c;
+		} else if (c == '\\') {
+			*o++ = '\\';
+			*o++ = '\\';
+		} else {
+			o += sprintf(o, "\\x%02x", c);
+		}
+	}
+	if (len > max) {
+		memcpy(o, "...", 3);
+		o += 3;
+	}
+	*o = '\0';
+	return out;
+}

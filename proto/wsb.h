@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * Conventions shared by every wsbridge binary: how an errno crosses the wire
+ * (its name in the "wsbridge-errno" trailer, plus a gRPC status code derived
+ * from it), gRPC status names, and the logger.
+ *
+ * Nothing here includes a grpc header; status codes are the numeric values of
+ * the gRPC status codes (grpc/status.h, doc/statuscodes.md), which are part of
+ * the wire protocol and never change.
+ *
+ * Thread safety: every function here may be called from any thread.
+ */
+#ifndef WSB_H
+#define WSB_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+/** gRPC status codes (doc/statuscodes.md in grpc/grpc). */
+enum wsb_status {
+	WSB_OK = 0,
+	WSB_CANCELLED = 1,
+	WSB_UNKNOWN = 2,
+	WSB_INVALID_ARGUMENT = 3,
+	WSB_DEADLINE_EXCEEDED = 4,
+	WSB_NOT_FOUND = 5,
+	WSB_ALREADY_EXISTS = 6,
+	WSB_PERMISSION_DENIED = 7,
+	WSB_RESOURCE_EXHAUSTED = 8,
+	WSB_FAILED_PRECONDITION = 9,
+	WSB_ABORTED = 10,
+	WSB_OUT_OF_RANGE = 11,
+	WSB_UNIMPLEMENTED = 12,
+	WSB_INTERNAL = 13,
+	WSB_UNAVAILABLE = 14,
+	WSB_DATA_LOSS = 15,
+	WSB_UNAUTHENTICATED = 16,
+};
+
+/** Name of the trailing-metadata key that carries the errno name. */
+#define WSB_ERRNO_TRAILER "wsbridge-errno"
+
+/**
+ * Name of a gRPC status code ("NOT_FOUND"), or "UNKNOWN_STATUS" for a value
+ * outside 0..16. Returns a static string.
+ */
+const char *wsb_status_name(int code);
+
+/**
+ * POSIX name of a positive errno value ("ENOENT"), or NULL if the value is not
+ * in the table (every errno Linux's errno(3) lists is). Returns a static string.
+ */
+const char *wsb_errno_name(int err);
+
+/**
+ * Positive errno for a POSIX errno name, as carried in the trailer. Returns 0
+ * for NULL, an empty string or a name not in the table.
+ */
+int wsb_errno_from_name(const char *name);
+
+/**
+ * gRPC status code that stands for a failure with positive errno @p err, per
+ * docs/protocol.md: ENOENT/ENOTDIR -> NOT_FOUND, EEXIST/ENOTEMPTY ->
+ * ALREADY_EXISTS/FAILED_PRECONDITION, EACCES/EPERM/EXDEV/EROFS ->
+ * PERMISSION_DENIED, ENOSPC/EMFILE/ENFILE/EDQUOT/EFBIG -> RESOURCE_EXHAUSTED,
+ * EINVAL/ENAMETOOLONG/ELOOP -> INVALID_ARGUMENT, ... ; anything else UNKNOWN.
+ * 0 maps to OK.
+ */
+int wsb_status_from_errno(int err);
+
+/**
+ * Best positive errno for a status code that came without a trailer (for
+ * example from gRPC itself): UNAVAILABLE -> ENOTCONN, DEADLINE_EXCEEDED ->
+ * ETIMEDOUT, NOT_FOUND -> ENOENT, PERMISSION_DENIED -> EACCES,
+ * UNAUTHENTICATED -> EACCES, UNIMPLEMENTED -> ENOSYS, RESOURCE_EXHAUSTED ->
+ * ENOSPC... anything else EIO. OK maps to 0.
+ */
+int wsb_errno_from_status(int code);
+
+/** Log levels, as syslog(3) numbers them. */
+enum wsb_log_level {
+	WSB_LOG_ERR = 3,
+	WSB_LOG_WARNING = 4,
+	WSB_LOG_NOTICE = 5,
+	WSB_LOG_INFO = 6,
+	WSB_LOG_DEBUG = 7,
+};
+
+/**
+ * Set the program name printed before each line and the most verbose level
+ * that is printed (default WSB_LOG_NOTICE). Call once at start-up, before
+ * other threads exist.
+ */
+void wsb_log_init(const char *progname, int level);
+
+/**
+ * Parse a level name ("error", "warning", "notice", "info", "debug").
+ * Returns the level, or -EINVAL for an unknown name.
+ */
+int wsb_log_level_parse(const char *name);
+
+/** True when @p level would be printed. */
+bool wsb_log_enabled(int level);
+
+/**
+ * Print one line to stderr (never stdout: in --stdio mode stdout is the
+ * transport): "PROG: LEVEL: message\n", written with a single write(2) so
+ * lines from different threads never interleave. Keeps errno unchanged.
+ */
+void wsb_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void wsb_logv(int level, const char *fmt, va_list ap);
+
+#define wsb_err(...) wsb_log(WSB_LOG_ERR, __VA_ARGS__)
+#define wsb_warn(...) wsb_log(WSB_LOG_WARNING, __VA_ARGS__)
+#define wsb_notice(...) wsb_log(WSB_LOG_NOTICE, __VA_ARGS__)
+#define wsb_info(...) wsb_log(WSB_LOG_INFO, __VA_ARGS__)
+#define wsb_debug(...)                                                         \
+	do {                                                                   \
+		if (wsb_log_enabled(WSB_LOG_DEBUG))                            \
+			wsb_log(WSB_LOG_DEBUG, __VA_ARGS__);                   \
+	} while (0)
+
+/**
+ * Escape @p len bytes of @p s for a log line or an error message: printable
+ * ASCII as is, anything else as \xNN, cut at @p max input bytes with "..."
+ * appended. Returns a malloc'd NUL-terminated string the caller frees, or NULL
+ * on ENOMEM.
+ */
+char *wsb_escape(const void *s, size_t len, size_t max);
+
+/**
+ * Serialise @p msg into a new malloc'd buffer: *ret_buf (owned by the caller,
+ * free()) and *ret_len bytes. An empty message gives a non-NULL buffer of
+ * length 0. Returns 0 or -ENOMEM.
+ */
+int wsb_pack(const ProtobufCMessage *msg, uint8_t **ret_buf, size_t *ret_len);
+
+/**
+ * Decode @p len bytes at @p data as a message of type @p desc. On success
+ * returns 0 and sets *ret_msg, owned by the caller (free it with
+ * protobuf_c_message_free_unpacked(msg, NULL)). Returns -EBADMSG when the bytes
+ * are not a valid encoding of @p desc, -ENOMEM on allocation failure; *ret_msg
+ * is untouched then. @p data may be NULL when @p len is 0.
+ */
+int wsb_unpack(const ProtobufCMessageDescriptor *desc, const void *data, size_t len,
+	       ProtobufCMessage **ret_msg);
+
+#endif /* WSB_H */

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * Unit tests of the wire conventions in proto/wsb.c: errno names, the
+ * errno <-> gRPC status mapping, the codec and the escaping of names.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "devagent.pb-c.h"
+#include "wsb.h"
+#include "wsbridge.pb-c.h"
+
+static void test_errno_names_round_trip(void **state)
+{
+	static const int errs[] = {EPERM, ENOENT, EIO, EACCES, EEXIST, EXDEV, ENOTDIR, EISDIR,
+				   EINVAL, ENOSPC, EROFS, ENAMETOOLONG, ENOTEMPTY, ELOOP,
+				   ENODATA, ETIMEDOUT, ENOTCONN, EOPNOTSUPP, ENOSYS};
+
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		const char *n = wsb_errno_name(errs[i]);
+		assert_non_null(n);
+		assert_int_equal(wsb_errno_from_name(n), errs[i]);
+	}
+	assert_string_equal(wsb_errno_name(ENOENT), "ENOENT");
+	assert_string_equal(wsb_errno_name(EXDEV), "EXDEV");
+	assert_null(wsb_errno_name(0));
+	assert_null(wsb_errno_name(-2));
+	assert_null(wsb_errno_name(100000));
+	assert_int_equal(wsb_errno_from_name("ENOPE"), 0);
+	assert_int_equal(wsb_errno_from_name(""), 0);
+	assert_int_equal(wsb_errno_from_name(NULL), 0);
+}
+
+static void test_status_from_errno(void **state)
+{
+	assert_int_equal(wsb_status_from_errno(0), WSB_OK);
+	assert_int_equal(wsb_status_from_errno(ENOENT), WSB_NOT_FOUND);
+	assert_int_equal(wsb_status_from_errno(EEXIST), WSB_ALREADY_EXISTS);
+	assert_int_equal(wsb_status_from_errno(EXDEV), WSB_PERMISSION_DENIED);
+	assert_int_equal(wsb_status_from_errno(EACCES), WSB_PERMISSION_DENIED);
+	assert_int_equal(wsb_status_from_errno(EPERM), WSB_PERMISSION_DENIED);
+	assert_int_equal(wsb_status_from_errno(ENOSPC), WSB_RESOURCE_EXHAUSTED);
+	assert_int_equal(wsb_status_from_errno(EINVAL), WSB_INVALID_ARGUMENT);
+	assert_int_equal(wsb_status_from_errno(ENOTEMPTY), WSB_FAILED_PRECONDITION);
+	assert_int_equal(wsb_status_from_errno(EISDIR), WSB_FAILED_PRECONDITION);
+	assert_int_equal(wsb_status_from_errno(ENOSYS), WSB_UNIMPLEMENTED);
+	assert_int_equal(wsb_status_from_errno(ETIMEDOUT), WSB_DEADLINE_EXCEEDED);
+	assert_int_equal(wsb_status_from_errno(EHWPOISON), WSB_UNKNOWN);
+}
+
+static void test_errno_from_status(void **state)
+{
+	assert_int_equal(wsb_errno_from_status(WSB_OK), 0);
+	assert_int_equal(wsb_errno_from_status(WSB_UNAVAILABLE), ENOTCONN);
+	assert_int_equal(wsb_errno_from_status(WSB_DEADLINE_EXCEEDED), ETIMEDOUT);
+	assert_int_equal(wsb_errno_from_status(WSB_NOT_FOUND), ENOENT);
+	assert_int_equal(wsb_errno_from_status(WSB_UNAUTHENTICATED), EACCES);
+	assert_int_equal(wsb_errno_from_status(WSB_UNIMPLEMENTED), ENOSYS);
+	assert_int_equal(wsb_errno_from_status(WSB_INTERNAL), EIO);
+	assert_int_equal(wsb_errno_from_status(99), EIO);
+	/* Every errno a client most often sees survives the status mapping. */
+	assert_int_equal(wsb_errno_from_status(wsb_status_from_errno(ENOENT)), ENOENT);
+	assert_int_equal(wsb_errno_from_status(wsb_status_from_errno(EEXIST)), EEXIST);
+}
+
+static void test_status_names(void **state)
+{
+	assert_string_equal(wsb_status_name(WSB_OK), "OK");
+	assert_string_equal(wsb_status_name(WSB_NOT_FOUND), "NOT_FOUND");
+	assert_string_equal(wsb_status_name(WSB_UNAUTHENTICATED), "UNAUTHENTICATED");
+	assert_string_equal(wsb_status_name(17), "UNKNOWN_STATUS");
+	assert_string_equal(wsb_status_name(-1), "UNKNOWN_STATUS");
+}
+
+static void test_codec_round_trip_bytes(void **state)
+{
+	uint8_t name[] = {'a', 0xff, 0x00, '\n', 'b'}; /* not UTF-8, embedded NUL */
+	Wsbridge__V1__StatRequest req = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatRequest *out;
+	ProtobufCMessage *m;
+	uint8_t *buf;
+	size_t len;
+
+	req.path.data = name;
+	req.path.len = sizeof(name);
+	req.follow = true;
+	assert_int_equal(wsb_pack(&req.base, &buf, &len), 0);
+	assert_int_equal(len, 2 + sizeof(name) + 2);
+	assert_int_equal(wsb_unpack(&wsbridge__v1__stat_request__descriptor, buf, len, &m), 0);
+	out = (Wsbridge__V1__StatRequest *)m;
+	assert_int_equal(out->path.len, sizeof(name));
+	assert_memory_equal(out->path.data, name, sizeof(name));
+	assert_true(out->follow);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(buf);
+}
+
+static void test_codec_empty_and_garbage(void **state)
+{
+	Wsbridge__V1__Empty e = WSBRIDGE__V1__EMPTY__INIT;
+	static const uint8_t garbage[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}; /* huge length */
+	ProtobufCMessage *m = (void *)0x1;
+	uint8_t *buf;
+	size_t len;
+
+	assert_int_equal(wsb_pack(&e.base, &buf, &len), 0);
+	assert_non_null(buf);
+	assert_int_equal(len, 0);
+	free(buf);
+	/* An empty buffer is a valid message with all fields at defaults. */
+	assert_int_equal(wsb_unpack(&create_file_request__descriptor, NULL, 0, &m), 0);
+	assert_int_equal(((CreateFileRequest *)m)->n_files, 0);
+	protobuf_c_message_free_unpacked(m, NULL);
+	m = (void *)0x1;
+	assert_int_equal(wsb_unpack(&create_file_request__descriptor, garbage, sizeof(garbage), &m),
+			 -EBADMSG);
+	assert_ptr_equal(m, (void *)0x1); /* untouched on failure */
+}
+
+static void test_escape(void **state)
+{
+	char *s = wsb_escape("a\x01/\xff\\", 5, 100);
+
+	assert_string_equal(s, "a\\x01/\\xff\\\\");
+	free(s);
+	s = wsb_escape("abcdef", 6, 3);
+	assert_string_equal(s, "abc...");
+	free(s);
+	s = wsb_escape("", 0, 3);
+	assert_string_equal(s, "");
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_errno_names_round_trip),
+		cmocka_unit_test(test_status_from_errno),
+		cmocka_unit_test(test_errno_from_status),
+		cmocka_unit_test(test_status_names),
+		cmocka_unit_test(test_codec_round_trip_bytes),
+		cmocka_unit_test(test_codec_empty_and_garbage),
+		cmocka_unit_test(test_escape),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
