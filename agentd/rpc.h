@@ -51,7 +51,8 @@ enum rpc_thread {
 /**
  * Handler of a method. @p req is the decoded first request (NULL for
  * RPC_CLIENT_STREAM, whose messages come through rpc_recv()); it belongs to
- * the call and stays valid until the call ends. @p data is rpc_method.data.
+ * the call and stays valid until the call has ended and the handler or
+ * callback that ended it has returned. @p data is rpc_method.data.
  */
 typedef void (*rpc_handler_fn)(struct rpc_call *call, const ProtobufCMessage *req, void *data);
 

@@ -508,7 +508,11 @@ static void call_start(struct rpc_call *c)
 			return;
 		}
 	}
+	/* Keep the call (and req) alive until the handler returns, even if it
+	 * ends the call first. Callbacks are covered by their batch's ref. */
+	call_ref(c);
 	m->handler(c, c->req, m->data);
+	call_unref(c);
 }
 
 static void unknown_start(struct rpc_call *c)

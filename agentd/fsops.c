@@ -1,0 +1,1522 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * The file operations core of agentd (see fsops.h): path operations through
+ * resolve.h, the open-handle table, atomic uploads and sparse-aware
+ * downloads. No gRPC and no logging here; every function returns -errno.
+ *
+ * Threads: called from the completion-queue threads, concurrently. The only
+ * shared state is the handle table, guarded by fsops_handles.lock; each
+ * handle is reference-counted so that a Release while a Read is in flight
+ * closes the fd only after the Read is done. An upload or download object
+ * belongs to one call and is used by one thread at a time.
+ *
+ * Operations that must not follow a final symlink and have no *at(2) flag
+ * for it (chmod, xattrs, reopening a file) work on an O_PATH | O_NOFOLLOW
+ * fd: fchmodat2(2) with AT_EMPTY_PATH where the kernel has it (Linux 6.6),
+ * else the /proc/self/fd/N path of the fd, which names the fd's own inode and
+ * is not followed further (the trick glibc's fchmodat(AT_SYMLINK_NOFOLLOW)
+ * uses).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fsops.h"
+
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452 /* Linux 6.6, same number on every architecture */
+#endif
+#ifndef XATTR_NAME_MAX
+#define XATTR_NAME_MAX 255
+#endif
+
+#define PROC_FD_PATH_MAX 40
+
+/* ---- helpers ---- */
+
+static void proc_fd_path(char buf[PROC_FD_PATH_MAX], int fd)
+{
+	snprintf(buf, PROC_FD_PATH_MAX, "/proc/self/fd/%d", fd);
+}
+
+/* fstat(2) @p fd into @p st; on failure close it. Returns @p fd or -errno. */
+static int fstat_or_close(int fd, struct stat *st)
+{
+	int r;
+
+	if (fd < 0 || fstat(fd, st) == 0)
+		return fd;
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+/* splitmix64's finaliser: a bijection, so distinct inputs give distinct ids. */
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
+
+static uint64_t random_key(void)
+{
+	uint64_t k = 0;
+
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		k = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+	}
+	return k;
+}
+
+/*
+ * chmod the inode of O_PATH fd @p fd (whose type is @p type) to @p mode
+ * without following a symlink: symlinks have no mode of their own here
+ * (-EOPNOTSUPP, as fchmodat(AT_SYMLINK_NOFOLLOW) in glibc).
+ */
+static int chmod_opath(int fd, mode_t type, mode_t mode)
+{
+	char p[PROC_FD_PATH_MAX];
+
+	if (S_ISLNK(type))
+		return -EOPNOTSUPP;
+	if (syscall(SYS_fchmodat2, fd, "", mode & 07777, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != ENOSYS && errno != EINVAL)
+		return -errno;
+	proc_fd_path(p, fd);
+	if (chmod(p, mode & 07777) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Give a newly created inode (fd @p fd, O_PATH or not, stat in @p st) exactly
+ * the permission bits @p want, undoing the umask. Updates st->st_mode.
+ */
+static int fix_mode(int fd, struct stat *st, mode_t want)
+{
+	int r;
+
+	want &= 07777;
+	if ((st->st_mode & 07777) == want)
+		return 0;
+	if (fchmod(fd, want) < 0) {
+		if (errno != EBADF)
+			return -errno;
+		r = chmod_opath(fd, st->st_mode, want); /* an O_PATH fd */
+		if (r < 0)
+			return r;
+	}
+	st->st_mode = (st->st_mode & ~(mode_t)07777) | want;
+	return 0;
+}
+
+/* Open the inode of O_PATH fd @p fd anew with @p flags, via /proc/self/fd. */
+static int reopen_fd(int fd, int flags)
+{
+	char p[PROC_FD_PATH_MAX];
+	int nfd;
+
+	proc_fd_path(p, fd);
+	nfd = open(p, flags | O_CLOEXEC | O_NOCTTY);
+	return nfd < 0 ? -errno : nfd;
+}
+
+/*
+ * Open @p path as a regular file with @p flags: resolve to an O_PATH fd
+ * first (following a final symlink if @p follow), check the type, then
+ * reopen, so that a FIFO or device is never opened. Returns the fd, the
+ * fstat in *st; -EISDIR for a directory, -EINVAL for another non-regular file.
+ */
+static int open_regular(const struct resolve_root *root, const void *path, size_t len,
+			bool follow, int flags, struct stat *st)
+{
+	int pfd, fd;
+
+	pfd = resolve_open(root, path, len, O_PATH | (follow ? 0 : O_NOFOLLOW), 0);
+	if (pfd < 0)
+		return pfd;
+	if (fstat(pfd, st) < 0) {
+		fd = -errno;
+		goto out;
+	}
+	if (S_ISDIR(st->st_mode)) {
+		fd = -EISDIR;
+		goto out;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		fd = -EINVAL;
+		goto out;
+	}
+	fd = reopen_fd(pfd, flags);
+out:
+	close(pfd);
+	return fd;
+}
+
+/* ---- handle table ---- */
+
+#define HANDLE_BUCKETS 1024
+
+struct fsops_handle {
+	uint64_t id;
+	int fd;
+	int flags;                 /* open(2) flags it was opened with */
+	unsigned refs;             /* table's ref + calls in flight; under lock */
+	struct fsops_handle *next; /* bucket chain; under lock */
+};
+
+struct fsops_handles {
+	pthread_mutex_t lock;
+	unsigned max;
+	unsigned count;            /* handles in the table + slots reserved */
+	uint64_t seq;              /* ids are mix64(seq ^ key); under lock */
+	uint64_t key;
+	struct fsops_handle *buckets[HANDLE_BUCKETS];
+};
+
+int fsops_handles_new(unsigned max, struct fsops_handles **ret)
+{
+	struct fsops_handles *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	pthread_mutex_init(&h->lock, NULL);
+	h->max = max ? max : FSOPS_MAX_HANDLES_DEFAULT;
+	h->key = random_key();
+	*ret = h;
+	return 0;
+}
+
+void fsops_handles_free(struct fsops_handles *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < HANDLE_BUCKETS; i++) {
+		struct fsops_handle *e = h->buckets[i], *n;
+
+		for (; e; e = n) {
+			n = e->next;
+			close(e->fd);
+			free(e);
+		}
+	}
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+unsigned fsops_handles_count(struct fsops_handles *h)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&h->lock);
+	n = h->count;
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}
+
+unsigned fsops_handles_limit(const struct fsops_handles *h)
+{
+	return h->max;
+}
+
+static struct fsops_handle **handle_slot(struct fsops_handles *h, uint64_t id)
+{
+	struct fsops_handle **pp = &h->buckets[id % HANDLE_BUCKETS];
+
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* Take a reference on handle @p id; NULL if there is none. */
+static struct fsops_handle *handle_get(struct fsops_handles *h, uint64_t id)
+{
+	struct fsops_handle *e;
+
+	if (id == 0)
+		return NULL;
+	pthread_mutex_lock(&h->lock);
+	e = *handle_slot(h, id);
+	if (e)
+		e->refs++;
+	pthread_mutex_unlock(&h->lock);
+	return e;
+}
+
+static void handle_put(struct fsops_handles *h, struct fsops_handle *e)
+{
+	bool last;
+
+	pthread_mutex_lock(&h->lock);
+	last = --e->refs == 0;
+	pthread_mutex_unlock(&h->lock);
+	if (last) {
+		close(e->fd);
+		free(e);
+	}
+}
+
+int fsops_release(struct fsops_handles *h, uint64_t id)
+{
+	struct fsops_handle **pp, *e;
+
+	if (id == 0)
+		return -EBADF;
+	pthread_mutex_lock(&h->lock);
+	pp = handle_slot(h, id);
+	e = *pp;
+	if (e) {
+		*pp = e->next;
+		h->count--;
+	}
+	pthread_mutex_unlock(&h->lock);
+	if (!e)
+		return -EBADF;
+	handle_put(h, e);
+	return 0;
+}
+
+/* Open with O_CREAT so that a newly created file gets exactly @p mode. */
+static int open_create(const struct resolve_root *root, const void *path, size_t len, int flags,
+		       mode_t mode, struct stat *st)
+{
+	int fd, r;
+
+	if (!(flags & O_EXCL)) {
+		/* Find out whether we create it: O_EXCL first, then plain. */
+		fd = resolve_open(root, path, len, flags | O_EXCL, mode);
+		if (fd == -EEXIST) {
+			fd = resolve_open(root, path, len, flags & ~O_CREAT, 0);
+			if (fd == -ENOENT) /* a dangling symlink, or raced */
+				fd = resolve_open(root, path, len, flags, mode);
+			return fstat_or_close(fd, st);
+		}
+	} else {
+		fd = resolve_open(root, path, len, flags, mode);
+	}
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, st) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	r = fix_mode(fd, st, mode);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st)
+{
+	const int allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NOFOLLOW |
+			    O_DIRECTORY;
+	struct fsops_handle *e;
+	struct stat st;
+	int fd, oflags;
+
+	if ((flags & ~allowed) || (flags & O_ACCMODE) == O_ACCMODE)
+		return -EINVAL;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->count >= h->max) {
+		pthread_mutex_unlock(&h->lock);
+		free(e);
+		return -EMFILE;
+	}
+	h->count++; /* reserve the slot */
+	pthread_mutex_unlock(&h->lock);
+
+	oflags = flags | O_NONBLOCK | O_NOCTTY;
+	if (flags & O_CREAT) {
+		fd = open_create(root, path, len, oflags, mode & 07777, &st);
+	} else {
+		fd = fstat_or_close(resolve_open(root, path, len, oflags, 0), &st);
+	}
+	if (fd < 0) {
+		pthread_mutex_lock(&h->lock);
+		h->count--;
+		pthread_mutex_unlock(&h->lock);
+		free(e);
+		return fd;
+	}
+
+	e->fd = fd;
+	e->flags = flags;
+	e->refs = 1;
+	pthread_mutex_lock(&h->lock);
+	do {
+		e->id = mix64(++h->seq ^ h->key);
+	} while (e->id == 0 || *handle_slot(h, e->id));
+	e->next = h->buckets[e->id % HANDLE_BUCKETS];
+	h->buckets[e->id % HANDLE_BUCKETS] = e;
+	pthread_mutex_unlock(&h->lock);
+
+	*ret_handle = e->id;
+	if (ret_st)
+		*ret_st = st;
+	return 0;
+}
+
+ssize_t fsops_read(struct fsops_handles *h, uint64_t id, uint64_t offset, void *buf, size_t size)
+{
+	struct fsops_handle *e;
+	size_t done = 0;
+	ssize_t r = 0;
+
+	if (offset > INT64_MAX || size > SSIZE_MAX)
+		return -EINVAL;
+	e = handle_get(h, id);
+	if (!e)
+		return -EBADF;
+	while (done < size) {
+		r = pread(e->fd, (char *)buf + done, size - done, (off_t)(offset + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		if (r == 0)
+			break;
+		done += (size_t)r;
+	}
+	handle_put(h, e);
+	return r < 0 ? r : (ssize_t)done;
+}
+
+/* write(2)/pwrite(2) all of @p len bytes; -errno on failure. */
+static ssize_t write_all(int fd, const void *data, size_t len, bool append, uint64_t offset)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r;
+
+		if (append)
+			r = write(fd, (const char *)data + done, len - done);
+		else
+			r = pwrite(fd, (const char *)data + done, len - done,
+				   (off_t)(offset + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN && done > 0)
+				break; /* a FIFO without room: report what went */
+			return -errno;
+		}
+		if (r == 0)
+			return -EIO;
+		done += (size_t)r;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t fsops_write(struct fsops_handles *h, uint64_t id, uint64_t offset, const void *data,
+		    size_t len, struct stat *ret_st)
+{
+	struct fsops_handle *e;
+	ssize_t r;
+
+	if (len > SSIZE_MAX)
+		return -EINVAL;
+	e = handle_get(h, id);
+	if (!e)
+		return -EBADF;
+	if (!(e->flags & O_APPEND) && (offset > INT64_MAX || len > INT64_MAX - offset)) {
+		r = -EFBIG;
+		goto out;
+	}
+	r = write_all(e->fd, data, len, e->flags & O_APPEND, offset);
+	if (r >= 0 && ret_st && fstat(e->fd, ret_st) < 0)
+		r = -errno;
+out:
+	handle_put(h, e);
+	return r;
+}
+
+int fsops_fsync(struct fsops_handles *h, uint64_t id, bool datasync)
+{
+	struct fsops_handle *e = handle_get(h, id);
+	int r;
+
+	if (!e)
+		return -EBADF;
+	r = datasync ? fdatasync(e->fd) : fsync(e->fd);
+	r = r < 0 ? -errno : 0;
+	handle_put(h, e);
+	return r;
+}
+
+int fsops_fallocate(struct fsops_handles *h, uint64_t id, int fl, uint64_t offset, uint64_t length)
+{
+	const int allowed = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE;
+	struct fsops_handle *e;
+	int r;
+
+	if ((fl & ~allowed) || offset > INT64_MAX || length > INT64_MAX)
+		return -EINVAL;
+	e = handle_get(h, id);
+	if (!e)
+		return -EBADF;
+	r = fallocate(e->fd, fl, (off_t)offset, (off_t)length) < 0 ? -errno : 0;
+	handle_put(h, e);
+	return r;
+}
+
+int fsops_lseek(struct fsops_handles *h, uint64_t id, uint64_t offset, int whence,
+		uint64_t *ret_offset)
+{
+	struct fsops_handle *e;
+	off_t o;
+	int r = 0;
+
+	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || offset > INT64_MAX)
+		return -EINVAL;
+	e = handle_get(h, id);
+	if (!e)
+		return -EBADF;
+	o = lseek(e->fd, (off_t)offset, whence);
+	if (o < 0)
+		r = -errno;
+	else
+		*ret_offset = (uint64_t)o;
+	handle_put(h, e);
+	return r;
+}
+
+int fsops_fstat(struct fsops_handles *h, uint64_t id, struct stat *ret_st)
+{
+	struct fsops_handle *e = handle_get(h, id);
+	int r;
+
+	if (!e)
+		return -EBADF;
+	r = fstat(e->fd, ret_st) < 0 ? -errno : 0;
+	handle_put(h, e);
+	return r;
+}
+
+/* ---- path operations ---- */
+
+int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bool follow,
+	       struct stat *ret_st)
+{
+	int fd, r = 0;
+
+	fd = resolve_open(root, path, len, O_PATH | (follow ? 0 : O_NOFOLLOW), 0);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, ret_st) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+void fsops_dirents_free(struct fsops_dirent *ents, size_t n)
+{
+	if (!ents)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(ents[i].name);
+	free(ents);
+}
+
+static bool is_dot_or_dotdot(const char *n)
+{
+	return n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'));
+}
+
+int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int64_t offset,
+		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof)
+{
+	/* getdents64 records: d_ino, d_off, d_reclen, d_type, d_name */
+	char buf[32 * 1024] __attribute__((aligned(8)));
+	struct fsops_dirent *ents = NULL;
+	size_t n = 0, cap = 0;
+	bool eof = false, full = false;
+	int fd, r = 0;
+
+	if (max == 0)
+		max = FSOPS_READDIR_DEFAULT;
+	if (max > FSOPS_READDIR_MAX)
+		max = FSOPS_READDIR_MAX;
+	if (offset < 0)
+		return -EINVAL;
+	fd = resolve_open(root, path, len, O_RDONLY | O_DIRECTORY, 0);
+	if (fd < 0)
+		return fd;
+	if (offset != 0 && lseek(fd, (off_t)offset, SEEK_SET) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	for (;;) {
+		ssize_t got = getdents64(fd, buf, sizeof(buf));
+
+		if (got < 0) {
+			r = -errno;
+			goto fail;
+		}
+		if (got == 0) {
+			eof = true;
+			break;
+		}
+		for (ssize_t pos = 0; pos < got;) {
+			struct dirent64 *d = (struct dirent64 *)(buf + pos);
+			struct fsops_dirent *de;
+
+			pos += d->d_reclen;
+			if (is_dot_or_dotdot(d->d_name))
+				continue;
+			if (full)
+				goto done; /* there is at least one more entry */
+			if (n == cap) {
+				size_t ncap = cap ? cap * 2 : 64;
+				struct fsops_dirent *ne;
+
+				if (ncap > max)
+					ncap = max;
+				ne = realloc(ents, ncap * sizeof(*ne));
+				if (!ne) {
+					r = -ENOMEM;
+					goto fail;
+				}
+				ents = ne;
+				cap = ncap;
+			}
+			de = &ents[n];
+			memset(de, 0, sizeof(*de));
+			de->name_len = strlen(d->d_name);
+			de->name = strdup(d->d_name);
+			if (!de->name) {
+				r = -ENOMEM;
+				goto fail;
+			}
+			n++;
+			de->next_offset = (int64_t)d->d_off;
+			de->has_attr = fstatat(fd, d->d_name, &de->st, AT_SYMLINK_NOFOLLOW) == 0;
+			if (n == max)
+				full = true;
+		}
+	}
+done:
+	close(fd);
+	*ret_ents = ents;
+	*ret_n = n;
+	*ret_eof = eof;
+	return 0;
+fail:
+	close(fd);
+	fsops_dirents_free(ents, n);
+	return r;
+}
+
+int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		  size_t len, uint64_t id, const struct fsops_setattr *sa, struct stat *ret_st)
+{
+	struct fsops_handle *e = NULL;
+	struct stat st;
+	struct timespec ts[2] = { sa->atime, sa->mtime };
+	bool times = sa->atime.tv_nsec != UTIME_OMIT || sa->mtime.tv_nsec != UTIME_OMIT;
+	int fd, r = 0;
+
+	if (sa->valid & ~(unsigned)(FSOPS_SET_MODE | FSOPS_SET_UID | FSOPS_SET_GID | FSOPS_SET_SIZE))
+		return -EINVAL;
+	if ((sa->valid & FSOPS_SET_SIZE) && sa->size > INT64_MAX)
+		return -EINVAL;
+
+	if (id != 0) {
+		e = handle_get(h, id);
+		if (!e)
+			return -EBADF;
+		fd = e->fd;
+		if ((sa->valid & FSOPS_SET_SIZE) && ftruncate(fd, (off_t)sa->size) < 0)
+			goto fail_errno;
+		if ((sa->valid & FSOPS_SET_MODE) && fchmod(fd, sa->mode & 07777) < 0)
+			goto fail_errno;
+		if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID)) &&
+		    fchown(fd, (sa->valid & FSOPS_SET_UID) ? sa->uid : (uid_t)-1,
+			   (sa->valid & FSOPS_SET_GID) ? sa->gid : (gid_t)-1) < 0)
+			goto fail_errno;
+		if (times && futimens(fd, ts) < 0)
+			goto fail_errno;
+		if (ret_st && fstat(fd, ret_st) < 0)
+			goto fail_errno;
+		handle_put(h, e);
+		return 0;
+	}
+
+	fd = resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0)
+		goto fail_errno;
+	if (sa->valid & FSOPS_SET_SIZE) {
+		int wfd;
+
+		if (S_ISDIR(st.st_mode)) {
+			r = -EISDIR;
+			goto out;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			r = -EINVAL;
+			goto out;
+		}
+		wfd = reopen_fd(fd, O_WRONLY | O_NONBLOCK);
+		if (wfd < 0) {
+			r = wfd;
+			goto out;
+		}
+		r = ftruncate(wfd, (off_t)sa->size) < 0 ? -errno : 0;
+		close(wfd);
+		if (r < 0)
+			goto out;
+	}
+	if (sa->valid & FSOPS_SET_MODE) {
+		r = chmod_opath(fd, st.st_mode, sa->mode);
+		if (r < 0)
+			goto out;
+	}
+	if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID)) &&
+	    fchownat(fd, "", (sa->valid & FSOPS_SET_UID) ? sa->uid : (uid_t)-1,
+		     (sa->valid & FSOPS_SET_GID) ? sa->gid : (gid_t)-1, AT_EMPTY_PATH) < 0)
+		goto fail_errno;
+	if (times && utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+		char p[PROC_FD_PATH_MAX];
+
+		/* AT_EMPTY_PATH needs Linux 5.8; else the /proc path (not a symlink) */
+		if (errno != EINVAL || S_ISLNK(st.st_mode))
+			goto fail_errno;
+		proc_fd_path(p, fd);
+		if (utimensat(AT_FDCWD, p, ts, 0) < 0)
+			goto fail_errno;
+	}
+	if (ret_st && fstat(fd, ret_st) < 0)
+		goto fail_errno;
+out:
+	close(fd);
+	return r;
+fail_errno:
+	r = -errno;
+	if (e)
+		handle_put(h, e);
+	else
+		close(fd);
+	return r;
+}
+
+int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
+		struct stat *ret_st)
+{
+	struct stat st;
+	char *name;
+	int dirfd, fd, r;
+
+	r = resolve_parent(root, path, len, &dirfd, &name);
+	if (r < 0)
+		return r;
+	if (mkdirat(dirfd, name, mode & 07777) < 0) {
+		r = -errno;
+		goto out;
+	}
+	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+	} else {
+		/* mkdir(2) takes 01777 and inherits S_ISGID from the parent */
+		r = fix_mode(fd, &st, (mode & 01777) | (st.st_mode & S_ISGID));
+		if (r == 0 && ret_st)
+			*ret_st = st;
+	}
+	close(fd);
+out:
+	close(dirfd);
+	free(name);
+	return r;
+}
+
+int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
+		struct stat *ret_st)
+{
+	mode_t type = mode & S_IFMT;
+	struct stat st;
+	char *name;
+	int dirfd, fd, r;
+
+	if (type == S_IFCHR || type == S_IFBLK)
+		return -EPERM;
+	if (type == 0)
+		type = S_IFREG;
+	if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK)
+		return -EINVAL;
+	r = resolve_parent(root, path, len, &dirfd, &name);
+	if (r < 0)
+		return r;
+	if (mknodat(dirfd, name, type | (mode & 07777), 0) < 0) {
+		r = -errno;
+		goto out;
+	}
+	fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+	} else {
+		r = fix_mode(fd, &st, mode);
+		if (r == 0 && ret_st)
+			*ret_st = st;
+	}
+	close(fd);
+out:
+	close(dirfd);
+	free(name);
+	return r;
+}
+
+static int unlink_common(const struct resolve_root *root, const void *path, size_t len, int flags)
+{
+	char *name;
+	int dirfd, r;
+
+	r = resolve_parent(root, path, len, &dirfd, &name);
+	if (r < 0)
+		return r;
+	r = unlinkat(dirfd, name, flags) < 0 ? -errno : 0;
+	close(dirfd);
+	free(name);
+	return r;
+}
+
+int fsops_unlink(const struct resolve_root *root, const void *path, size_t len)
+{
+	return unlink_common(root, path, len, 0);
+}
+
+int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len)
+{
+	return unlink_common(root, path, len, AT_REMOVEDIR);
+}
+
+int fsops_rename(const struct resolve_root *root, const void *from, size_t from_len,
+		 const void *to, size_t to_len, unsigned flags)
+{
+	char *fname, *tname;
+	int fdir, tdir, r;
+
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	r = resolve_parent(root, from, from_len, &fdir, &fname);
+	if (r < 0)
+		return r;
+	r = resolve_parent(root, to, to_len, &tdir, &tname);
+	if (r < 0)
+		goto out;
+	r = renameat2(fdir, fname, tdir, tname, flags) < 0 ? -errno : 0;
+	close(tdir);
+	free(tname);
+out:
+	close(fdir);
+	free(fname);
+	return r;
+}
+
+int fsops_link(const struct resolve_root *root, const void *from, size_t from_len,
+	       const void *to, size_t to_len, struct stat *ret_st)
+{
+	char *fname, *tname;
+	int fdir, tdir, r;
+
+	r = resolve_parent(root, from, from_len, &fdir, &fname);
+	if (r < 0)
+		return r;
+	r = resolve_parent(root, to, to_len, &tdir, &tname);
+	if (r < 0)
+		goto out;
+	r = linkat(fdir, fname, tdir, tname, 0) < 0 ? -errno : 0;
+	if (r == 0 && ret_st && fstatat(tdir, tname, ret_st, AT_SYMLINK_NOFOLLOW) < 0)
+		r = -errno;
+	close(tdir);
+	free(tname);
+out:
+	close(fdir);
+	free(fname);
+	return r;
+}
+
+int fsops_symlink(const struct resolve_root *root, const void *target, size_t target_len,
+		  const void *path, size_t len, struct stat *ret_st)
+{
+	char *t, *name;
+	int dirfd, r;
+
+	if (target_len > 0 && memchr(target, '\0', target_len))
+		return -EINVAL;
+	if (target_len == 0)
+		return -ENOENT;
+	if (target_len >= PATH_MAX)
+		return -ENAMETOOLONG;
+	t = strndup(target, target_len);
+	if (!t)
+		return -ENOMEM;
+	r = resolve_parent(root, path, len, &dirfd, &name);
+	if (r < 0)
+		goto out;
+	r = symlinkat(t, dirfd, name) < 0 ? -errno : 0;
+	if (r == 0 && ret_st && fstatat(dirfd, name, ret_st, AT_SYMLINK_NOFOLLOW) < 0)
+		r = -errno;
+	close(dirfd);
+	free(name);
+out:
+	free(t);
+	return r;
+}
+
+int fsops_readlink(const struct resolve_root *root, const void *path, size_t len, char **ret,
+		   size_t *ret_len)
+{
+	char buf[PATH_MAX + 1];
+	struct stat st;
+	ssize_t n;
+	int fd, r = 0;
+
+	fd = resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (!S_ISLNK(st.st_mode)) {
+		r = -EINVAL; /* readlink(2) of a non-symlink */
+		goto out;
+	}
+	n = readlinkat(fd, "", buf, sizeof(buf));
+	if (n < 0) {
+		r = -errno;
+		goto out;
+	}
+	if ((size_t)n >= sizeof(buf)) {
+		r = -ENAMETOOLONG;
+		goto out;
+	}
+	*ret = strndup(buf, (size_t)n);
+	if (!*ret) {
+		r = -ENOMEM;
+		goto out;
+	}
+	*ret_len = (size_t)n;
+out:
+	close(fd);
+	return r;
+}
+
+int fsops_statfs(const struct resolve_root *root, const void *path, size_t len,
+		 struct statvfs *ret)
+{
+	int fd, r = 0;
+
+	fd = resolve_open(root, path, len, O_PATH, 0);
+	if (fd < 0)
+		return fd;
+	if (fstatvfs(fd, ret) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/* ---- extended attributes ---- */
+
+/*
+ * Resolve @p path without following a final symlink and give the
+ * /proc/self/fd path that names exactly that inode; the fd is returned and
+ * must be closed after the xattr call. Use the following variants
+ * (getxattr, not lgetxattr) on it: they jump through the magic link to the
+ * fd's inode and stop there, a symlink included; the l* variants would act
+ * on the /proc link itself (tried on Linux 6.18: lgetxattr gives ENODATA for
+ * a file that has the attribute).
+ */
+static int xattr_target(const struct resolve_root *root, const void *path, size_t len,
+			char p[PROC_FD_PATH_MAX])
+{
+	int fd = resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0);
+
+	if (fd >= 0)
+		proc_fd_path(p, fd);
+	return fd;
+}
+
+/* Check and copy an xattr name: NUL -> -EINVAL, empty or too long -> -ERANGE. */
+static int xattr_name(const void *name, size_t name_len, char out[XATTR_NAME_MAX + 1])
+{
+	if (name_len > 0 && memchr(name, '\0', name_len))
+		return -EINVAL;
+	if (name_len == 0 || name_len > XATTR_NAME_MAX)
+		return -ERANGE;
+	memcpy(out, name, name_len);
+	out[name_len] = '\0';
+	return 0;
+}
+
+int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len,
+		   const void *name, size_t name_len, void **ret, size_t *ret_len)
+{
+	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
+	char *buf, *shrunk;
+	ssize_t got;
+	int fd, r;
+
+	r = xattr_name(name, name_len, n);
+	if (r < 0)
+		return r;
+	buf = malloc(FSOPS_XATTR_MAX);
+	if (!buf)
+		return -ENOMEM;
+	fd = xattr_target(root, path, len, p);
+	if (fd < 0) {
+		free(buf);
+		return fd;
+	}
+	/* getxattr on /proc/self/fd/N acts on the fd's inode (a symlink stays one) */
+	got = getxattr(p, n, buf, FSOPS_XATTR_MAX);
+	r = got < 0 ? (errno == ERANGE ? -E2BIG : -errno) : 0;
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	shrunk = realloc(buf, got > 0 ? (size_t)got : 1);
+	*ret = shrunk ? shrunk : buf;
+	*ret_len = (size_t)got;
+	return 0;
+}
+
+int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len,
+		   const void *name, size_t name_len, const void *value, size_t value_len,
+		   int flags)
+{
+	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
+	int fd, r;
+
+	if (flags != 0 && flags != XATTR_CREATE && flags != XATTR_REPLACE)
+		return -EINVAL;
+	if (value_len > FSOPS_XATTR_MAX)
+		return -E2BIG;
+	r = xattr_name(name, name_len, n);
+	if (r < 0)
+		return r;
+	fd = xattr_target(root, path, len, p);
+	if (fd < 0)
+		return fd;
+	r = setxattr(p, n, value_len ? value : "", value_len, flags) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+int fsops_listxattr(const struct resolve_root *root, const void *path, size_t len, char **ret,
+		    size_t *ret_len)
+{
+	char p[PROC_FD_PATH_MAX];
+	char *buf, *shrunk;
+	ssize_t got;
+	int fd, r;
+
+	buf = malloc(FSOPS_XATTR_MAX);
+	if (!buf)
+		return -ENOMEM;
+	fd = xattr_target(root, path, len, p);
+	if (fd < 0) {
+		free(buf);
+		return fd;
+	}
+	got = listxattr(p, buf, FSOPS_XATTR_MAX);
+	r = got < 0 ? (errno == ERANGE ? -E2BIG : -errno) : 0;
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	shrunk = realloc(buf, got > 0 ? (size_t)got : 1);
+	*ret = shrunk ? shrunk : buf;
+	*ret_len = (size_t)got;
+	return 0;
+}
+
+int fsops_removexattr(const struct resolve_root *root, const void *path, size_t len,
+		      const void *name, size_t name_len)
+{
+	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
+	int fd, r;
+
+	r = xattr_name(name, name_len, n);
+	if (r < 0)
+		return r;
+	fd = xattr_target(root, path, len, p);
+	if (fd < 0)
+		return fd;
+	r = removexattr(p, n) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+/* ---- uploads ---- */
+
+struct fsops_upload {
+	int dirfd;          /* O_PATH fd of the target's directory */
+	char *name;         /* target's last component */
+	char tmp[32];       /* temp file's name in dirfd */
+	int fd;             /* the temp file, O_RDWR */
+	uint64_t pos;       /* bytes of content so far */
+	mode_t mode;
+	bool exclusive;
+	bool synced;        /* fsops_upload_sync done */
+};
+
+static atomic_uint_fast64_t tmp_seq;
+static uint64_t tmp_key;
+static pthread_once_t tmp_once = PTHREAD_ONCE_INIT;
+
+static void tmp_key_init(void)
+{
+	tmp_key = random_key();
+}
+
+/* ".wsb-upload." + 6 characters from [A-Za-z0-9]. */
+static void tmp_name(char out[32])
+{
+	static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	uint64_t x;
+
+	pthread_once(&tmp_once, tmp_key_init);
+	x = mix64(atomic_fetch_add(&tmp_seq, 1) ^ tmp_key);
+	memcpy(out, ".wsb-upload.", 12);
+	for (int i = 0; i < 6; i++) {
+		out[12 + i] = set[x % (sizeof(set) - 1)];
+		x /= sizeof(set) - 1;
+	}
+	out[18] = '\0';
+}
+
+int fsops_mkdirs(const struct resolve_root *root, const void *path, size_t len)
+{
+	char *norm, *s;
+	int r;
+
+	r = resolve_normalize(path, len, &norm);
+	if (r < 0)
+		return r;
+	/* every prefix that ends before a "/" is a parent */
+	for (s = strchr(norm, '/'); s; s = strchr(s + 1, '/')) {
+		char *last;
+
+		*s = '\0';
+		last = strrchr(norm, '/');
+		last = last ? last + 1 : norm;
+		if (strcmp(last, ".") != 0 && strcmp(last, "..") != 0) {
+			r = fsops_mkdir(root, norm, strlen(norm), 0755, NULL);
+			if (r == -EEXIST)
+				r = 0;
+		}
+		*s = '/';
+		if (r < 0)
+			break;
+	}
+	free(norm);
+	return r;
+}
+
+int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t len,
+		       const struct fsops_upload_opts *opts, struct fsops_upload **ret)
+{
+	struct fsops_upload *u;
+	struct statvfs vfs;
+	struct stat st;
+	int r;
+
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->fd = -1;
+	u->dirfd = -1;
+	u->mode = opts->mode & 07777 ? opts->mode & 07777 : 0644;
+	u->exclusive = opts->exclusive;
+	if (opts->mkdirs) {
+		r = fsops_mkdirs(root, path, len);
+		if (r < 0)
+			goto fail;
+	}
+	r = resolve_parent(root, path, len, &u->dirfd, &u->name);
+	if (r < 0)
+		goto fail;
+	if (fstatat(u->dirfd, u->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (opts->exclusive) {
+			r = -EEXIST;
+			goto fail;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			r = -EISDIR;
+			goto fail;
+		}
+	}
+	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 &&
+	    opts->size_hint / vfs.f_frsize > vfs.f_bavail) {
+		r = -ENOSPC;
+		goto fail;
+	}
+	for (int i = 0; i < 100; i++) {
+		tmp_name(u->tmp);
+		u->fd = openat(u->dirfd, u->tmp,
+			       O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (u->fd >= 0 || errno != EEXIST)
+			break;
+	}
+	if (u->fd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	*ret = u;
+	return 0;
+fail:
+	if (u->dirfd >= 0)
+		close(u->dirfd);
+	free(u->name);
+	free(u);
+	return r;
+}
+
+int fsops_upload_write(struct fsops_upload *u, const void *data, size_t len)
+{
+	ssize_t r;
+
+	if (len == 0)
+		return 0;
+	if (u->pos > INT64_MAX || len > INT64_MAX - u->pos)
+		return -EFBIG;
+	r = write_all(u->fd, data, len, false, u->pos);
+	if (r < 0)
+		return (int)r;
+	u->pos += len;
+	return 0;
+}
+
+int fsops_upload_hole(struct fsops_upload *u, uint64_t len)
+{
+	if (u->pos > INT64_MAX || len > INT64_MAX - u->pos)
+		return -EFBIG;
+	u->pos += len;
+	return 0;
+}
+
+uint64_t fsops_upload_size(const struct fsops_upload *u)
+{
+	return u->pos;
+}
+
+static void upload_free(struct fsops_upload *u, bool unlink_tmp)
+{
+	if (unlink_tmp)
+		(void)unlinkat(u->dirfd, u->tmp, 0);
+	close(u->fd);
+	close(u->dirfd);
+	free(u->name);
+	free(u);
+}
+
+void fsops_upload_abort(struct fsops_upload *u)
+{
+	if (u)
+		upload_free(u, true);
+}
+
+/* Put the temp file in place: rename, or refuse to replace when exclusive. */
+static int upload_place(struct fsops_upload *u)
+{
+	if (!u->exclusive)
+		return renameat(u->dirfd, u->tmp, u->dirfd, u->name) < 0 ? -errno : 0;
+	if (renameat2(u->dirfd, u->tmp, u->dirfd, u->name, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -errno;
+	/* no RENAME_NOREPLACE here: link(2) fails with EEXIST just the same */
+	if (linkat(u->dirfd, u->tmp, u->dirfd, u->name, 0) < 0)
+		return -errno;
+	(void)unlinkat(u->dirfd, u->tmp, 0);
+	return 0;
+}
+
+int fsops_upload_sync(struct fsops_upload *u)
+{
+	if (u->synced)
+		return 0;
+	if (ftruncate(u->fd, (off_t)u->pos) < 0 || fchmod(u->fd, u->mode) < 0 || fsync(u->fd) < 0)
+		return -errno;
+	u->synced = true;
+	return 0;
+}
+
+int fsops_upload_commit(struct fsops_upload *u, struct stat *ret_st)
+{
+	struct stat st;
+	int r, dfd;
+
+	r = fsops_upload_sync(u);
+	if (r == 0 && fstat(u->fd, &st) < 0)
+		r = -errno;
+	if (r < 0) {
+		upload_free(u, true);
+		return r;
+	}
+	r = upload_place(u);
+	if (r < 0) {
+		upload_free(u, true);
+		return r;
+	}
+	/* make the rename durable (fsync(2): the directory needs its own fsync) */
+	dfd = openat(u->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		if (fsync(dfd) < 0 && errno != EINVAL && errno != EROFS)
+			r = -errno;
+		close(dfd);
+	}
+	upload_free(u, false);
+	if (r == 0 && ret_st)
+		*ret_st = st;
+	return r;
+}
+
+int fsops_write_file(const struct resolve_root *root, const void *path, size_t len,
+		     const void *data, size_t data_len, const struct fsops_upload_opts *opts)
+{
+	struct fsops_upload_opts def = { 0 };
+	struct fsops_upload *u;
+	int r;
+
+	r = fsops_upload_begin(root, path, len, opts ? opts : &def, &u);
+	if (r < 0)
+		return r;
+	r = fsops_upload_write(u, data, data_len);
+	if (r < 0) {
+		fsops_upload_abort(u);
+		return r;
+	}
+	return fsops_upload_commit(u, NULL);
+}
+
+int fsops_read_file(const struct resolve_root *root, const void *path, size_t len, size_t limit,
+		    char **ret, size_t *ret_len)
+{
+	struct stat st;
+	size_t cap, n = 0;
+	char *buf;
+	int fd, r = 0;
+
+	fd = open_regular(root, path, len, true, O_RDONLY, &st);
+	if (fd < 0)
+		return fd;
+	if ((uint64_t)st.st_size > limit) {
+		close(fd);
+		return -EFBIG;
+	}
+	cap = (size_t)st.st_size + 1;
+	buf = malloc(cap + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	for (;;) {
+		ssize_t got;
+
+		if (n == cap) { /* the file grew */
+			char *nb;
+
+			if (cap > limit) {
+				r = -EFBIG;
+				break;
+			}
+			cap = cap * 2 > limit + 1 ? limit + 1 : cap * 2;
+			nb = realloc(buf, cap + 1);
+			if (!nb) {
+				r = -ENOMEM;
+				break;
+			}
+			buf = nb;
+		}
+		got = read(fd, buf + n, cap - n);
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	close(fd);
+	if (r == 0 && n > limit)
+		r = -EFBIG;
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	buf[n] = '\0';
+	*ret = buf;
+	*ret_len = n;
+	return 0;
+}
+
+/* ---- downloads ---- */
+
+struct fsops_download {
+	int fd;
+	uint64_t pos;  /* next byte to report */
+	uint64_t end;  /* one past the last byte to report */
+	bool sparse;   /* SEEK_DATA/SEEK_HOLE work here */
+};
+
+int fsops_download_begin(const struct resolve_root *root, const void *path, size_t len,
+			 uint64_t offset, uint64_t length, struct stat *ret_st,
+			 struct fsops_download **ret)
+{
+	struct fsops_download *d;
+	struct stat st;
+	uint64_t size;
+	int fd;
+
+	fd = open_regular(root, path, len, true, O_RDONLY, &st);
+	if (fd < 0)
+		return fd;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size = (uint64_t)st.st_size;
+	d->fd = fd;
+	d->sparse = true;
+	d->pos = offset < size ? offset : size;
+	d->end = size;
+	if (length && length < size - d->pos)
+		d->end = d->pos + length;
+	if (ret_st)
+		*ret_st = st;
+	*ret = d;
+	return 0;
+}
+
+/* Length of the hole at d->pos (0 if data is there), bounded by d->end. */
+static int download_hole_at(struct fsops_download *d, uint64_t *ret_hole)
+{
+	off_t o;
+
+	*ret_hole = 0;
+	if (!d->sparse || d->pos >= d->end)
+		return 0;
+	o = lseek(d->fd, (off_t)d->pos, SEEK_DATA);
+	if (o < 0) {
+		if (errno == ENXIO) { /* no data up to the end of the file */
+			*ret_hole = d->end - d->pos;
+			return 0;
+		}
+		if (errno == EINVAL || errno == EOPNOTSUPP) {
+			d->sparse = false;
+			return 0;
+		}
+		return -errno;
+	}
+	if ((uint64_t)o > d->pos)
+		*ret_hole = ((uint64_t)o < d->end ? (uint64_t)o : d->end) - d->pos;
+	return 0;
+}
+
+ssize_t fsops_download_next(struct fsops_download *d, void *buf, size_t size, uint64_t *ret_hole)
+{
+	uint64_t lim = d->end, hole;
+	size_t want, done = 0;
+	int r;
+
+	*ret_hole = 0;
+	if (d->pos >= d->end)
+		return 0;
+	r = download_hole_at(d, &hole);
+	if (r < 0)
+		return r;
+	if (hole) {
+		d->pos += hole;
+		*ret_hole = hole;
+		return 0;
+	}
+	if (d->sparse) {
+		off_t o = lseek(d->fd, (off_t)d->pos, SEEK_HOLE);
+
+		if (o >= 0 && (uint64_t)o < lim)
+			lim = (uint64_t)o;
+	}
+	want = lim - d->pos < size ? (size_t)(lim - d->pos) : size;
+	while (done < want) {
+		ssize_t got = pread(d->fd, (char *)buf + done, want - done,
+				    (off_t)(d->pos + done));
+
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (got == 0) { /* the file shrank: stop here */
+			d->end = d->pos + done;
+			break;
+		}
+		done += (size_t)got;
+	}
+	d->pos += done;
+	if (done == want && d->pos == lim && lim < d->end) {
+		r = download_hole_at(d, &hole);
+		if (r < 0)
+			return r;
+		d->pos += hole;
+		*ret_hole = hole;
+	}
+	return (ssize_t)done;
+}
+
+void fsops_download_free(struct fsops_download *d)
+{
+	if (!d)
+		return;
+	close(d->fd);
+	free(d);
+}

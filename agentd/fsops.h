@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * File operations on the workspace, without gRPC: what the
+ * wsbridge.v1.Workspace service (proto/wsbridge.proto) and ManageAgentOps
+ * need. Every path is a wire path (bytes + length, relative to the root) and
+ * goes through resolve.h, so nothing here reaches outside the root; a final
+ * symlink is never followed unless the function says so.
+ *
+ * Return convention: 0 (or a count >= 0) on success, -errno on failure, the
+ * errno being what the underlying system call gave (named in each comment),
+ * plus -EXDEV for a path that escapes the root.
+ *
+ * Modes given to the create functions are applied exactly: the process umask
+ * is undone with a chmod after creation (the FUSE client applies the caller's
+ * umask itself).
+ *
+ * Open files are kept in a handle table (struct fsops_handles): ids are
+ * random-looking nonzero 64-bit numbers, never reused within a table's life.
+ *
+ * Thread safety: every function may be called from any thread concurrently
+ * (the cq threads do), except that one struct fsops_upload or fsops_download
+ * must be used by one thread at a time.
+ */
+#ifndef AGENTD_FSOPS_H
+#define AGENTD_FSOPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "resolve.h"
+
+/** Largest Read/Write/Upload/Download chunk, bytes (proto: "at most 1 MiB"). */
+#define FSOPS_CHUNK_MAX ((size_t)1024 * 1024)
+/** Largest xattr value and name list, bytes (XATTR_SIZE_MAX, XATTR_LIST_MAX). */
+#define FSOPS_XATTR_MAX ((size_t)64 * 1024)
+/** ReadDir page size when the client asks for 0, and the cap, entries. */
+#define FSOPS_READDIR_DEFAULT 1024u
+#define FSOPS_READDIR_MAX 4096u
+/** Default handle-table limit (agentd --max-handles), handles. */
+#define FSOPS_MAX_HANDLES_DEFAULT 4096u
+
+/* ---- handle table ---- */
+
+struct fsops_handles;
+
+/**
+ * Create a handle table that holds at most @p max open handles (0 means
+ * FSOPS_MAX_HANDLES_DEFAULT). Returns 0 and sets *ret, or -ENOMEM.
+ */
+int fsops_handles_new(unsigned max, struct fsops_handles **ret);
+
+/**
+ * Close every handle still open and free the table. No call may use the table
+ * concurrently or afterwards. NULL is a no-op.
+ */
+void fsops_handles_free(struct fsops_handles *h);
+
+/** Number of open handles now, and the table's limit. */
+unsigned fsops_handles_count(struct fsops_handles *h);
+unsigned fsops_handles_limit(const struct fsops_handles *h);
+
+/**
+ * open(2) @p path with @p flags (O_RDONLY/O_WRONLY/O_RDWR, optionally
+ * O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_NOFOLLOW, O_DIRECTORY; anything else
+ * is -EINVAL) and, for a created file, permission bits @p mode (exactly,
+ * umask not applied). The fd is opened O_NONBLOCK so that a FIFO cannot hang
+ * the calling thread. On success stores a new handle id in *ret_handle and
+ * the fstat(2) of the file in *ret_st (may be NULL). Errors: as open(2);
+ * -EXDEV (escape); -EMFILE when the table is full (fsops_handles_count() ==
+ * fsops_handles_limit()) or the process is out of fds.
+ */
+int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st);
+
+/**
+ * Remove handle @p id from the table and close its fd once no call is using
+ * it any more (a Read in flight finishes first). Returns 0, or -EBADF for an
+ * unknown id.
+ */
+int fsops_release(struct fsops_handles *h, uint64_t id);
+
+/**
+ * pread(2) up to @p size bytes at byte @p offset of handle @p id into @p buf,
+ * looping over short reads: fewer than @p size bytes only at end of file.
+ * Returns the byte count, or -EBADF (unknown id), -EINVAL (offset beyond
+ * INT64_MAX), -EISDIR, ... as pread(2).
+ */
+ssize_t fsops_read(struct fsops_handles *h, uint64_t id, uint64_t offset, void *buf, size_t size);
+
+/**
+ * Write @p len bytes of @p data at byte @p offset of handle @p id: pwrite(2),
+ * or write(2) at the end of the file for a handle opened with O_APPEND
+ * (offset ignored). Loops over short writes. Returns the byte count written
+ * (== len) and the fstat(2) afterwards in *ret_st (may be NULL), or -errno as
+ * write(2) (-ENOSPC, -EFBIG, -EBADF for an unknown id or a read-only handle).
+ */
+ssize_t fsops_write(struct fsops_handles *h, uint64_t id, uint64_t offset, const void *data,
+		    size_t len, struct stat *ret_st);
+
+/** fsync(2), or fdatasync(2) when @p datasync, on handle @p id. */
+int fsops_fsync(struct fsops_handles *h, uint64_t id, bool datasync);
+
+/**
+ * fallocate(2) on handle @p id: @p fl is an OR of FALLOC_FL_KEEP_SIZE,
+ * FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE (anything else -EINVAL), byte
+ * range @p offset, @p length. Errors as fallocate(2).
+ */
+int fsops_fallocate(struct fsops_handles *h, uint64_t id, int fl, uint64_t offset, uint64_t length);
+
+/**
+ * lseek(2) with SEEK_DATA or SEEK_HOLE (@p whence) from byte @p offset on
+ * handle @p id; the result in *ret_offset. -ENXIO past the end (lseek(2)).
+ */
+int fsops_lseek(struct fsops_handles *h, uint64_t id, uint64_t offset, int whence,
+		uint64_t *ret_offset);
+
+/**
+ * fstat(2) of handle @p id. Returns 0 or -EBADF.
+ */
+int fsops_fstat(struct fsops_handles *h, uint64_t id, struct stat *ret_st);
+
+/* ---- path operations ---- */
+
+/** stat(2) (@p follow, the final symlink followed inside the root) or lstat(2). */
+int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bool follow,
+	       struct stat *ret_st);
+
+/** One ReadDir entry. */
+struct fsops_dirent {
+	char *name;          /**< malloc'd, NUL-terminated (names hold no NUL) */
+	size_t name_len;     /**< bytes */
+	bool has_attr;       /**< false: the entry vanished before lstat */
+	struct stat st;      /**< lstat(2) of the entry when has_attr */
+	int64_t next_offset; /**< d_off cookie: pass as offset to resume after */
+};
+
+/**
+ * List directory @p path (following a final symlink inside the root) from
+ * cookie @p offset (0 = the start; else a next_offset from an earlier page),
+ * at most @p max entries (0 = FSOPS_READDIR_DEFAULT; capped at
+ * FSOPS_READDIR_MAX), never "." or "..", using getdents64(2) and the d_off
+ * cookies the file system gives. Returns 0 with a malloc'd array in
+ * *ret_ents of *ret_n entries (free with fsops_dirents_free) and *ret_eof
+ * true when the directory has no more entries. Errors: -ENOTDIR, -ENOENT,
+ * -EINVAL (bad cookie, from lseek(2)), -EXDEV.
+ */
+int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int64_t offset,
+		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof);
+
+/** Free what fsops_readdir returned. NULL is a no-op. */
+void fsops_dirents_free(struct fsops_dirent *ents, size_t n);
+
+/** Which fields of struct fsops_setattr to apply (proto SetAttrRequest.Valid). */
+enum {
+	FSOPS_SET_MODE = 1,
+	FSOPS_SET_UID = 2,
+	FSOPS_SET_GID = 4,
+	FSOPS_SET_SIZE = 8,
+};
+
+struct fsops_setattr {
+	unsigned valid;       /**< OR of FSOPS_SET_* */
+	mode_t mode;          /**< permission bits (07777) */
+	uid_t uid;
+	gid_t gid;
+	uint64_t size;        /**< bytes */
+	struct timespec atime; /**< tv_nsec may be UTIME_NOW or UTIME_OMIT */
+	struct timespec mtime;
+};
+
+/**
+ * chmod/chown/truncate/utimensat, in the order size, mode, owner, times, on
+ * the file at @p path (a final symlink is never followed: the symlink itself
+ * is changed; chmod of a symlink is -EOPNOTSUPP, truncate -EINVAL) or, when
+ * @p id is nonzero, on that handle's file (@p path ignored). Stops at the
+ * first failure (earlier changes stay). On success the fstat(2) afterwards
+ * in *ret_st (may be NULL). Errors: as truncate(2)/chmod(2)/lchown(2)/
+ * utimensat(2); -EISDIR for the size of a directory.
+ */
+int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		  size_t len, uint64_t id, const struct fsops_setattr *sa, struct stat *ret_st);
+
+/** mkdir(2) with permission bits @p mode (exact); lstat in *ret_st (may be NULL). */
+int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
+		struct stat *ret_st);
+
+/**
+ * mknod(2) for S_IFIFO, S_IFSOCK or S_IFREG (type 0 means regular) with the
+ * permission bits of @p mode; device nodes (S_IFCHR, S_IFBLK) are -EPERM,
+ * other types -EINVAL. lstat in *ret_st (may be NULL).
+ */
+int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
+		struct stat *ret_st);
+
+/** unlink(2) and rmdir(2); the root itself is -EBUSY. */
+int fsops_unlink(const struct resolve_root *root, const void *path, size_t len);
+int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len);
+
+/**
+ * renameat2(2) @p from to @p to with @p flags 0, RENAME_NOREPLACE or
+ * RENAME_EXCHANGE. Neither name's final symlink is followed.
+ */
+int fsops_rename(const struct resolve_root *root, const void *from, size_t from_len,
+		 const void *to, size_t to_len, unsigned flags);
+
+/** linkat(2) without AT_SYMLINK_FOLLOW; lstat of the new name in *ret_st. */
+int fsops_link(const struct resolve_root *root, const void *from, size_t from_len,
+	       const void *to, size_t to_len, struct stat *ret_st);
+
+/**
+ * symlinkat(2): @p target (@p target_len bytes, stored as given, never
+ * resolved; NUL -> -EINVAL, empty -> -ENOENT, >= PATH_MAX -> -ENAMETOOLONG)
+ * at @p path. lstat in *ret_st (may be NULL).
+ */
+int fsops_symlink(const struct resolve_root *root, const void *target, size_t target_len,
+		  const void *path, size_t len, struct stat *ret_st);
+
+/**
+ * readlink(2): a malloc'd copy of the target (NUL-terminated, caller frees)
+ * in *ret and its length in bytes in *ret_len. -EINVAL if not a symlink.
+ */
+int fsops_readlink(const struct resolve_root *root, const void *path, size_t len, char **ret,
+		   size_t *ret_len);
+
+/** fstatvfs(2) of the file system holding @p path (followed). */
+int fsops_statfs(const struct resolve_root *root, const void *path, size_t len,
+		 struct statvfs *ret);
+
+/**
+ * lgetxattr(2): the value of attribute @p name (@p name_len bytes; NUL or
+ * empty or > 255 bytes -> -EINVAL/-ERANGE) in a malloc'd buffer *ret (caller
+ * frees; non-NULL even when empty), *ret_len bytes. -ENODATA when absent.
+ * The file itself, never a symlink's target.
+ */
+int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len,
+		   const void *name, size_t name_len, void **ret, size_t *ret_len);
+
+/**
+ * lsetxattr(2) with @p flags 0, XATTR_CREATE or XATTR_REPLACE. A value over
+ * FSOPS_XATTR_MAX bytes is -E2BIG.
+ */
+int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len,
+		   const void *name, size_t name_len, const void *value, size_t value_len,
+		   int flags);
+
+/**
+ * llistxattr(2): the names as one malloc'd buffer of NUL-terminated names
+ * (*ret, *ret_len bytes including the NULs; caller frees).
+ */
+int fsops_listxattr(const struct resolve_root *root, const void *path, size_t len, char **ret,
+		    size_t *ret_len);
+
+/** lremovexattr(2). -ENODATA when absent. */
+int fsops_removexattr(const struct resolve_root *root, const void *path, size_t len,
+		      const void *name, size_t name_len);
+
+/* ---- whole-file transfer ---- */
+
+struct fsops_upload;
+
+/** Options of fsops_upload_begin (proto UploadHeader). */
+struct fsops_upload_opts {
+	mode_t mode;        /**< permission bits; 0 means 0644 */
+	bool mkdirs;        /**< create missing parent directories (0755) */
+	bool exclusive;     /**< fail with -EEXIST if the target exists */
+	uint64_t size_hint; /**< bytes expected; -ENOSPC early if they cannot fit */
+};
+
+/**
+ * Start writing @p path atomically: creates a temp file
+ * ".wsb-upload.XXXXXX" (O_CREAT|O_EXCL, mode 0600) in the target's
+ * directory; nothing is visible at @p path until fsops_upload_commit.
+ * Returns 0 and *ret (owned by the caller, ended by exactly one of commit or
+ * abort), or -errno: -EXDEV, -ENOENT (parent missing and !mkdirs), -EEXIST
+ * (exclusive and the target exists), -EISDIR (target is a directory),
+ * -ENOSPC (size_hint larger than the free space), -EBUSY (the root).
+ */
+int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t len,
+		       const struct fsops_upload_opts *opts, struct fsops_upload **ret);
+
+/** Append @p len bytes of @p data. -ENOSPC, -EFBIG, -EIO as write(2). */
+int fsops_upload_write(struct fsops_upload *u, const void *data, size_t len);
+
+/** Append a run of @p len zero bytes as a hole (nothing is written). */
+int fsops_upload_hole(struct fsops_upload *u, uint64_t len);
+
+/** Bytes of file content so far (data plus holes). */
+uint64_t fsops_upload_size(const struct fsops_upload *u);
+
+/**
+ * First half of the commit: set the final size (trailing holes), chmod to
+ * the mode, fsync(2) the temp file. Nothing is visible at the target yet, so
+ * the caller may still abort (fsops_upload_abort) after this, for example
+ * when it learns meanwhile that its client went away. Returns 0 or -errno
+ * (-ENOSPC, -EIO); @p u stays owned by the caller either way. Optional:
+ * fsops_upload_commit does it if it was not done.
+ */
+int fsops_upload_sync(struct fsops_upload *u);
+
+/**
+ * Finish: set the final size (trailing holes), chmod to the mode, fsync(2),
+ * rename over the target (renameat2 RENAME_NOREPLACE, or link(2) where the
+ * file system lacks it, when exclusive), fsync the directory. Frees @p u
+ * in every case; on failure the temp file is removed. Returns 0 and the
+ * fstat(2) of the new file in *ret_st (may be NULL), or -errno (-EEXIST,
+ * -ENOSPC, -EIO, -EISDIR).
+ */
+int fsops_upload_commit(struct fsops_upload *u, struct stat *ret_st);
+
+/** Abandon the upload: remove the temp file, free @p u. NULL is a no-op. */
+void fsops_upload_abort(struct fsops_upload *u);
+
+/**
+ * Create directories for every missing parent of @p path (mode 0755, like
+ * mkdir -p), each resolved inside the root. Returns 0 or -errno (-EXDEV,
+ * -ENOTDIR when a parent is a file, ...).
+ */
+int fsops_mkdirs(const struct resolve_root *root, const void *path, size_t len);
+
+/**
+ * Write @p path with @p data_len bytes of @p data atomically, through the
+ * upload path (temp file, fsync, rename); mode and mkdirs from @p opts (may
+ * be NULL: 0644, no mkdirs). Returns 0 or -errno as the upload calls.
+ */
+int fsops_write_file(const struct resolve_root *root, const void *path, size_t len,
+		     const void *data, size_t data_len, const struct fsops_upload_opts *opts);
+
+/**
+ * Read regular file @p path (followed inside the root) whole, if it has at
+ * most @p limit bytes. Returns 0 with a malloc'd buffer *ret (one extra NUL
+ * byte at the end, not counted) of *ret_len bytes, or -EISDIR, -EINVAL (not
+ * a regular file), -EFBIG (larger than @p limit), -ENOENT, -EXDEV, ...
+ */
+int fsops_read_file(const struct resolve_root *root, const void *path, size_t len, size_t limit,
+		    char **ret, size_t *ret_len);
+
+struct fsops_download;
+
+/**
+ * Start reading regular file @p path (followed inside the root) from byte
+ * @p offset for @p length bytes (0 = to the end of the file as it is now).
+ * Returns 0, *ret (free with fsops_download_free) and the fstat(2) in
+ * *ret_st (may be NULL), or -EISDIR, -EINVAL (not a regular file), -ENOENT...
+ */
+int fsops_download_begin(const struct resolve_root *root, const void *path, size_t len,
+			 uint64_t offset, uint64_t length, struct stat *ret_st,
+			 struct fsops_download **ret);
+
+/**
+ * The next piece: up to @p size bytes of data into @p buf (the return value,
+ * bytes), followed by a hole of *ret_hole zero bytes that are not sent (found
+ * with lseek SEEK_DATA/SEEK_HOLE; on file systems without them everything is
+ * data). Returns 0 with *ret_hole 0 at the end. -errno from pread(2).
+ */
+ssize_t fsops_download_next(struct fsops_download *d, void *buf, size_t size, uint64_t *ret_hole);
+
+/** Close and free. NULL is a no-op. */
+void fsops_download_free(struct fsops_download *d);
+
+#endif /* AGENTD_FSOPS_H */

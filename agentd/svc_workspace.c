@@ -1,0 +1,986 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * The wsbridge.v1.Workspace service (proto/wsbridge.proto): decodes each
+ * request, checks its sizes, calls fsops.h and encodes the reply or the
+ * failure (gRPC status from the errno, message naming the path, errno name
+ * in the trailer; see agentd/rpc.h).
+ *
+ * Limits (proto/wsbridge.proto): Read size and Write/Upload chunk data at
+ * most FSOPS_CHUNK_MAX (1 MiB) -> INVALID_ARGUMENT; Download sends chunks of
+ * at most 1 MiB; ReadDir pages of at most FSOPS_READDIR_MAX entries; xattr
+ * values at most 64 KiB; open handles at most agentd.max_handles ->
+ * RESOURCE_EXHAUSTED "too many open handles (limit N)". A path that leaves
+ * the root -> PERMISSION_DENIED "'PATH' escapes the workspace root" (EXDEV).
+ *
+ * Threads: every method is RPC_ON_CQ: handlers and the Upload/Download
+ * callbacks run on completion-queue threads, several at once; the only
+ * shared state is the handle table, which fsops locks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+
+#include "agentd.h"
+#include "fsops.h"
+#include "wsb.h"
+#include "wsbridge.pb-c.h"
+
+/* Longest piece of a path quoted in an error message, bytes. */
+#define ESC_MAX 256
+
+/* ---- helpers ---- */
+
+static void attr_from_stat(Wsbridge__V1__Attr *a, const struct stat *st)
+{
+	wsbridge__v1__attr__init(a);
+	a->ino = st->st_ino;
+	a->mode = st->st_mode;
+	a->nlink = (uint32_t)st->st_nlink;
+	a->uid = st->st_uid;
+	a->gid = st->st_gid;
+	a->rdev = st->st_rdev;
+	a->size = (uint64_t)st->st_size;
+	a->blocks = (uint64_t)st->st_blocks;
+	a->blksize = (uint32_t)st->st_blksize;
+	a->atime_ns = (int64_t)st->st_atim.tv_sec * 1000000000 + st->st_atim.tv_nsec;
+	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	a->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+/* Is this wire path the root itself ("", ".", "/", "//")? */
+static bool path_is_root(const ProtobufCBinaryData *p)
+{
+	size_t i = 0;
+
+	while (i < p->len && p->data[i] == '/')
+		i++;
+	return i == p->len || (i + 1 == p->len && p->data[i] == '.');
+}
+
+/*
+ * End @p call for a failure @p err (positive or negative errno) of operation
+ * @p op on wire path @p p. An escape reads "'../x' escapes the workspace
+ * root" (PERMISSION_DENIED, errno EXDEV).
+ */
+static void fail_path(struct rpc_call *call, int err, const char *op,
+		      const ProtobufCBinaryData *p)
+{
+	char *esc = wsb_escape(p->data, p->len, ESC_MAX);
+	const char *q = esc ? esc : "?";
+
+	if (err < 0)
+		err = -err;
+	if (err == EXDEV)
+		rpc_finish(call, WSB_PERMISSION_DENIED, EXDEV, "'%s' escapes the workspace root", q);
+	else if (err == EBUSY && path_is_root(p))
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EBUSY,
+			   "%s '%s': not possible on the workspace root itself", op, q);
+	else
+		rpc_fail_errno(call, err, "%s '%s'", op, q);
+	free(esc);
+}
+
+/* The same for an operation on two paths (rename, link). */
+static void fail_paths(struct rpc_call *call, int err, const char *op,
+		       const ProtobufCBinaryData *a, const ProtobufCBinaryData *b)
+{
+	char *ea = wsb_escape(a->data, a->len, ESC_MAX);
+	char *eb = wsb_escape(b->data, b->len, ESC_MAX);
+	const char *qa = ea ? ea : "?", *qb = eb ? eb : "?";
+
+	if (err < 0)
+		err = -err;
+	if (err == EXDEV)
+		rpc_finish(call, WSB_PERMISSION_DENIED, EXDEV,
+			   "'%s' or '%s' escapes the workspace root", qa, qb);
+	else if (err == EBUSY && (path_is_root(a) || path_is_root(b)))
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EBUSY,
+			   "%s '%s' to '%s': not possible on the workspace root itself", op, qa,
+			   qb);
+	else
+		rpc_fail_errno(call, err, "%s '%s' to '%s'", op, qa, qb);
+	free(ea);
+	free(eb);
+}
+
+static void fail_handle(struct rpc_call *call, int err, const char *op, uint64_t id)
+{
+	if (err < 0)
+		err = -err;
+	if (err == EBADF)
+		rpc_fail_errno(call, err, "%s: handle %llu is not open (or not open for this)", op,
+			       (unsigned long long)id);
+	else
+		rpc_fail_errno(call, err, "%s on handle %llu", op, (unsigned long long)id);
+}
+
+static void reply_empty(struct rpc_call *call)
+{
+	Wsbridge__V1__Empty e = WSBRIDGE__V1__EMPTY__INIT;
+
+	rpc_reply(call, &e.base);
+}
+
+static void reply_attr(struct rpc_call *call, const struct stat *st)
+{
+	Wsbridge__V1__AttrReply rep = WSBRIDGE__V1__ATTR_REPLY__INIT;
+	Wsbridge__V1__Attr a;
+
+	attr_from_stat(&a, st);
+	rep.attr = &a;
+	rpc_reply(call, &rep.base);
+}
+
+static struct agentd *AD(void *data)
+{
+	return data;
+}
+
+/* ---- unary methods ---- */
+
+static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__StatRequest *q = (const void *)req;
+	Wsbridge__V1__StatReply rep = WSBRIDGE__V1__STAT_REPLY__INIT;
+	Wsbridge__V1__Attr a;
+	struct stat st;
+	int r;
+
+	r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st);
+	if (r < 0)
+		return fail_path(call, r, "stat", &q->path);
+	attr_from_stat(&a, &st);
+	rep.attr = &a;
+	rpc_reply(call, &rep.base);
+}
+
+static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__ReadDirRequest *q = (const void *)req;
+	Wsbridge__V1__ReadDirReply rep = WSBRIDGE__V1__READ_DIR_REPLY__INIT;
+	Wsbridge__V1__DirEntry *de = NULL, **dep = NULL;
+	Wsbridge__V1__Attr *attrs = NULL;
+	struct fsops_dirent *ents;
+	size_t n;
+	bool eof;
+	int r;
+
+	r = fsops_readdir(&AD(data)->root, q->path.data, q->path.len, q->offset, q->max_entries,
+			  &ents, &n, &eof);
+	if (r < 0)
+		return fail_path(call, r, "readdir", &q->path);
+	if (n) {
+		de = calloc(n, sizeof(*de));
+		dep = calloc(n, sizeof(*dep));
+		attrs = calloc(n, sizeof(*attrs));
+		if (!de || !dep || !attrs) {
+			rpc_fail_errno(call, ENOMEM, "readdir");
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		wsbridge__v1__dir_entry__init(&de[i]);
+		de[i].name.data = (uint8_t *)ents[i].name;
+		de[i].name.len = ents[i].name_len;
+		de[i].next_offset = ents[i].next_offset;
+		if (ents[i].has_attr) {
+			attr_from_stat(&attrs[i], &ents[i].st);
+			de[i].attr = &attrs[i];
+		}
+		dep[i] = &de[i];
+	}
+	rep.n_entries = n;
+	rep.entries = dep;
+	rep.eof = eof;
+	rpc_reply(call, &rep.base);
+out:
+	free(de);
+	free(dep);
+	free(attrs);
+	fsops_dirents_free(ents, n);
+}
+
+static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__OpenRequest *q = (const void *)req;
+	Wsbridge__V1__OpenReply rep = WSBRIDGE__V1__OPEN_REPLY__INIT;
+	struct agentd *ad = AD(data);
+	Wsbridge__V1__Attr a;
+	struct stat st;
+	uint64_t id;
+	int flags, r;
+
+	switch (q->access) {
+	case WSBRIDGE__V1__ACCESS__RDONLY:
+		flags = O_RDONLY;
+		break;
+	case WSBRIDGE__V1__ACCESS__WRONLY:
+		flags = O_WRONLY;
+		break;
+	case WSBRIDGE__V1__ACCESS__RDWR:
+		flags = O_RDWR;
+		break;
+	default:
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "open: unknown access mode %d",
+			   (int)q->access);
+		return;
+	}
+	if (q->create)
+		flags |= O_CREAT;
+	if (q->exclusive)
+		flags |= O_EXCL;
+	if (q->truncate)
+		flags |= O_TRUNC;
+	if (q->append)
+		flags |= O_APPEND;
+	if (q->nofollow)
+		flags |= O_NOFOLLOW;
+	if (q->directory)
+		flags |= O_DIRECTORY;
+	r = fsops_open(&ad->root, ad->handles, q->path.data, q->path.len, flags, q->mode & 07777,
+		       &id, &st);
+	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
+			   fsops_handles_limit(ad->handles));
+		return;
+	}
+	if (r < 0)
+		return fail_path(call, r, "open", &q->path);
+	attr_from_stat(&a, &st);
+	rep.handle = id;
+	rep.attr = &a;
+	rpc_reply(call, &rep.base);
+}
+
+static void do_read(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__ReadRequest *q = (const void *)req;
+	Wsbridge__V1__ReadReply rep = WSBRIDGE__V1__READ_REPLY__INIT;
+	uint8_t *buf;
+	ssize_t n;
+
+	if (q->size > FSOPS_CHUNK_MAX) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "read size %u bytes exceeds the limit of %zu bytes", q->size,
+			   FSOPS_CHUNK_MAX);
+		return;
+	}
+	buf = malloc(q->size ? q->size : 1);
+	if (!buf) {
+		rpc_fail_errno(call, ENOMEM, "read");
+		return;
+	}
+	n = fsops_read(AD(data)->handles, q->handle, q->offset, buf, q->size);
+	if (n < 0) {
+		fail_handle(call, (int)n, "read", q->handle);
+	} else {
+		rep.data.data = buf;
+		rep.data.len = (size_t)n;
+		rpc_reply(call, &rep.base);
+	}
+	free(buf);
+}
+
+static void do_write(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__WriteRequest *q = (const void *)req;
+	Wsbridge__V1__WriteReply rep = WSBRIDGE__V1__WRITE_REPLY__INIT;
+	Wsbridge__V1__Attr a;
+	struct stat st;
+	ssize_t n;
+
+	if (q->data.len > FSOPS_CHUNK_MAX) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "write of %zu bytes exceeds the limit of %zu bytes", q->data.len,
+			   FSOPS_CHUNK_MAX);
+		return;
+	}
+	n = fsops_write(AD(data)->handles, q->handle, q->offset, q->data.data, q->data.len, &st);
+	if (n < 0)
+		return fail_handle(call, (int)n, "write", q->handle);
+	attr_from_stat(&a, &st);
+	rep.written = (uint32_t)n;
+	rep.attr = &a;
+	rpc_reply(call, &rep.base);
+}
+
+static void do_fsync(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__FsyncRequest *q = (const void *)req;
+	int r = fsops_fsync(AD(data)->handles, q->handle, q->datasync);
+
+	if (r < 0)
+		return fail_handle(call, r, q->datasync ? "fdatasync" : "fsync", q->handle);
+	reply_empty(call);
+}
+
+static void do_release(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__HandleRequest *q = (const void *)req;
+	int r = fsops_release(AD(data)->handles, q->handle);
+
+	if (r < 0)
+		return fail_handle(call, r, "release", q->handle);
+	reply_empty(call);
+}
+
+/* A proto TimeSpec as utimensat(2) wants it: unset -> UTIME_OMIT. */
+static struct timespec timespec_from_proto(const Wsbridge__V1__TimeSpec *t)
+{
+	struct timespec ts = { 0, UTIME_OMIT };
+
+	if (!t)
+		return ts;
+	if (t->how_case == WSBRIDGE__V1__TIME_SPEC__HOW_NOW) {
+		if (t->now)
+			ts.tv_nsec = UTIME_NOW;
+	} else if (t->how_case == WSBRIDGE__V1__TIME_SPEC__HOW_NS) {
+		int64_t s = t->ns / 1000000000, ns = t->ns % 1000000000;
+
+		if (ns < 0) { /* floor, so that tv_nsec is in [0, 1e9) */
+			ns += 1000000000;
+			s--;
+		}
+		ts.tv_sec = s;
+		ts.tv_nsec = ns;
+	}
+	return ts;
+}
+
+static void do_setattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__SetAttrRequest *q = (const void *)req;
+	struct agentd *ad = AD(data);
+	struct fsops_setattr sa = {
+		.valid = q->valid,
+		.mode = q->mode & 07777,
+		.uid = q->uid,
+		.gid = q->gid,
+		.size = q->size,
+		.atime = timespec_from_proto(q->atime),
+		.mtime = timespec_from_proto(q->mtime),
+	};
+	struct stat st;
+	int r;
+
+	if (q->valid & ~(uint32_t)(FSOPS_SET_MODE | FSOPS_SET_UID | FSOPS_SET_GID | FSOPS_SET_SIZE)) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "setattr: unknown bits in valid: %#x",
+			   q->valid);
+		return;
+	}
+	r = fsops_setattr(&ad->root, ad->handles, q->path.data, q->path.len, q->handle, &sa, &st);
+	if (r < 0) {
+		if (q->handle)
+			return fail_handle(call, r, "setattr", q->handle);
+		return fail_path(call, r, "setattr", &q->path);
+	}
+	reply_attr(call, &st);
+}
+
+static void do_mkdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__MkdirRequest *q = (const void *)req;
+	struct stat st;
+	int r;
+
+	r = fsops_mkdir(&AD(data)->root, q->path.data, q->path.len, q->mode & 07777, &st);
+	if (r < 0)
+		return fail_path(call, r, "mkdir", &q->path);
+	reply_attr(call, &st);
+}
+
+static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__MknodRequest *q = (const void *)req;
+	mode_t type = q->mode & S_IFMT;
+	struct stat st;
+	int r;
+
+	if (type == S_IFCHR || type == S_IFBLK) {
+		char *esc = wsb_escape(q->path.data, q->path.len, ESC_MAX);
+
+		rpc_finish(call, WSB_PERMISSION_DENIED, EPERM,
+			   "mknod '%s': device nodes are not allowed in the workspace",
+			   esc ? esc : "?");
+		free(esc);
+		return;
+	}
+	r = fsops_mknod(&AD(data)->root, q->path.data, q->path.len, q->mode, &st);
+	if (r < 0)
+		return fail_path(call, r, "mknod", &q->path);
+	reply_attr(call, &st);
+}
+
+static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__PathRequest *q = (const void *)req;
+	int r = fsops_unlink(&AD(data)->root, q->path.data, q->path.len);
+
+	if (r < 0)
+		return fail_path(call, r, "unlink", &q->path);
+	reply_empty(call);
+}
+
+static void do_rmdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__PathRequest *q = (const void *)req;
+	int r = fsops_rmdir(&AD(data)->root, q->path.data, q->path.len);
+
+	if (r < 0)
+		return fail_path(call, r, "rmdir", &q->path);
+	reply_empty(call);
+}
+
+static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__RenameRequest *q = (const void *)req;
+	unsigned flags = (q->noreplace ? RENAME_NOREPLACE : 0) | (q->exchange ? RENAME_EXCHANGE : 0);
+	int r;
+
+	r = fsops_rename(&AD(data)->root, q->from.data, q->from.len, q->to.data, q->to.len, flags);
+	if (r < 0)
+		return fail_paths(call, r, "rename", &q->from, &q->to);
+	reply_empty(call);
+}
+
+static void do_link(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__LinkRequest *q = (const void *)req;
+	struct stat st;
+	int r;
+
+	r = fsops_link(&AD(data)->root, q->from.data, q->from.len, q->to.data, q->to.len, &st);
+	if (r < 0)
+		return fail_paths(call, r, "link", &q->from, &q->to);
+	reply_attr(call, &st);
+}
+
+static void do_symlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__SymlinkRequest *q = (const void *)req;
+	struct stat st;
+	int r;
+
+	r = fsops_symlink(&AD(data)->root, q->target.data, q->target.len, q->path.data, q->path.len,
+			  &st);
+	if (r < 0)
+		return fail_path(call, r, "symlink", &q->path);
+	reply_attr(call, &st);
+}
+
+static void do_readlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__PathRequest *q = (const void *)req;
+	Wsbridge__V1__ReadlinkReply rep = WSBRIDGE__V1__READLINK_REPLY__INIT;
+	char *t;
+	size_t n;
+	int r;
+
+	r = fsops_readlink(&AD(data)->root, q->path.data, q->path.len, &t, &n);
+	if (r < 0)
+		return fail_path(call, r, "readlink", &q->path);
+	rep.target.data = (uint8_t *)t;
+	rep.target.len = n;
+	rpc_reply(call, &rep.base);
+	free(t);
+}
+
+static void do_statfs(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__PathRequest *q = (const void *)req;
+	Wsbridge__V1__StatFsReply rep = WSBRIDGE__V1__STAT_FS_REPLY__INIT;
+	struct statvfs v;
+	int r;
+
+	r = fsops_statfs(&AD(data)->root, q->path.data, q->path.len, &v);
+	if (r < 0)
+		return fail_path(call, r, "statfs", &q->path);
+	rep.bsize = (uint32_t)v.f_bsize;
+	rep.frsize = (uint32_t)v.f_frsize;
+	rep.blocks = v.f_blocks;
+	rep.bfree = v.f_bfree;
+	rep.bavail = v.f_bavail;
+	rep.files = v.f_files;
+	rep.ffree = v.f_ffree;
+	rep.namemax = (uint32_t)v.f_namemax;
+	rpc_reply(call, &rep.base);
+}
+
+/* "getxattr 'user.x' of" for the failure messages of the xattr calls. */
+static void fail_xattr(struct rpc_call *call, int err, const char *op,
+		       const ProtobufCBinaryData *name, const ProtobufCBinaryData *path)
+{
+	char *en = wsb_escape(name->data, name->len, ESC_MAX);
+	char what[ESC_MAX * 4 + 32];
+
+	snprintf(what, sizeof(what), "%s '%s' of", op, en ? en : "?");
+	free(en);
+	fail_path(call, err, what, path);
+}
+
+static void do_getxattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__GetXattrRequest *q = (const void *)req;
+	Wsbridge__V1__GetXattrReply rep = WSBRIDGE__V1__GET_XATTR_REPLY__INIT;
+	void *v;
+	size_t n;
+	int r;
+
+	r = fsops_getxattr(&AD(data)->root, q->path.data, q->path.len, q->name.data, q->name.len,
+			   &v, &n);
+	if (r < 0)
+		return fail_xattr(call, r, "getxattr", &q->name, &q->path);
+	rep.value.data = v;
+	rep.value.len = n;
+	rpc_reply(call, &rep.base);
+	free(v);
+}
+
+static void do_setxattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__SetXattrRequest *q = (const void *)req;
+	int flags = (q->create ? XATTR_CREATE : 0) | (q->replace ? XATTR_REPLACE : 0);
+	int r;
+
+	if (q->value.len > FSOPS_XATTR_MAX) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, E2BIG,
+			   "setxattr: a value of %zu bytes exceeds the limit of %zu bytes",
+			   q->value.len, FSOPS_XATTR_MAX);
+		return;
+	}
+	r = fsops_setxattr(&AD(data)->root, q->path.data, q->path.len, q->name.data, q->name.len,
+			   q->value.data, q->value.len, flags);
+	if (r < 0)
+		return fail_xattr(call, r, "setxattr", &q->name, &q->path);
+	reply_empty(call);
+}
+
+static void do_listxattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__PathRequest *q = (const void *)req;
+	Wsbridge__V1__ListXattrReply rep = WSBRIDGE__V1__LIST_XATTR_REPLY__INIT;
+	ProtobufCBinaryData *names = NULL;
+	size_t n, count = 0;
+	char *buf;
+	int r;
+
+	r = fsops_listxattr(&AD(data)->root, q->path.data, q->path.len, &buf, &n);
+	if (r < 0)
+		return fail_path(call, r, "listxattr", &q->path);
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] == '\0')
+			count++;
+	if (count) {
+		names = calloc(count, sizeof(*names));
+		if (!names) {
+			rpc_fail_errno(call, ENOMEM, "listxattr");
+			free(buf);
+			return;
+		}
+	}
+	for (size_t i = 0, k = 0; i < n && k < count; k++) {
+		size_t l = strnlen(buf + i, n - i);
+
+		names[k].data = (uint8_t *)buf + i;
+		names[k].len = l;
+		i += l + 1;
+	}
+	rep.n_names = count;
+	rep.names = names;
+	rpc_reply(call, &rep.base);
+	free(names);
+	free(buf);
+}
+
+static void do_removexattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__RemoveXattrRequest *q = (const void *)req;
+	int r;
+
+	r = fsops_removexattr(&AD(data)->root, q->path.data, q->path.len, q->name.data,
+			      q->name.len);
+	if (r < 0)
+		return fail_xattr(call, r, "removexattr", &q->name, &q->path);
+	reply_empty(call);
+}
+
+static void do_fallocate(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__FallocateRequest *q = (const void *)req;
+	int fl = (q->keep_size ? FALLOC_FL_KEEP_SIZE : 0) |
+		 (q->punch_hole ? FALLOC_FL_PUNCH_HOLE : 0) |
+		 (q->zero_range ? FALLOC_FL_ZERO_RANGE : 0);
+	int r;
+
+	r = fsops_fallocate(AD(data)->handles, q->handle, fl, q->offset, q->length);
+	if (r < 0)
+		return fail_handle(call, r, "fallocate", q->handle);
+	reply_empty(call);
+}
+
+static void do_lseek(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__LseekRequest *q = (const void *)req;
+	Wsbridge__V1__LseekReply rep = WSBRIDGE__V1__LSEEK_REPLY__INIT;
+	uint64_t off;
+	int whence, r;
+
+	if (q->whence == WSBRIDGE__V1__WHENCE__SEEK_DATA) {
+		whence = SEEK_DATA;
+	} else if (q->whence == WSBRIDGE__V1__WHENCE__SEEK_HOLE) {
+		whence = SEEK_HOLE;
+	} else {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "lseek: unknown whence %d",
+			   (int)q->whence);
+		return;
+	}
+	r = fsops_lseek(AD(data)->handles, q->handle, q->offset, whence, &off);
+	if (r < 0)
+		return fail_handle(call, r, "lseek", q->handle);
+	rep.offset = off;
+	rpc_reply(call, &rep.base);
+}
+
+/* ---- Upload: client stream ---- */
+
+struct upload_call {
+	struct agentd *ad;
+	struct fsops_upload *u;
+	ProtobufCBinaryData path; /* copy of the header's path, for messages */
+	bool commit;              /* the client sent its commit chunk */
+};
+
+/*
+ * Remove the temp file now: before the status reaches the client, so that a
+ * client that sees a failure never sees the temp file either.
+ */
+static void upload_drop(struct upload_call *uc)
+{
+	fsops_upload_abort(uc->u);
+	uc->u = NULL;
+}
+
+static void upload_end(struct upload_call *uc)
+{
+	fsops_upload_abort(uc->u); /* no-op once committed (u == NULL) */
+	free(uc->path.data);
+	free(uc);
+}
+
+static void upload_chunk(struct rpc_call *call, ProtobufCMessage *msg, int err, void *arg);
+
+/* Handle one chunk; 0 to ask for the next, or -1 once the call was ended. */
+static int upload_take(struct rpc_call *call, struct upload_call *uc,
+		       const Wsbridge__V1__UploadChunk *c)
+{
+	int r;
+
+	if (!uc->u) {
+		const Wsbridge__V1__UploadHeader *h = c->header;
+		struct fsops_upload_opts o;
+
+		if (!h) {
+			rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+				   "upload: the first chunk must carry the header");
+			return -1;
+		}
+		uc->path.data = malloc(h->path.len ? h->path.len : 1);
+		if (!uc->path.data) {
+			rpc_fail_errno(call, ENOMEM, "upload");
+			return -1;
+		}
+		if (h->path.len)
+			memcpy(uc->path.data, h->path.data, h->path.len);
+		uc->path.len = h->path.len;
+		o = (struct fsops_upload_opts){
+			.mode = h->mode & 07777,
+			.mkdirs = h->mkdirs,
+			.exclusive = h->exclusive,
+			.size_hint = h->size_hint,
+		};
+		r = fsops_upload_begin(&uc->ad->root, h->path.data, h->path.len, &o, &uc->u);
+		if (r < 0) {
+			fail_path(call, r, "upload", &uc->path);
+			return -1;
+		}
+	} else if (uc->commit) {
+		upload_drop(uc);
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "upload: a chunk came after the commit chunk");
+		return -1;
+	} else if (c->header) {
+		upload_drop(uc);
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "upload: only the first chunk may carry a header");
+		return -1;
+	}
+	if (c->data.len > FSOPS_CHUNK_MAX) {
+		upload_drop(uc);
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "upload: a chunk of %zu bytes exceeds the limit of %zu bytes",
+			   c->data.len, FSOPS_CHUNK_MAX);
+		return -1;
+	}
+	r = fsops_upload_write(uc->u, c->data.data, c->data.len);
+	if (r == 0 && c->hole)
+		r = fsops_upload_hole(uc->u, c->hole);
+	if (r < 0) {
+		upload_drop(uc);
+		fail_path(call, r, "upload", &uc->path);
+		return -1;
+	}
+	uc->commit = c->commit;
+	return 0;
+}
+
+static void upload_finish(struct rpc_call *call, struct upload_call *uc)
+{
+	Wsbridge__V1__UploadReply rep = WSBRIDGE__V1__UPLOAD_REPLY__INIT;
+	Wsbridge__V1__Attr a;
+	struct stat st;
+	uint64_t size;
+	int r;
+
+	if (!uc->u) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "upload: the stream ended before the header");
+		return;
+	}
+	/*
+	 * gRPC C-core reports a client's cancel (RST_STREAM) to RECV_MESSAGE
+	 * just like a half-close: a NULL message. Only the commit chunk tells
+	 * a complete upload from a cut one.
+	 */
+	if (!uc->commit) {
+		upload_drop(uc);
+		rpc_finish(call, WSB_ABORTED, ECANCELED,
+			   "upload: the stream ended without its commit chunk (cancelled or cut); "
+			   "nothing was written");
+		return;
+	}
+	r = fsops_upload_sync(uc->u);
+	if (r < 0) {
+		upload_drop(uc);
+		return fail_path(call, r, "upload", &uc->path);
+	}
+	if (rpc_cancelled(call)) {
+		upload_drop(uc);
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "upload cancelled");
+		return;
+	}
+	size = fsops_upload_size(uc->u);
+	r = fsops_upload_commit(uc->u, &st);
+	uc->u = NULL; /* commit freed it, in every case */
+	if (r < 0)
+		return fail_path(call, r, "upload", &uc->path);
+	attr_from_stat(&a, &st);
+	rep.size = size;
+	rep.attr = &a;
+	rpc_reply(call, &rep.base);
+}
+
+static void upload_chunk(struct rpc_call *call, ProtobufCMessage *msg, int err, void *arg)
+{
+	struct upload_call *uc = arg;
+	int r;
+
+	if (!msg) {
+		if (err != 0)
+			upload_drop(uc);
+		if (err == 0)
+			upload_finish(call, uc);
+		else if (err == -EBADMSG)
+			rpc_finish(call, WSB_INVALID_ARGUMENT, EBADMSG,
+				   "upload: a chunk is not a valid UploadChunk");
+		else
+			rpc_finish(call, WSB_CANCELLED, ECANCELED, "upload cancelled");
+		upload_end(uc);
+		return;
+	}
+	r = upload_take(call, uc, (const Wsbridge__V1__UploadChunk *)msg);
+	protobuf_c_message_free_unpacked(msg, NULL);
+	if (r < 0) {
+		upload_end(uc);
+		return;
+	}
+	r = rpc_recv(call, upload_chunk, uc);
+	if (r < 0) {
+		upload_drop(uc);
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "upload cancelled");
+		upload_end(uc);
+	}
+}
+
+static void do_upload(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	struct upload_call *uc = calloc(1, sizeof(*uc));
+
+	if (!uc) {
+		rpc_fail_errno(call, ENOMEM, "upload");
+		return;
+	}
+	uc->ad = AD(data);
+	if (rpc_recv(call, upload_chunk, uc) < 0) {
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "upload cancelled");
+		upload_end(uc);
+	}
+}
+
+/* ---- Download: server stream ---- */
+
+struct download_call {
+	struct fsops_download *d;
+	uint8_t *buf;          /* FSOPS_CHUNK_MAX bytes */
+	struct stat st;        /* sent with the first chunk */
+	bool first;
+	ProtobufCBinaryData path;
+};
+
+static void download_end(struct download_call *dc)
+{
+	fsops_download_free(dc->d);
+	free(dc->buf);
+	free(dc->path.data);
+	free(dc);
+}
+
+static void download_sent(struct rpc_call *call, bool ok, void *arg);
+
+/* Send the next chunk, or end the call. */
+static void download_step(struct rpc_call *call, struct download_call *dc)
+{
+	Wsbridge__V1__DownloadChunk c = WSBRIDGE__V1__DOWNLOAD_CHUNK__INIT;
+	Wsbridge__V1__Attr a;
+	uint64_t hole;
+	ssize_t n;
+	int r;
+
+	n = fsops_download_next(dc->d, dc->buf, FSOPS_CHUNK_MAX, &hole);
+	if (n < 0) {
+		fail_path(call, (int)n, "download", &dc->path);
+		download_end(dc);
+		return;
+	}
+	if (n == 0 && hole == 0 && !dc->first) {
+		rpc_finish(call, WSB_OK, 0, NULL);
+		download_end(dc);
+		return;
+	}
+	if (dc->first) {
+		attr_from_stat(&a, &dc->st);
+		c.attr = &a;
+		dc->first = false;
+	}
+	c.data.data = dc->buf;
+	c.data.len = (size_t)n;
+	c.hole = hole;
+	r = rpc_send(call, &c.base, download_sent, dc);
+	if (r < 0) {
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "download cancelled");
+		download_end(dc);
+	}
+}
+
+static void download_sent(struct rpc_call *call, bool ok, void *arg)
+{
+	struct download_call *dc = arg;
+
+	if (!ok) {
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "download cancelled");
+		download_end(dc);
+		return;
+	}
+	download_step(call, dc);
+}
+
+static void do_download(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__DownloadRequest *q = (const void *)req;
+	struct download_call *dc = calloc(1, sizeof(*dc));
+	int r;
+
+	if (!dc || !(dc->buf = malloc(FSOPS_CHUNK_MAX)) ||
+	    !(dc->path.data = malloc(q->path.len ? q->path.len : 1))) {
+		rpc_fail_errno(call, ENOMEM, "download");
+		if (dc) {
+			free(dc->buf);
+			free(dc);
+		}
+		return;
+	}
+	if (q->path.len)
+		memcpy(dc->path.data, q->path.data, q->path.len);
+	dc->path.len = q->path.len;
+	dc->first = true;
+	r = fsops_download_begin(&AD(data)->root, q->path.data, q->path.len, q->offset, q->length,
+				 &dc->st, &dc->d);
+	if (r == -EINVAL) {
+		char *esc = wsb_escape(q->path.data, q->path.len, ESC_MAX);
+
+		rpc_finish(call, WSB_FAILED_PRECONDITION, EINVAL,
+			   "download '%s': not a regular file", esc ? esc : "?");
+		free(esc);
+	} else if (r < 0) {
+		fail_path(call, r, "download", &q->path);
+	}
+	if (r < 0) {
+		download_end(dc);
+		return;
+	}
+	download_step(call, dc);
+}
+
+/* ---- registration ---- */
+
+#define WS(name, kind, desc, fn)                                                         \
+	{                                                                                \
+		"/wsbridge.v1.Workspace/" name, kind, RPC_ON_CQ, &wsbridge__v1__##desc##__descriptor, \
+			false, fn, NULL                                                  \
+	}
+
+static struct rpc_method ws_methods[] = {
+	WS("Stat", RPC_UNARY, stat_request, do_stat),
+	WS("ReadDir", RPC_UNARY, read_dir_request, do_readdir),
+	WS("Open", RPC_UNARY, open_request, do_open),
+	WS("Read", RPC_UNARY, read_request, do_read),
+	WS("Write", RPC_UNARY, write_request, do_write),
+	WS("Fsync", RPC_UNARY, fsync_request, do_fsync),
+	WS("Release", RPC_UNARY, handle_request, do_release),
+	WS("SetAttr", RPC_UNARY, set_attr_request, do_setattr),
+	WS("Mkdir", RPC_UNARY, mkdir_request, do_mkdir),
+	WS("Mknod", RPC_UNARY, mknod_request, do_mknod),
+	WS("Unlink", RPC_UNARY, path_request, do_unlink),
+	WS("Rmdir", RPC_UNARY, path_request, do_rmdir),
+	WS("Rename", RPC_UNARY, rename_request, do_rename),
+	WS("Link", RPC_UNARY, link_request, do_link),
+	WS("Symlink", RPC_UNARY, symlink_request, do_symlink),
+	WS("Readlink", RPC_UNARY, path_request, do_readlink),
+	WS("StatFs", RPC_UNARY, path_request, do_statfs),
+	WS("GetXattr", RPC_UNARY, get_xattr_request, do_getxattr),
+	WS("SetXattr", RPC_UNARY, set_xattr_request, do_setxattr),
+	WS("ListXattr", RPC_UNARY, path_request, do_listxattr),
+	WS("RemoveXattr", RPC_UNARY, remove_xattr_request, do_removexattr),
+	WS("Fallocate", RPC_UNARY, fallocate_request, do_fallocate),
+	WS("Lseek", RPC_UNARY, lseek_request, do_lseek),
+	WS("Upload", RPC_CLIENT_STREAM, upload_chunk, do_upload),
+	WS("Download", RPC_SERVER_STREAM, download_request, do_download),
+};
+
+int svc_workspace_register(struct rpc_server *s, struct agentd *ad)
+{
+	for (size_t i = 0; i < sizeof(ws_methods) / sizeof(ws_methods[0]); i++) {
+		int r;
+
+		ws_methods[i].data = ad;
+		r = rpc_server_register(s, &ws_methods[i]);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}

@@ -1,0 +1,731 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * Unit tests of agentd/fsops.c on a mkdtemp(3) tree under /tmp: the handle
+ * table (ids, limit, concurrent use), rename flags, setattr on a symlink
+ * (never following it), exact create modes, xattrs not following symlinks,
+ * atomic uploads (an abort leaves the old file and no temp file), sparse
+ * downloads (holes reported, not sent) and readdir paging (every entry once).
+ *
+ *     T/outside/secret      must never be touched
+ *     T/root/               the workspace root (umask 077 while testing, so
+ *                           an exact mode proves the umask was undone)
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fsops.h"
+#include "resolve.h"
+
+static const bool use_openat2 = true;
+static const bool use_walk = false;
+
+struct fx {
+	char top[64];
+	char rootdir[96];
+	char outside[96];
+	struct resolve_root root;
+	struct fsops_handles *h;
+	mode_t old_umask;
+};
+
+static void write_at(const char *dir, const char *rel, const char *data)
+{
+	char p[512];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, strlen(data)), (ssize_t)strlen(data));
+	close(fd);
+}
+
+/* Content of DIR/REL (NUL-terminated, caller frees), or NULL if absent. */
+static char *read_at(const char *dir, const char *rel)
+{
+	char p[512], *buf = calloc(1, 65536);
+	ssize_t n;
+	int fd;
+
+	assert_non_null(buf);
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		free(buf);
+		return NULL;
+	}
+	n = read(fd, buf, 65535);
+	close(fd);
+	assert_true(n >= 0);
+	return buf;
+}
+
+static struct stat lstat_at(const char *dir, const char *rel)
+{
+	char p[512];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	assert_int_equal(lstat(p, &st), 0);
+	return st;
+}
+
+static bool exists_at(const char *dir, const char *rel)
+{
+	char p[512];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	return lstat(p, &st) == 0;
+}
+
+/* Number of ".wsb-upload.*" temp files in DIR. */
+static int count_temps(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, ".wsb-upload.", 12) == 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int setup(void **state)
+{
+	struct fx *fx = calloc(1, sizeof(*fx));
+	char p[256], t[256];
+
+	assert_non_null(fx);
+	strcpy(fx->top, "/tmp/wsb-test-fsops.XXXXXX");
+	assert_non_null(mkdtemp(fx->top));
+	snprintf(fx->rootdir, sizeof(fx->rootdir), "%s/root", fx->top);
+	snprintf(fx->outside, sizeof(fx->outside), "%s/outside", fx->top);
+	assert_int_equal(mkdir(fx->rootdir, 0755), 0);
+	assert_int_equal(mkdir(fx->outside, 0755), 0);
+	write_at(fx->outside, "secret", "secret");
+	write_at(fx->rootdir, "f", "hello");
+	snprintf(p, sizeof(p), "%s/secret", fx->outside);
+	snprintf(t, sizeof(t), "%s/abs", fx->rootdir);
+	assert_int_equal(symlink(p, t), 0);
+	snprintf(t, sizeof(t), "%s/l", fx->rootdir);
+	assert_int_equal(symlink("f", t), 0);
+	assert_int_equal(resolve_root_open(fx->rootdir, &fx->root), 0);
+	if (*state == &use_walk) /* the prestate picks the resolve mechanism */
+		fx->root.use_openat2 = false;
+	assert_int_equal(fsops_handles_new(0, &fx->h), 0);
+	fx->old_umask = umask(077);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st = lstat_at(fx->outside, "secret");
+	char cmd[128], *s = read_at(fx->outside, "secret");
+
+	/* nothing outside the root was changed */
+	assert_string_equal(s, "secret");
+	free(s);
+	assert_int_equal(st.st_mode & 07777, 0644);
+	umask(fx->old_umask);
+	fsops_handles_free(fx->h);
+	close(fx->root.fd);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->top);
+	assert_int_equal(system(cmd), 0);
+	free(fx);
+	return 0;
+}
+
+#define P(s) (s), strlen(s)
+
+static void test_handles(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_handles *h;
+	uint64_t ids[3], id, off;
+	struct stat st;
+	char buf[16];
+
+	assert_int_equal(fsops_handles_new(3, &h), 0);
+	assert_int_equal(fsops_handles_limit(h), 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &ids[i], &st), 0);
+		assert_int_not_equal(ids[i], 0);
+		assert_int_equal(st.st_size, 5);
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(ids[i], ids[j]);
+	}
+	assert_int_equal(fsops_handles_count(h), 3);
+	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &id, NULL), -EMFILE);
+	assert_int_equal(fsops_read(h, ids[1], 1, buf, sizeof(buf)), 4);
+	assert_memory_equal(buf, "ello", 4);
+	assert_int_equal(fsops_read(h, ids[1], 100, buf, sizeof(buf)), 0);
+	assert_int_equal(fsops_write(h, ids[1], 0, "x", 1, NULL), -EBADF); /* read-only */
+	assert_int_equal(fsops_release(h, ids[1]), 0);
+	assert_int_equal(fsops_release(h, ids[1]), -EBADF);
+	assert_int_equal(fsops_read(h, ids[1], 0, buf, 1), -EBADF);
+	assert_int_equal(fsops_read(h, 0, 0, buf, 1), -EBADF);
+	assert_int_equal(fsops_handles_count(h), 2);
+	/* a freed slot can be used again, with a new id */
+	assert_int_equal(fsops_open(&fx->root, h, P("new"), O_RDWR | O_CREAT | O_EXCL, 0640, &id,
+				    &st), 0);
+	assert_int_not_equal(id, ids[1]);
+	assert_int_equal(st.st_mode & 07777, 0640); /* exact despite umask 077 */
+	assert_int_equal(fsops_write(h, id, 3, "abc", 3, &st), 3);
+	assert_int_equal(st.st_size, 6);
+	assert_int_equal(fsops_lseek(h, id, 0, SEEK_DATA, &off), 0);
+	assert_int_equal(off, 0);
+	assert_int_equal(fsops_fsync(h, id, true), 0);
+	assert_int_equal(fsops_fallocate(h, id, FALLOC_FL_KEEP_SIZE, 0, 8192), 0);
+	assert_int_equal(fsops_fstat(h, id, &st), 0);
+	assert_int_equal(st.st_size, 6);
+	assert_int_equal(fsops_release(h, id), 0);
+	/* an escape is refused and does not leak a slot */
+	assert_int_equal(fsops_open(&fx->root, h, P("abs"), O_RDONLY, 0, &id, NULL), -EXDEV);
+	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL), -EINVAL);
+	assert_int_equal(fsops_handles_count(h), 2);
+	fsops_handles_free(h); /* closes the two still open */
+
+	/* append handles write at the end whatever the offset */
+	assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL), 0);
+	assert_int_equal(fsops_write(fx->h, id, 0, "!!", 2, &st), 2);
+	assert_int_equal(st.st_size, 7);
+	assert_int_equal(fsops_release(fx->h, id), 0);
+	{
+		char *s = read_at(fx->rootdir, "f");
+
+		assert_string_equal(s, "hello!!");
+		free(s);
+	}
+}
+
+struct race {
+	struct fsops_handles *h;
+	uint64_t id;
+	int bad;
+};
+
+static void *reader(void *arg)
+{
+	struct race *r = arg;
+	char buf[8];
+
+	for (int i = 0; i < 20000; i++) {
+		ssize_t n = fsops_read(r->h, r->id, 0, buf, 5);
+
+		if (n == -EBADF)
+			break; /* released */
+		if (n != 5 || memcmp(buf, "hello", 5) != 0)
+			r->bad++;
+	}
+	return NULL;
+}
+
+/* Release while reads are in flight: reads finish or see EBADF, nothing else. */
+static void test_handles_concurrent_release(void **state)
+{
+	struct fx *fx = *state;
+
+	for (int round = 0; round < 20; round++) {
+		struct race r = { .h = fx->h };
+		pthread_t t[4];
+
+		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDONLY, 0, &r.id, NULL), 0);
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(pthread_create(&t[i], NULL, reader, &r), 0);
+		usleep(200);
+		assert_int_equal(fsops_release(fx->h, r.id), 0);
+		for (int i = 0; i < 4; i++)
+			pthread_join(t[i], NULL);
+		assert_int_equal(r.bad, 0);
+	}
+	assert_int_equal(fsops_handles_count(fx->h), 0);
+}
+
+static void test_rename_flags(void **state)
+{
+	struct fx *fx = *state;
+	char *s;
+
+	write_at(fx->rootdir, "x", "X");
+	write_at(fx->rootdir, "y", "Y");
+	assert_int_equal(fsops_rename(&fx->root, P("x"), P("y"), RENAME_NOREPLACE), -EEXIST);
+	assert_int_equal(fsops_rename(&fx->root, P("x"), P("y"), RENAME_NOREPLACE | RENAME_EXCHANGE),
+			 -EINVAL);
+	assert_int_equal(fsops_rename(&fx->root, P("x"), P("nope"), RENAME_EXCHANGE), -ENOENT);
+	assert_int_equal(fsops_rename(&fx->root, P("x"), P("y"), RENAME_EXCHANGE), 0);
+	s = read_at(fx->rootdir, "x");
+	assert_string_equal(s, "Y");
+	free(s);
+	s = read_at(fx->rootdir, "y");
+	assert_string_equal(s, "X");
+	free(s);
+	assert_int_equal(fsops_rename(&fx->root, P("x"), P("z"), RENAME_NOREPLACE), 0);
+	assert_false(exists_at(fx->rootdir, "x"));
+	assert_int_equal(fsops_rename(&fx->root, P("z"), P("y"), 0), 0);
+	s = read_at(fx->rootdir, "y");
+	assert_string_equal(s, "Y");
+	free(s);
+	/* escapes, and the root itself */
+	assert_int_equal(fsops_rename(&fx->root, P("y"), P("../outside/y"), 0), -EXDEV);
+	assert_int_equal(fsops_rename(&fx->root, P("../outside/secret"), P("s"), 0), -EXDEV);
+	assert_int_equal(fsops_rename(&fx->root, P("/"), P("r"), 0), -EBUSY);
+	/* a symlink is renamed, not its target */
+	assert_int_equal(fsops_rename(&fx->root, P("abs"), P("abs2"), 0), 0);
+	assert_true(S_ISLNK(lstat_at(fx->rootdir, "abs2").st_mode));
+}
+
+static void test_setattr_symlink_nofollow(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_setattr sa = {
+		.atime = { 0, UTIME_OMIT },
+		.mtime = { 12345, 0 },
+	};
+	struct stat before_f = lstat_at(fx->rootdir, "f"), st;
+
+	/* times: the symlink's own change */
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("l"), 0, &sa, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(st.st_mtime, 12345);
+	assert_int_equal(lstat_at(fx->rootdir, "l").st_mtime, 12345);
+	assert_int_equal(lstat_at(fx->rootdir, "f").st_mtime, before_f.st_mtime);
+	/* the same on a link that points outside: only the link changes */
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("abs"), 0, &sa, NULL), 0);
+	assert_int_equal(lstat_at(fx->rootdir, "abs").st_mtime, 12345);
+	assert_int_not_equal(lstat_at(fx->outside, "secret").st_mtime, 12345);
+	/* chmod of a symlink is refused, not passed to the target */
+	sa = (struct fsops_setattr){ .valid = FSOPS_SET_MODE, .mode = 0600,
+				     .atime = { 0, UTIME_OMIT }, .mtime = { 0, UTIME_OMIT } };
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("l"), 0, &sa, NULL), -EOPNOTSUPP);
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("abs"), 0, &sa, NULL), -EOPNOTSUPP);
+	assert_int_equal(lstat_at(fx->rootdir, "f").st_mode & 07777, before_f.st_mode & 07777);
+	/* truncate of a symlink is refused */
+	sa.valid = FSOPS_SET_SIZE;
+	sa.size = 0;
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("abs"), 0, &sa, NULL), -EINVAL);
+	assert_int_equal(lstat_at(fx->rootdir, "f").st_size, 5);
+	/* owner of the link itself (we are whoever we are: chown to ourselves) */
+	sa = (struct fsops_setattr){ .valid = FSOPS_SET_UID | FSOPS_SET_GID, .uid = getuid(),
+				     .gid = getgid(), .atime = { 0, UTIME_OMIT },
+				     .mtime = { 0, UTIME_OMIT } };
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("abs"), 0, &sa, NULL), 0);
+
+	/* on a regular file everything applies, in order */
+	sa = (struct fsops_setattr){ .valid = FSOPS_SET_SIZE | FSOPS_SET_MODE, .size = 2,
+				     .mode = 0604, .atime = { 0, UTIME_NOW },
+				     .mtime = { 777, 5 } };
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("f"), 0, &sa, &st), 0);
+	assert_int_equal(st.st_size, 2);
+	assert_int_equal(st.st_mode & 07777, 0604);
+	assert_int_equal(st.st_mtim.tv_sec, 777);
+	assert_int_equal(st.st_mtim.tv_nsec, 5);
+	/* size of a directory */
+	sa.valid = FSOPS_SET_SIZE;
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("/"), 0, &sa, NULL), -EISDIR);
+	/* via a handle */
+	{
+		uint64_t id;
+
+		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDWR, 0, &id, NULL), 0);
+		sa = (struct fsops_setattr){ .valid = FSOPS_SET_SIZE | FSOPS_SET_MODE, .size = 1,
+					     .mode = 0600, .atime = { 0, UTIME_OMIT },
+					     .mtime = { 0, UTIME_OMIT } };
+		assert_int_equal(fsops_setattr(&fx->root, fx->h, NULL, 0, id, &sa, &st), 0);
+		assert_int_equal(st.st_size, 1);
+		assert_int_equal(st.st_mode & 07777, 0600);
+		assert_int_equal(fsops_release(fx->h, id), 0);
+		assert_int_equal(fsops_setattr(&fx->root, fx->h, NULL, 0, id, &sa, &st), -EBADF);
+	}
+}
+
+static void test_create_modes(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st;
+
+	assert_int_equal(fsops_mkdir(&fx->root, P("d"), 0755, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(lstat_at(fx->rootdir, "d").st_mode & 07777, 0755);
+	assert_int_equal(fsops_mkdir(&fx->root, P("d"), 0755, &st), -EEXIST);
+	assert_int_equal(fsops_mkdir(&fx->root, P("abs/x"), 0755, &st), -EXDEV);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/fifo"), S_IFIFO | 0644, &st), 0);
+	assert_true(S_ISFIFO(lstat_at(fx->rootdir, "d/fifo").st_mode));
+	assert_int_equal(lstat_at(fx->rootdir, "d/fifo").st_mode & 07777, 0644);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/reg"), 0664, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0664);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/sock"), S_IFSOCK | 0600, &st), 0);
+	assert_true(S_ISSOCK(st.st_mode));
+	assert_int_equal(fsops_mknod(&fx->root, P("d/chr"), S_IFCHR | 0600, &st), -EPERM);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/blk"), S_IFBLK | 0600, &st), -EPERM);
+	assert_false(exists_at(fx->rootdir, "d/chr"));
+	assert_int_equal(fsops_mknod(&fx->root, P("d/dir"), S_IFDIR | 0600, &st), -EINVAL);
+	/* a FIFO opened over the wire does not hang the thread */
+	{
+		uint64_t id;
+
+		assert_int_equal(fsops_open(&fx->root, fx->h, P("d/fifo"), O_RDONLY, 0, &id, NULL), 0);
+		assert_int_equal(fsops_release(fx->h, id), 0);
+	}
+	assert_int_equal(fsops_rmdir(&fx->root, P("d")), -ENOTEMPTY);
+	assert_int_equal(fsops_unlink(&fx->root, P("d/fifo")), 0);
+	assert_int_equal(fsops_unlink(&fx->root, P("d/reg")), 0);
+	assert_int_equal(fsops_unlink(&fx->root, P("d/sock")), 0);
+	assert_int_equal(fsops_rmdir(&fx->root, P("d")), 0);
+	assert_int_equal(fsops_rmdir(&fx->root, P("")), -EBUSY);
+	/* unlinking a symlink that points outside removes the link only */
+	assert_int_equal(fsops_unlink(&fx->root, P("abs")), 0);
+	assert_false(exists_at(fx->rootdir, "abs"));
+}
+
+static void test_links(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st;
+	char *t;
+	size_t n;
+
+	assert_int_equal(fsops_symlink(&fx->root, P("../../etc/passwd"), P("s"), &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(fsops_readlink(&fx->root, P("s"), &t, &n), 0);
+	assert_string_equal(t, "../../etc/passwd");
+	assert_int_equal(n, 16);
+	free(t);
+	assert_int_equal(fsops_readlink(&fx->root, P("f"), &t, &n), -EINVAL);
+	assert_int_equal(fsops_symlink(&fx->root, "", 0, P("s2"), &st), -ENOENT);
+	assert_int_equal(fsops_symlink(&fx->root, "a\0b", 3, P("s2"), &st), -EINVAL);
+	assert_int_equal(fsops_stat(&fx->root, P("s"), true, &st), -EXDEV);
+	assert_int_equal(fsops_stat(&fx->root, P("s"), false, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	/* link(2) of a symlink links the symlink */
+	assert_int_equal(fsops_link(&fx->root, P("abs"), P("abs_hard"), &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(st.st_nlink, 2);
+	assert_int_equal(fsops_link(&fx->root, P("f"), P("../outside/f"), &st), -EXDEV);
+	{
+		struct statvfs v;
+
+		assert_int_equal(fsops_statfs(&fx->root, P(""), &v), 0);
+		assert_true(v.f_bsize > 0);
+	}
+}
+
+static void test_xattr_nofollow(void **state)
+{
+	struct fx *fx = *state;
+	char p[256], *list;
+	void *v;
+	size_t n;
+	int r;
+
+	snprintf(p, sizeof(p), "%s/secret", fx->outside);
+	if (setxattr(p, "user.secret", "s", 1, 0) < 0) {
+		skip(); /* no user xattrs on this file system */
+		return;
+	}
+	assert_int_equal(fsops_setxattr(&fx->root, P("f"), P("user.a"), "va", 2, XATTR_CREATE), 0);
+	assert_int_equal(fsops_setxattr(&fx->root, P("f"), P("user.a"), "v", 1, XATTR_CREATE),
+			 -EEXIST);
+	assert_int_equal(fsops_getxattr(&fx->root, P("f"), P("user.a"), &v, &n), 0);
+	assert_int_equal(n, 2);
+	assert_memory_equal(v, "va", 2);
+	free(v);
+	assert_int_equal(fsops_listxattr(&fx->root, P("f"), &list, &n), 0);
+	assert_int_equal(n, 7);
+	assert_string_equal(list, "user.a");
+	free(list);
+	assert_int_equal(fsops_removexattr(&fx->root, P("f"), P("user.a")), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, P("f"), P("user.a"), &v, &n), -ENODATA);
+	/* the symlink to the outside file is never followed */
+	r = fsops_getxattr(&fx->root, P("abs"), P("user.secret"), &v, &n);
+	assert_true(r == -ENODATA || r == -EPERM || r == -EOPNOTSUPP);
+	r = fsops_setxattr(&fx->root, P("abs"), P("user.x"), "x", 1, 0);
+	assert_true(r == -EPERM || r == -EOPNOTSUPP);
+	assert_int_equal(getxattr(p, "user.x", NULL, 0), -1);
+	assert_int_equal(fsops_removexattr(&fx->root, P("abs"), P("user.secret")) < 0, 1);
+	assert_int_equal(getxattr(p, "user.secret", NULL, 0), 1);
+	assert_int_equal(fsops_getxattr(&fx->root, P("../outside/secret"), P("user.secret"), &v, &n),
+			 -EXDEV);
+	/* limits */
+	assert_int_equal(fsops_getxattr(&fx->root, P("f"), "", 0, &v, &n), -ERANGE);
+	assert_int_equal(fsops_getxattr(&fx->root, P("f"), "u\0x", 3, &v, &n), -EINVAL);
+	v = calloc(1, FSOPS_XATTR_MAX + 1);
+	assert_non_null(v);
+	assert_int_equal(fsops_setxattr(&fx->root, P("f"), P("user.big"), v, FSOPS_XATTR_MAX + 1, 0),
+			 -E2BIG);
+	free(v);
+	assert_int_equal(removexattr(p, "user.secret"), 0);
+}
+
+static void test_upload_atomic(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_upload_opts o = { .mode = 0640 };
+	struct fsops_upload *u;
+	struct stat st;
+	char *s;
+
+	write_at(fx->rootdir, "t", "old");
+	/* abort: the old file stays, no temp file is left */
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), 0);
+	assert_int_equal(count_temps(fx->rootdir), 1);
+	assert_int_equal(fsops_upload_write(u, "new content", 11), 0);
+	s = read_at(fx->rootdir, "t");
+	assert_string_equal(s, "old"); /* nothing visible before commit */
+	free(s);
+	fsops_upload_abort(u);
+	s = read_at(fx->rootdir, "t");
+	assert_string_equal(s, "old");
+	free(s);
+	assert_int_equal(count_temps(fx->rootdir), 0);
+
+	/* commit: the whole new file, with the mode asked for */
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), 0);
+	assert_int_equal(fsops_upload_write(u, "new ", 4), 0);
+	assert_int_equal(fsops_upload_write(u, "content", 7), 0);
+	assert_int_equal(fsops_upload_size(u), 11);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_size, 11);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	s = read_at(fx->rootdir, "t");
+	assert_string_equal(s, "new content");
+	free(s);
+	assert_int_equal(count_temps(fx->rootdir), 0);
+
+	/* exclusive */
+	o.exclusive = true;
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), -EEXIST);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t2"), &o, &u), 0);
+	write_at(fx->rootdir, "t2", "raced"); /* someone else got there first */
+	assert_int_equal(fsops_upload_write(u, "mine", 4), 0);
+	assert_int_equal(fsops_upload_commit(u, NULL), -EEXIST);
+	s = read_at(fx->rootdir, "t2");
+	assert_string_equal(s, "raced");
+	free(s);
+	assert_int_equal(count_temps(fx->rootdir), 0);
+
+	/* mkdirs, escapes, directories */
+	o = (struct fsops_upload_opts){ .mkdirs = true };
+	assert_int_equal(fsops_upload_begin(&fx->root, P("p/q/r"), &o, &u), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0644);
+	assert_int_equal(lstat_at(fx->rootdir, "p/q").st_mode & 07777, 0755);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("p"), &o, &u), -EISDIR);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("../outside/u"), &o, &u), -EXDEV);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("abs/u"), &o, &u), -EXDEV);
+	o.mkdirs = false;
+	assert_int_equal(fsops_upload_begin(&fx->root, P("nodir/u"), &o, &u), -ENOENT);
+	o.size_hint = UINT64_MAX / 2;
+	assert_int_equal(fsops_upload_begin(&fx->root, P("huge"), &o, &u), -ENOSPC);
+	assert_int_equal(count_temps(fx->rootdir), 0);
+	/* upload over the symlink "l" replaces the link, not its target */
+	o = (struct fsops_upload_opts){ 0 };
+	assert_int_equal(fsops_write_file(&fx->root, P("l"), "L", 1, &o), 0);
+	assert_true(S_ISREG(lstat_at(fx->rootdir, "l").st_mode));
+	s = read_at(fx->rootdir, "f");
+	assert_string_equal(s, "hello");
+	free(s);
+}
+
+/* Upload a sparse file, then download it: holes come back as hole counts. */
+static void test_sparse_round_trip(void **state)
+{
+	struct fx *fx = *state;
+	const uint64_t mib = 1024 * 1024, size = 3 * mib + 100;
+	struct fsops_upload_opts o = { 0 };
+	struct fsops_upload *u;
+	struct fsops_download *d;
+	char block[4096], *buf = malloc(FSOPS_CHUNK_MAX);
+	uint64_t pos = 0, data_bytes = 0, hole_bytes = 0, hole;
+	struct stat st;
+	ssize_t n;
+
+	assert_non_null(buf);
+	memset(block, 'A', sizeof(block));
+	assert_int_equal(fsops_upload_begin(&fx->root, P("sparse"), &o, &u), 0);
+	assert_int_equal(fsops_upload_write(u, block, sizeof(block)), 0);
+	assert_int_equal(fsops_upload_hole(u, mib - sizeof(block)), 0);
+	memset(block, 'B', sizeof(block));
+	assert_int_equal(fsops_upload_write(u, block, sizeof(block)), 0);
+	assert_int_equal(fsops_upload_hole(u, size - mib - sizeof(block)), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_size, size);
+	assert_true((uint64_t)st.st_blocks * 512 < mib); /* it really is sparse */
+
+	assert_int_equal(fsops_download_begin(&fx->root, P("sparse"), 0, 0, &st, &d), 0);
+	assert_int_equal(st.st_size, size);
+	for (;;) {
+		n = fsops_download_next(d, buf, FSOPS_CHUNK_MAX, &hole);
+		assert_true(n >= 0);
+		if (n == 0 && hole == 0)
+			break;
+		for (ssize_t i = 0; i < n; i++) {
+			char want = pos + i < 4096 ? 'A' : (pos + i >= mib && pos + i < mib + 4096) ? 'B' : 0;
+
+			if (buf[i] != want)
+				fail_msg("byte %llu: %d, want %d", (unsigned long long)(pos + i),
+					 buf[i], want);
+		}
+		pos += (uint64_t)n + hole;
+		data_bytes += (uint64_t)n;
+		hole_bytes += hole;
+	}
+	fsops_download_free(d);
+	assert_int_equal(pos, size);
+	assert_true(hole_bytes >= 2 * mib); /* the holes were not sent as zeros */
+	assert_true(data_bytes <= mib);
+
+	/* a range in the middle of the second block */
+	assert_int_equal(fsops_download_begin(&fx->root, P("sparse"), mib + 10, 20, NULL, &d), 0);
+	n = fsops_download_next(d, buf, FSOPS_CHUNK_MAX, &hole);
+	assert_int_equal(n, 20);
+	assert_int_equal(hole, 0);
+	assert_int_equal(buf[0], 'B');
+	assert_int_equal(fsops_download_next(d, buf, FSOPS_CHUNK_MAX, &hole), 0);
+	assert_int_equal(hole, 0);
+	fsops_download_free(d);
+	/* small buffers: the 4 KiB block comes in pieces */
+	assert_int_equal(fsops_download_begin(&fx->root, P("sparse"), 0, 0, NULL, &d), 0);
+	assert_int_equal(fsops_download_next(d, buf, 1000, &hole), 1000);
+	assert_int_equal(hole, 0);
+	fsops_download_free(d);
+
+	assert_int_equal(fsops_download_begin(&fx->root, P(""), 0, 0, NULL, &d), -EISDIR);
+	assert_int_equal(fsops_download_begin(&fx->root, P("abs"), 0, 0, NULL, &d), -EXDEV);
+	free(buf);
+}
+
+static void test_read_file(void **state)
+{
+	struct fx *fx = *state;
+	char *buf;
+	size_t n;
+
+	assert_int_equal(fsops_read_file(&fx->root, P("f"), 100, &buf, &n), 0);
+	assert_int_equal(n, 5);
+	assert_string_equal(buf, "hello");
+	free(buf);
+	assert_int_equal(fsops_read_file(&fx->root, P("l"), 5, &buf, &n), 0);
+	free(buf);
+	assert_int_equal(fsops_read_file(&fx->root, P("f"), 4, &buf, &n), -EFBIG);
+	assert_int_equal(fsops_read_file(&fx->root, P("/"), 100, &buf, &n), -EISDIR);
+	assert_int_equal(fsops_read_file(&fx->root, P("nope"), 100, &buf, &n), -ENOENT);
+	assert_int_equal(fsops_read_file(&fx->root, P("abs"), 100, &buf, &n), -EXDEV);
+	assert_int_equal(fsops_write_file(&fx->root, P("e"), "", 0, NULL), 0);
+	assert_int_equal(fsops_read_file(&fx->root, P("e"), 100, &buf, &n), 0);
+	assert_int_equal(n, 0);
+	free(buf);
+}
+
+static void test_readdir_paging(void **state)
+{
+	enum { N = 1000 };
+	struct fx *fx = *state;
+	char p[300];
+	unsigned char seen[N] = { 0 };
+	int64_t off = 0;
+	int pages = 0;
+	bool eof = false;
+
+	assert_int_equal(mkdir(strcat(strcpy(p, fx->rootdir), "/many"), 0755), 0);
+	for (int i = 0; i < N; i++) {
+		char rel[32];
+
+		snprintf(rel, sizeof(rel), "many/e%04d", i);
+		write_at(fx->rootdir, rel, "");
+	}
+	while (!eof) {
+		struct fsops_dirent *ents;
+		size_t n;
+
+		assert_int_equal(fsops_readdir(&fx->root, P("many"), off, 37, &ents, &n, &eof), 0);
+		assert_true(n <= 37);
+		assert_true(eof || n == 37);
+		for (size_t i = 0; i < n; i++) {
+			int k;
+
+			assert_int_equal(sscanf(ents[i].name, "e%04d", &k), 1);
+			assert_true(k >= 0 && k < N);
+			seen[k]++;
+			assert_true(ents[i].has_attr);
+			assert_true(S_ISREG(ents[i].st.st_mode));
+			assert_int_equal(ents[i].name_len, 5);
+		}
+		if (n)
+			off = ents[n - 1].next_offset;
+		fsops_dirents_free(ents, n);
+		assert_true(++pages < 100);
+	}
+	for (int i = 0; i < N; i++)
+		if (seen[i] != 1)
+			fail_msg("entry e%04d seen %d times", i, seen[i]);
+	assert_int_equal(pages, (N + 36) / 37);
+
+	/* default page size; "." and ".." never appear; a file is ENOTDIR */
+	{
+		struct fsops_dirent *ents;
+		size_t n;
+
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
+		assert_true(eof);
+		for (size_t i = 0; i < n; i++) {
+			assert_string_not_equal(ents[i].name, ".");
+			assert_string_not_equal(ents[i].name, "..");
+		}
+		assert_int_equal(n, 4); /* f abs l many */
+		fsops_dirents_free(ents, n);
+		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, &ents, &n, &eof), -ENOTDIR);
+		assert_int_equal(fsops_readdir(&fx->root, P("abs"), 0, 0, &ents, &n, &eof), -EXDEV);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), -1, 0, &ents, &n, &eof), -EINVAL);
+	}
+}
+
+/* Each test twice: "<name> openat2" and "<name> walk". */
+#define BOTH(t)                                                                   \
+	{ #t " openat2", t, setup, teardown, (void *)&use_openat2 },                 \
+	{                                                                            \
+		#t " walk", t, setup, teardown, (void *)&use_walk                    \
+	}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		BOTH(test_handles),
+		BOTH(test_handles_concurrent_release),
+		BOTH(test_rename_flags),
+		BOTH(test_setattr_symlink_nofollow),
+		BOTH(test_create_modes),
+		BOTH(test_links),
+		BOTH(test_xattr_nofollow),
+		BOTH(test_upload_atomic),
+		BOTH(test_sparse_round_trip),
+		BOTH(test_read_file),
+		BOTH(test_readdir_paging),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
