@@ -1,0 +1,938 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * The host side's gRPC client adapter (client.h): the only file of wsctl and
+ * wsfs that calls grpc_*.
+ *
+ * Every call runs synchronously on the caller's thread: it takes a
+ * completion queue of the pluck kind from a pool (one call per queue at a
+ * time), starts batches and plucks their tags. There is no client-side
+ * completion-queue thread. A stream keeps its queue until it is freed; its
+ * RECV_STATUS_ON_CLIENT batch is started when the call is created and plucked
+ * exactly once, under the stream's status_lock, by whichever of recv, send,
+ * finish or free first needs the status.
+ *
+ * The channel sits in a refcounted struct wsc_chan so that wsc_reconnect()
+ * can swap it while calls run; the last call on an old channel destroys it
+ * and reaps its exec_cmd child.
+ *
+ * Locks: wsc.lock guards wsc.chan, every wsc_chan.refs and the queue pool;
+ * wsc.reconnect_lock serialises reconnects; wsc_stream.status_lock guards
+ * the stream's final status. No lock is held while blocked on gRPC, except
+ * status_lock while plucking the status tag.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+
+#include "client.h"
+#include "wsb.h"
+
+extern char **environ;
+
+/* One channel; replaced as a whole by wsc_reconnect(). */
+struct wsc_chan {
+	grpc_channel *ch;
+	pid_t pid;     /* exec_cmd child (a process group leader), or 0 */
+	unsigned refs; /* protected by wsc.lock */
+};
+
+struct wsc {
+	pthread_mutex_t lock;
+	pthread_mutex_t reconnect_lock;
+	struct wsc_chan *chan;      /* protected by lock */
+	grpc_completion_queue **cq; /* idle queues; protected by lock */
+	size_t n_cq, cap_cq;        /* protected by lock */
+
+	char *target;
+	char *exec_cmd;
+	uint32_t timeout_ms;
+	size_t max_recv;
+	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
+	grpc_metadata md[1];
+	size_t n_md;
+};
+
+struct wsc_stream {
+	struct wsc *c;
+	struct wsc_chan *chan;
+	grpc_completion_queue *cq;
+	grpc_call *call;
+	atomic_bool cancelled;
+
+	/* Sending side. */
+	char tag_send;
+	bool send_closed;
+
+	/* Receiving side. */
+	char tag_recv;
+	bool got_initial_md;
+	bool recv_ended;
+	grpc_metadata_array initial_md;
+
+	/* Final status. */
+	char tag_status;
+	pthread_mutex_t status_lock;
+	bool status_done; /* protected by status_lock */
+	grpc_metadata_array trailing_md;
+	grpc_status_code status;
+	grpc_slice details;
+	struct wsc_status final; /* valid once status_done */
+};
+
+/* ---- status ---- */
+
+static void status_clear(struct wsc_status *st)
+{
+	st->code = WSB_OK;
+	st->err = 0;
+	st->has_errno = false;
+	st->msg[0] = '\0';
+}
+
+/* A failure on this side of the wire; returns -err. */
+__attribute__((format(printf, 3, 4)))
+static int status_local(struct wsc_status *st, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	st->code = wsb_status_from_errno(err);
+	if (st->code == WSB_OK)
+		st->code = WSB_UNKNOWN;
+	st->err = err;
+	st->has_errno = false;
+	va_start(ap, fmt);
+	vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
+	va_end(ap);
+	return -err;
+}
+
+/*
+ * Fill @st from a received status. Reads (does not free) @details and
+ * @trailing. Returns 0 for OK, else -st->err.
+ */
+static int status_from_call(struct wsc_status *st, grpc_status_code code, const grpc_slice *details,
+			    const grpc_metadata_array *trailing, bool cancelled)
+{
+	size_t len = GRPC_SLICE_LENGTH(*details);
+
+	status_clear(st);
+	st->code = (int)code;
+	if (len >= sizeof(st->msg))
+		len = sizeof(st->msg) - 1;
+	memcpy(st->msg, GRPC_SLICE_START_PTR(*details), len);
+	st->msg[len] = '\0';
+	if (code == GRPC_STATUS_OK)
+		return 0;
+
+	for (size_t i = 0; trailing && i < trailing->count; i++) {
+		const grpc_metadata *m = &trailing->metadata[i];
+		char name[32];
+		size_t n = GRPC_SLICE_LENGTH(m->value);
+		int err;
+
+		if (grpc_slice_str_cmp(m->key, WSB_ERRNO_TRAILER) != 0)
+			continue;
+		if (n == 0 || n >= sizeof(name))
+			continue;
+		memcpy(name, GRPC_SLICE_START_PTR(m->value), n);
+		name[n] = '\0';
+		err = wsb_errno_from_name(name);
+		if (err > 0) {
+			st->err = err;
+			st->has_errno = true;
+		}
+		break;
+	}
+	if (!st->has_errno) {
+		if (cancelled && code == GRPC_STATUS_CANCELLED)
+			st->err = ECANCELED;
+		else
+			st->err = wsb_errno_from_status((int)code);
+		if (st->err <= 0)
+			st->err = EIO;
+	}
+	return -st->err;
+}
+
+/* ---- messages ---- */
+
+/* Pack @msg into a new byte buffer; NULL on ENOMEM. */
+static grpc_byte_buffer *bb_pack(const ProtobufCMessage *msg)
+{
+	grpc_byte_buffer *bb;
+	grpc_slice slice;
+	uint8_t *buf;
+	size_t len;
+
+	if (wsb_pack(msg, &buf, &len) < 0)
+		return NULL;
+	if (len == 0) {
+		free(buf);
+		slice = grpc_empty_slice();
+	} else {
+		slice = grpc_slice_new(buf, len, free);
+	}
+	bb = grpc_raw_byte_buffer_create(&slice, 1);
+	grpc_slice_unref(slice);
+	return bb;
+}
+
+/* Decode @bb as @desc; 0, -EBADMSG or -ENOMEM. Does not free @bb. */
+static int bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+		     ProtobufCMessage **ret)
+{
+	grpc_byte_buffer_reader r;
+	grpc_slice s;
+	int rc;
+
+	if (!grpc_byte_buffer_reader_init(&r, bb))
+		return -EBADMSG;
+	s = grpc_byte_buffer_reader_readall(&r);
+	grpc_byte_buffer_reader_destroy(&r);
+	rc = wsb_unpack(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), ret);
+	grpc_slice_unref(s);
+	return rc;
+}
+
+/* ---- exec_cmd child ---- */
+
+/*
+ * Run `/bin/sh -c cmd` with one end of a socketpair as its stdin and stdout.
+ * Sets *ret_fd to the other end (O_NONBLOCK, O_CLOEXEC) and *ret_pid.
+ */
+static int spawn_exec(const char *cmd, int *ret_fd, pid_t *ret_pid)
+{
+	static const int sigs[] = { SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1,
+				    SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU };
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	char *argv[] = { (char *)"sh", (char *)"-c", (char *)cmd, NULL };
+	sigset_t none, dfl;
+	int sv[2], r;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	/* dup2(fd, fd) would keep O_CLOEXEC: keep the child's end above 2. */
+	if (sv[1] <= STDERR_FILENO) {
+		int fd = fcntl(sv[1], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+
+		r = -errno;
+		close(sv[1]);
+		if (fd < 0) {
+			close(sv[0]);
+			return r;
+		}
+		sv[1] = fd;
+	}
+
+	sigemptyset(&none);
+	sigemptyset(&dfl);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaddset(&dfl, sigs[i]);
+	r = posix_spawn_file_actions_init(&fa);
+	if (r) {
+		close(sv[0]);
+		close(sv[1]);
+		return -r;
+	}
+	r = posix_spawnattr_init(&attr);
+	if (r) {
+		posix_spawn_file_actions_destroy(&fa);
+		close(sv[0]);
+		close(sv[1]);
+		return -r;
+	}
+	/*
+	 * Own process group: a Ctrl-C on the terminal reaches the client, which
+	 * cancels its calls over the transport, instead of killing the
+	 * transport first.
+	 */
+	r = posix_spawn_file_actions_adddup2(&fa, sv[1], STDIN_FILENO);
+	if (!r)
+		r = posix_spawn_file_actions_adddup2(&fa, sv[1], STDOUT_FILENO);
+	if (!r)
+		r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+						    POSIX_SPAWN_SETSIGDEF);
+	if (!r)
+		r = posix_spawnattr_setpgroup(&attr, 0);
+	if (!r)
+		r = posix_spawnattr_setsigmask(&attr, &none);
+	if (!r)
+		r = posix_spawnattr_setsigdefault(&attr, &dfl);
+	if (!r)
+		r = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ);
+	posix_spawnattr_destroy(&attr);
+	posix_spawn_file_actions_destroy(&fa);
+	close(sv[1]);
+	if (r) {
+		close(sv[0]);
+		return -r;
+	}
+	/* gRPC needs a non-blocking fd (grpc-c-core.md §5). */
+	if (fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0) {
+		r = -errno;
+		close(sv[0]);
+		(void)kill(-pid, SIGKILL);
+		(void)waitpid(pid, NULL, 0);
+		return r;
+	}
+	*ret_fd = sv[0];
+	*ret_pid = pid;
+	return 0;
+}
+
+/* Wait for @pid up to @ms milliseconds; true once it is reaped (or gone). */
+static bool reap_wait(pid_t pid, unsigned ms)
+{
+	for (unsigned waited = 0;; waited += 10) {
+		pid_t r = waitpid(pid, NULL, WNOHANG);
+
+		if (r == pid || (r < 0 && errno != EINTR))
+			return true;
+		if (waited >= ms)
+			return false;
+		(void)nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
+	}
+}
+
+/* Reap the exec_cmd child after its transport was closed. */
+static void reap_child(pid_t pid)
+{
+	if (reap_wait(pid, 2000))
+		return;
+	(void)kill(-pid, SIGTERM);
+	if (reap_wait(pid, 1000))
+		return;
+	(void)kill(-pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- channel ---- */
+
+static int chan_new(struct wsc *c, struct wsc_chan **ret)
+{
+	grpc_arg arg = {
+		.type = GRPC_ARG_INTEGER,
+		.key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+		.value.integer = c->max_recv > INT_MAX ? INT_MAX : (int)c->max_recv,
+	};
+	grpc_channel_args args = { .num_args = 1, .args = &arg };
+	grpc_channel_credentials *creds;
+	struct wsc_chan *ch;
+	int r;
+
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return -ENOMEM;
+	ch->refs = 1;
+	if (c->exec_cmd) {
+		int fd;
+
+		r = spawn_exec(c->exec_cmd, &fd, &ch->pid);
+		if (r < 0) {
+			free(ch);
+			return r;
+		}
+		/* Only insecure credentials work here (grpc-c-core.md §5);
+		 * the channel owns fd from now on. */
+		creds = grpc_insecure_credentials_create();
+		ch->ch = grpc_channel_create_from_fd("wsbridge-exec", fd, creds, &args);
+	} else {
+		creds = grpc_insecure_credentials_create();
+		ch->ch = grpc_channel_create(c->target, creds, &args);
+	}
+	grpc_channel_credentials_release(creds);
+	if (!ch->ch) {
+		if (ch->pid > 0)
+			reap_child(ch->pid);
+		free(ch);
+		return -ENOMEM;
+	}
+	*ret = ch;
+	return 0;
+}
+
+static struct wsc_chan *chan_get(struct wsc *c)
+{
+	struct wsc_chan *ch;
+
+	pthread_mutex_lock(&c->lock);
+	ch = c->chan;
+	ch->refs++;
+	pthread_mutex_unlock(&c->lock);
+	return ch;
+}
+
+static void chan_put(struct wsc *c, struct wsc_chan *ch)
+{
+	bool last;
+
+	pthread_mutex_lock(&c->lock);
+	last = --ch->refs == 0;
+	pthread_mutex_unlock(&c->lock);
+	if (!last)
+		return;
+	grpc_channel_destroy(ch->ch);
+	if (ch->pid > 0)
+		reap_child(ch->pid);
+	free(ch);
+}
+
+/* ---- completion-queue pool ---- */
+
+static grpc_completion_queue *cq_get(struct wsc *c)
+{
+	grpc_completion_queue *cq = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->n_cq > 0)
+		cq = c->cq[--c->n_cq];
+	pthread_mutex_unlock(&c->lock);
+	if (!cq)
+		cq = grpc_completion_queue_create_for_pluck(NULL);
+	return cq;
+}
+
+static void cq_destroy(grpc_completion_queue *cq)
+{
+	grpc_completion_queue_shutdown(cq);
+	grpc_completion_queue_destroy(cq);
+}
+
+/* Give back a queue with no pending tag. */
+static void cq_put(struct wsc *c, grpc_completion_queue *cq)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->n_cq == c->cap_cq) {
+		size_t cap = c->cap_cq ? 2 * c->cap_cq : 8;
+		grpc_completion_queue **a = realloc(c->cq, cap * sizeof(*a));
+
+		if (!a) {
+			pthread_mutex_unlock(&c->lock);
+			cq_destroy(cq);
+			return;
+		}
+		c->cq = a;
+		c->cap_cq = cap;
+	}
+	c->cq[c->n_cq++] = cq;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Wait for @tag on @cq; the call's deadline bounds the wait. */
+static bool cq_wait(grpc_completion_queue *cq, void *tag)
+{
+	grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+
+	return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+static gpr_timespec deadline_of(const struct wsc *c, int64_t timeout_ms)
+{
+	if (timeout_ms < 0)
+		timeout_ms = c->timeout_ms;
+	if (timeout_ms == 0)
+		return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+	return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+}
+
+static grpc_call *call_new(struct wsc *c, struct wsc_chan *ch, grpc_completion_queue *cq,
+			   const char *method, int64_t timeout_ms)
+{
+	grpc_slice m = grpc_slice_from_copied_string(method);
+	grpc_call *call;
+
+	call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
+					deadline_of(c, timeout_ms), NULL);
+	grpc_slice_unref(m);
+	return call;
+}
+
+/* ---- connect ---- */
+
+static bool token_ok(const char *t)
+{
+	if (!*t)
+		return false;
+	for (; *t; t++)
+		if (*t < 0x20 || *t > 0x7e)
+			return false;
+	return true;
+}
+
+int wsc_connect(const struct wsc_options *o, struct wsc **ret)
+{
+	struct wsc *c;
+	int r;
+
+	if (!o || (!o->exec_cmd && (!o->target || !*o->target)) || (o->exec_cmd && !*o->exec_cmd))
+		return -EINVAL;
+	if (o->token && !token_ok(o->token))
+		return -EINVAL;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->reconnect_lock, NULL);
+	c->timeout_ms = o->timeout_ms;
+	c->max_recv = o->max_recv_bytes ? o->max_recv_bytes : WSC_MAX_RECV_DEFAULT;
+	c->md_flags = o->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+					  GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET
+					: 0;
+	if (o->exec_cmd)
+		c->exec_cmd = strdup(o->exec_cmd);
+	else
+		c->target = strdup(o->target);
+	if (!c->exec_cmd && !c->target) {
+		free(c);
+		return -ENOMEM;
+	}
+	grpc_init();
+	if (o->token) {
+		char *v;
+
+		if (asprintf(&v, "Bearer %s", o->token) < 0) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		c->md[0].key = grpc_slice_from_static_string("authorization");
+		c->md[0].value = grpc_slice_from_copied_string(v);
+		free(v);
+		c->n_md = 1;
+	}
+	r = chan_new(c, &c->chan);
+	if (r < 0)
+		goto fail;
+	*ret = c;
+	return 0;
+
+fail:
+	if (c->n_md)
+		grpc_slice_unref(c->md[0].value);
+	grpc_shutdown();
+	free(c->target);
+	free(c->exec_cmd);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->reconnect_lock);
+	free(c);
+	return r;
+}
+
+int wsc_reconnect(struct wsc *c)
+{
+	struct wsc_chan *ch, *old;
+	int r;
+
+	pthread_mutex_lock(&c->reconnect_lock);
+	r = chan_new(c, &ch);
+	if (r == 0) {
+		pthread_mutex_lock(&c->lock);
+		old = c->chan;
+		c->chan = ch;
+		pthread_mutex_unlock(&c->lock);
+		chan_put(c, old);
+	}
+	pthread_mutex_unlock(&c->reconnect_lock);
+	return r;
+}
+
+struct wsc *wsc_free(struct wsc *c)
+{
+	if (!c)
+		return NULL;
+	for (size_t i = 0; i < c->n_cq; i++)
+		cq_destroy(c->cq[i]);
+	free(c->cq);
+	chan_put(c, c->chan);
+	if (c->n_md)
+		grpc_slice_unref(c->md[0].value);
+	free(c->target);
+	free(c->exec_cmd);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->reconnect_lock);
+	free(c);
+	grpc_shutdown();
+	return NULL;
+}
+
+/* ---- unary ---- */
+
+int wsc_unary(struct wsc *c, const char *method, const ProtobufCMessage *req,
+	      const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **ret_reply,
+	      struct wsc_status *st)
+{
+	return wsc_unary_ex(c, method, req, reply_desc, ret_reply, -1, st);
+}
+
+int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
+		 const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **ret_reply,
+		 int64_t timeout_ms, struct wsc_status *st)
+{
+	struct wsc_status tmp;
+	grpc_metadata_array initial_md, trailing_md;
+	grpc_byte_buffer *send_bb, *recv_bb = NULL;
+	grpc_status_code code = GRPC_STATUS_UNKNOWN;
+	grpc_slice details = grpc_empty_slice();
+	grpc_completion_queue *cq;
+	struct wsc_chan *ch;
+	grpc_call *call;
+	grpc_call_error e;
+	grpc_op ops[6];
+	char tag;
+	int r;
+
+	if (!st)
+		st = &tmp;
+	status_clear(st);
+	send_bb = bb_pack(req);
+	if (!send_bb)
+		return status_local(st, ENOMEM, "cannot pack the request");
+	cq = cq_get(c);
+	ch = chan_get(c);
+	call = call_new(c, ch, cq, method, timeout_ms);
+	grpc_metadata_array_init(&initial_md);
+	grpc_metadata_array_init(&trailing_md);
+
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+	ops[0].flags = c->md_flags;
+	ops[0].data.send_initial_metadata.count = c->n_md;
+	ops[0].data.send_initial_metadata.metadata = c->md;
+	ops[1].op = GRPC_OP_SEND_MESSAGE;
+	ops[1].data.send_message.send_message = send_bb;
+	ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+	ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+	ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+	ops[4].op = GRPC_OP_RECV_MESSAGE;
+	ops[4].data.recv_message.recv_message = &recv_bb;
+	ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+	ops[5].data.recv_status_on_client.status = &code;
+	ops[5].data.recv_status_on_client.status_details = &details;
+
+	e = grpc_call_start_batch(call, ops, 6, &tag, NULL);
+	if (e != GRPC_CALL_OK) {
+		r = status_local(st, EIO, "%s: cannot start the call: %s", method,
+				 grpc_call_error_to_string(e));
+	} else {
+		(void)cq_wait(cq, &tag);
+		r = status_from_call(st, code, &details, &trailing_md, false);
+		if (r == 0 && !recv_bb) {
+			r = status_local(st, EPROTO, "%s: status OK without a reply", method);
+		} else if (r == 0) {
+			ProtobufCMessage *reply;
+
+			r = bb_unpack(recv_bb, reply_desc, &reply);
+			if (r < 0)
+				status_local(st, -r, "%s: the reply does not decode as %s", method,
+					     reply_desc->name);
+			else if (ret_reply)
+				*ret_reply = reply;
+			else
+				protobuf_c_message_free_unpacked(reply, NULL);
+		}
+	}
+
+	grpc_call_unref(call);
+	grpc_slice_unref(details);
+	grpc_metadata_array_destroy(&initial_md);
+	grpc_metadata_array_destroy(&trailing_md);
+	if (recv_bb)
+		grpc_byte_buffer_destroy(recv_bb);
+	grpc_byte_buffer_destroy(send_bb);
+	cq_put(c, cq);
+	chan_put(c, ch);
+	return r;
+}
+
+/* ---- streams ---- */
+
+/* Wait for the final status (once); copy it to @st. 0 for OK, else -err. */
+static int stream_status(struct wsc_stream *s, struct wsc_status *st)
+{
+	pthread_mutex_lock(&s->status_lock);
+	if (!s->status_done) {
+		(void)cq_wait(s->cq, &s->tag_status);
+		(void)status_from_call(&s->final, s->status, &s->details, &s->trailing_md,
+				       atomic_load(&s->cancelled));
+		s->status_done = true;
+	}
+	pthread_mutex_unlock(&s->status_lock);
+	if (st)
+		*st = s->final;
+	return s->final.code == WSB_OK ? 0 : -s->final.err;
+}
+
+/* Start @ops and wait; false when the batch failed (the call is over). */
+static bool stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag)
+{
+	grpc_call_error e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
+
+	if (e != GRPC_CALL_OK) {
+		/* A rejected batch poisons the call in 1.51 (grpc-c-core.md §2). */
+		wsb_debug("grpc_call_start_batch: %s", grpc_call_error_to_string(e));
+		grpc_call_cancel(s->call, NULL);
+		return false;
+	}
+	return cq_wait(s->cq, tag);
+}
+
+int wsc_stream_open(struct wsc *c, const char *method, const ProtobufCMessage *req,
+		    int64_t timeout_ms, struct wsc_stream **ret, struct wsc_status *st)
+{
+	struct wsc_stream *s;
+	grpc_byte_buffer *bb = NULL;
+	grpc_call_error e;
+	grpc_op ops[3];
+	size_t n = 0;
+	int r;
+
+	if (st)
+		status_clear(st);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return st ? status_local(st, ENOMEM, "out of memory") : -ENOMEM;
+	if (req) {
+		bb = bb_pack(req);
+		if (!bb) {
+			free(s);
+			return st ? status_local(st, ENOMEM, "cannot pack the request") : -ENOMEM;
+		}
+	}
+	s->c = c;
+	atomic_init(&s->cancelled, false);
+	pthread_mutex_init(&s->status_lock, NULL);
+	grpc_metadata_array_init(&s->initial_md);
+	grpc_metadata_array_init(&s->trailing_md);
+	s->details = grpc_empty_slice();
+	s->status = GRPC_STATUS_UNKNOWN;
+	s->cq = cq_get(c);
+	s->chan = chan_get(c);
+	s->call = call_new(c, s->chan, s->cq, method, timeout_ms);
+
+	memset(ops, 0, sizeof(ops));
+	ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	ops[0].data.recv_status_on_client.trailing_metadata = &s->trailing_md;
+	ops[0].data.recv_status_on_client.status = &s->status;
+	ops[0].data.recv_status_on_client.status_details = &s->details;
+	e = grpc_call_start_batch(s->call, ops, 1, &s->tag_status, NULL);
+	if (e != GRPC_CALL_OK) {
+		struct wsc_status tmp;
+
+		r = status_local(st ? st : &tmp, EIO, "%s: cannot start the call: %s", method,
+				 grpc_call_error_to_string(e));
+		/* Nothing to pluck: mark the status as known. */
+		s->final = st ? *st : tmp;
+		s->status_done = true;
+		goto fail;
+	}
+
+	memset(ops, 0, sizeof(ops));
+	ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+	ops[n].flags = c->md_flags;
+	ops[n].data.send_initial_metadata.count = c->n_md;
+	ops[n].data.send_initial_metadata.metadata = c->md;
+	n++;
+	if (bb) {
+		ops[n].op = GRPC_OP_SEND_MESSAGE;
+		ops[n].data.send_message.send_message = bb;
+		n++;
+		ops[n].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+		n++;
+		s->send_closed = true;
+	}
+	if (!stream_batch(s, ops, n, &s->tag_send)) {
+		r = stream_status(s, st);
+		if (r == 0)
+			r = st ? status_local(st, EPIPE, "%s: the server ended the call at once",
+					      method)
+			       : -EPIPE;
+		goto fail;
+	}
+	if (bb)
+		grpc_byte_buffer_destroy(bb);
+	*ret = s;
+	return 0;
+
+fail:
+	if (bb)
+		grpc_byte_buffer_destroy(bb);
+	wsc_stream_free(s);
+	return r;
+}
+
+int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc,
+		    ProtobufCMessage **ret_msg, struct wsc_status *st)
+{
+	grpc_byte_buffer *bb = NULL;
+	grpc_op ops[2];
+	size_t n = 0;
+	bool ok;
+	int r;
+
+	if (s->recv_ended)
+		return stream_status(s, st);
+	memset(ops, 0, sizeof(ops));
+	if (!s->got_initial_md) {
+		ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+		ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
+		n++;
+	}
+	ops[n].op = GRPC_OP_RECV_MESSAGE;
+	ops[n].data.recv_message.recv_message = &bb;
+	n++;
+	ok = stream_batch(s, ops, n, &s->tag_recv);
+	s->got_initial_md = true;
+	if (!ok || !bb) {
+		if (bb)
+			grpc_byte_buffer_destroy(bb);
+		s->recv_ended = true;
+		return stream_status(s, st);
+	}
+	r = bb_unpack(bb, desc, ret_msg);
+	grpc_byte_buffer_destroy(bb);
+	if (r < 0) {
+		if (st)
+			status_local(st, -r, "a message does not decode as %s", desc->name);
+		return r;
+	}
+	return 1;
+}
+
+int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct wsc_status *st)
+{
+	grpc_byte_buffer *bb;
+	grpc_op op;
+	bool ok;
+	int r;
+
+	if (st)
+		status_clear(st);
+	if (s->send_closed) {
+		struct wsc_status tmp;
+
+		return status_local(st ? st : &tmp, EPIPE, "send after half-close");
+	}
+	bb = bb_pack(msg);
+	if (!bb) {
+		struct wsc_status tmp;
+
+		return status_local(st ? st : &tmp, ENOMEM, "cannot pack a message");
+	}
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_SEND_MESSAGE;
+	op.data.send_message.send_message = bb;
+	ok = stream_batch(s, &op, 1, &s->tag_send);
+	grpc_byte_buffer_destroy(bb);
+	if (ok)
+		return 0;
+	r = stream_status(s, st);
+	return r ? r : -EPIPE;
+}
+
+int wsc_stream_close_send(struct wsc_stream *s, struct wsc_status *st)
+{
+	grpc_op op;
+	int r;
+
+	if (st)
+		status_clear(st);
+	if (s->send_closed)
+		return 0;
+	s->send_closed = true;
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+	if (stream_batch(s, &op, 1, &s->tag_send))
+		return 0;
+	r = stream_status(s, st);
+	return r ? r : -EPIPE;
+}
+
+int wsc_stream_finish(struct wsc_stream *s, const ProtobufCMessageDescriptor *reply_desc,
+		      ProtobufCMessage **ret_reply, struct wsc_status *st)
+{
+	ProtobufCMessage *reply = NULL;
+	struct wsc_status tmp;
+	int r;
+
+	if (!st)
+		st = &tmp;
+	status_clear(st);
+	(void)wsc_stream_close_send(s, NULL);
+	if (reply_desc) {
+		r = wsc_stream_recv(s, reply_desc, &reply, st);
+		if (r == -EBADMSG) {
+			wsc_stream_cancel(s);
+			(void)stream_status(s, NULL);
+			return r;
+		}
+	}
+	r = stream_status(s, st);
+	if (r < 0) {
+		if (reply)
+			protobuf_c_message_free_unpacked(reply, NULL);
+		return r;
+	}
+	if (reply_desc && !reply)
+		return status_local(st, EPROTO, "status OK without a reply");
+	if (ret_reply)
+		*ret_reply = reply;
+	else if (reply)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	return 0;
+}
+
+void wsc_stream_cancel(struct wsc_stream *s)
+{
+	atomic_store(&s->cancelled, true);
+	/* Thread-safe per grpc.h ("THREAD-SAFETY grpc_call_cancel"). */
+	grpc_call_cancel(s->call, NULL);
+}
+
+struct wsc_stream *wsc_stream_free(struct wsc_stream *s)
+{
+	bool done;
+
+	if (!s)
+		return NULL;
+	pthread_mutex_lock(&s->status_lock);
+	done = s->status_done;
+	pthread_mutex_unlock(&s->status_lock);
+	if (!done) {
+		wsc_stream_cancel(s);
+		(void)stream_status(s, NULL);
+	}
+	grpc_call_unref(s->call);
+	grpc_slice_unref(s->details);
+	grpc_metadata_array_destroy(&s->initial_md);
+	grpc_metadata_array_destroy(&s->trailing_md);
+	pthread_mutex_destroy(&s->status_lock);
+	cq_put(s->c, s->cq);
+	chan_put(s->c, s->chan);
+	free(s);
+	return NULL;
+}

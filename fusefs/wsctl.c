@@ -1,0 +1,1927 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsctl: the host command line for a wsbridge workspace. Runs commands in the
+ * sandbox (Exec.Start) and moves files (Workspace.Upload/Download and the
+ * path RPCs), through the client adapter in client.h.
+ *
+ * Threads: the main thread does all the work. SIGINT, SIGTERM and SIGHUP are
+ * blocked in every thread and taken by one signal thread (sigwait), which
+ * cancels the running stream (agentd then kills an exec'd process group, an
+ * upload leaves no temp file, a download removes its local temp file) or,
+ * when no stream runs or on a second signal, exits 128+N at once. At the
+ * end main sends it SIGUSR2 and joins it. g_sig.lock guards g_sig.active,
+ * so a stream is never cancelled after it was freed. SIGPIPE is ignored:
+ * a closed stdout shows as EPIPE, and exec/cat then exit 141 (128+SIGPIPE).
+ *
+ * Exit status: a file command exits 0, 1 on failure, 2 on a usage error.
+ * exec exits with the command's status, 128+N when a signal N killed it, 124
+ * when its --timeout expired (as timeout(1)); wsctl's own failures: 127 when
+ * the program (or the cwd) is not found, 126 when it cannot be run
+ * (PERMISSION_DENIED), 125 for any other failure (connection, server error),
+ * 2 for a usage error. Interrupted by signal N: 128+N.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "client.h"
+#include "health.pb-c.h"
+#include "wsb.h"
+#include "wsbridge.pb-c.h"
+
+#define M_WS "/wsbridge.v1.Workspace/"
+#define M_STAT M_WS "Stat"
+#define M_READDIR M_WS "ReadDir"
+#define M_MKDIR M_WS "Mkdir"
+#define M_UNLINK M_WS "Unlink"
+#define M_RMDIR M_WS "Rmdir"
+#define M_RENAME M_WS "Rename"
+#define M_READLINK M_WS "Readlink"
+#define M_UPLOAD M_WS "Upload"
+#define M_DOWNLOAD M_WS "Download"
+#define M_EXEC "/wsbridge.v1.Exec/Start"
+#define M_HEALTH "/grpc.health.v1.Health/Check"
+
+#define CHUNK ((size_t)1024 * 1024)              /* data per message, bytes */
+#define STDIN_MAX ((size_t)4 * 1024 * 1024 - 65536) /* exec -i limit, bytes */
+#define DEFAULT_ADDR "127.0.0.1:9000"
+
+enum {
+	EXIT_USAGE = 2,
+	EXIT_TIMEDOUT = 124,
+	EXIT_EXEC_FAIL = 125,
+	EXIT_CANNOT_RUN = 126,
+	EXIT_NOT_FOUND = 127,
+};
+
+static const char *g_cmd = "wsctl"; /* the command, for messages */
+static struct wsc *g_client;
+static bool g_verbose;
+static mode_t g_umask;
+
+static struct {
+	pthread_mutex_t lock;
+	struct wsc_stream *active; /* protected by lock */
+	atomic_int sig;            /* first signal taken, or 0 */
+} g_sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- messages ---- */
+
+__attribute__((format(printf, 1, 2)))
+static void msg(const char *fmt, ...)
+{
+	char buf[2048];
+	va_list ap;
+	int n;
+
+	n = snprintf(buf, sizeof(buf), "wsctl: ");
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof(buf) - 1)
+		n = sizeof(buf) - 2;
+	buf[n++] = '\n';
+	(void)!write(STDERR_FILENO, buf, n);
+}
+
+__attribute__((format(printf, 1, 2), noreturn))
+static void usage_error(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	msg("%s", buf);
+	fprintf(stderr, "Try 'wsctl --help' for more information.\n");
+	exit(EXIT_USAGE);
+}
+
+/* "'path'" escaped for a message; static buffer, one at a time. */
+static const char *q(const char *path)
+{
+	static char buf[1100];
+	char *e = wsb_escape(path, strlen(path), 1024);
+
+	snprintf(buf, sizeof(buf), "'%s'", e ? e : "?");
+	free(e);
+	return buf;
+}
+
+/* "wsctl: CMD 'PATH': Reason (STATUS)". */
+static void report(const char *path, const struct wsc_status *st)
+{
+	char what[1200];
+
+	if (path)
+		snprintf(what, sizeof(what), "%s %s", g_cmd, q(path));
+	else
+		snprintf(what, sizeof(what), "%s", g_cmd);
+	if (st->msg[0] && (g_verbose || !st->has_errno))
+		msg("%s: %s (%s: %s)", what, strerror(st->err), wsb_status_name(st->code), st->msg);
+	else
+		msg("%s: %s (%s)", what, strerror(st->err), wsb_status_name(st->code));
+}
+
+/* A failure on this side: "wsctl: CMD 'PATH': Reason". */
+static void report_errno(const char *path, int err)
+{
+	if (path)
+		msg("%s %s: %s", g_cmd, q(path), strerror(err));
+	else
+		msg("%s: %s", g_cmd, strerror(err));
+}
+
+/* ---- signals ---- */
+
+static void *signal_thread(void *arg)
+{
+	sigset_t *set = arg;
+
+	for (;;) {
+		struct wsc_stream *s;
+		int sig, first = 0;
+
+		if (sigwait(set, &sig) != 0)
+			continue;
+		if (sig == SIGUSR2)
+			break; /* main is done: see stop_signal_thread() */
+		pthread_mutex_lock(&g_sig.lock);
+		(void)atomic_compare_exchange_strong(&g_sig.sig, &first, sig);
+		s = g_sig.active;
+		if (s)
+			wsc_stream_cancel(s);
+		pthread_mutex_unlock(&g_sig.lock);
+		/* Nothing to clean up, or asked twice: go now. */
+		if (!s || first != 0)
+			_exit(128 + sig);
+	}
+	return NULL;
+}
+
+/* End the signal thread (so that nothing is left running at exit). */
+static void stop_signal_thread(pthread_t th)
+{
+	if (pthread_kill(th, SIGUSR2) == 0)
+		(void)pthread_join(th, NULL);
+}
+
+static void set_active(struct wsc_stream *s)
+{
+	pthread_mutex_lock(&g_sig.lock);
+	g_sig.active = s;
+	pthread_mutex_unlock(&g_sig.lock);
+}
+
+static int interrupted(void)
+{
+	return atomic_load(&g_sig.sig);
+}
+
+/* ---- local I/O ---- */
+
+/* write(2) all of @len bytes; handles EINTR, short writes, O_NONBLOCK. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+				(void)poll(&pfd, 1, -1);
+				continue;
+			}
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int write_zeros(int fd, uint64_t len)
+{
+	static const char zeros[65536];
+
+	while (len > 0) {
+		size_t n = len < sizeof(zeros) ? (size_t)len : sizeof(zeros);
+		int r = write_all(fd, zeros, n);
+
+		if (r < 0)
+			return r;
+		len -= n;
+	}
+	return 0;
+}
+
+/* read(2) until @len bytes or EOF; returns bytes read or -errno. */
+static ssize_t read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, (char *)buf + got, len - got);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+				(void)poll(&pfd, 1, -1);
+				continue;
+			}
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+/* ---- progress bar (stderr, only on a terminal) ---- */
+
+struct progress {
+	bool on;
+	char label[64];
+	uint64_t total, done;
+	struct timespec start, last;
+};
+
+static double since(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
+static void human(char *buf, size_t len, double v)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	unsigned u = 0;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+}
+
+static void progress_init(struct progress *p, const char *name, uint64_t total)
+{
+	const char *base = strrchr(name, '/');
+	char *e;
+
+	memset(p, 0, sizeof(*p));
+	p->on = isatty(STDERR_FILENO);
+	p->total = total;
+	base = base && base[1] ? base + 1 : name;
+	e = wsb_escape(base, strlen(base), 40);
+	snprintf(p->label, sizeof(p->label), "%s", e ? e : "");
+	free(e);
+	clock_gettime(CLOCK_MONOTONIC, &p->start);
+	p->last = p->start;
+}
+
+static void progress_draw(struct progress *p, bool force)
+{
+	char line[256], done[32], total[32], rate[32];
+	struct timespec now;
+	double t;
+	int n;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (!force && since(&p->last, &now) < 0.2)
+		return;
+	p->last = now;
+	t = since(&p->start, &now);
+	human(done, sizeof(done), (double)p->done);
+	human(rate, sizeof(rate), t > 0 ? (double)p->done / t : 0);
+	if (p->total) {
+		human(total, sizeof(total), (double)p->total);
+		n = snprintf(line, sizeof(line), "\r%s  %s / %s  %3d%%  %s/s\033[K", p->label, done,
+			     total, (int)(p->done >= p->total ? 100 : p->done * 100 / p->total), rate);
+	} else {
+		n = snprintf(line, sizeof(line), "\r%s  %s  %s/s\033[K", p->label, done, rate);
+	}
+	(void)write_all(STDERR_FILENO, line, n < (int)sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static void progress_add(struct progress *p, uint64_t n)
+{
+	p->done += n;
+	if (p->on)
+		progress_draw(p, false);
+}
+
+static void progress_end(struct progress *p)
+{
+	if (p->on)
+		(void)write_all(STDERR_FILENO, "\r\033[K", 4);
+}
+
+/* ---- paths ---- */
+
+static ProtobufCBinaryData bin(const char *s)
+{
+	return (ProtobufCBinaryData){ .len = strlen(s), .data = (uint8_t *)s };
+}
+
+/* Last component of @p ("a/b/" -> "b"), malloc'd; NULL if none (root). */
+static char *base_name(const char *p)
+{
+	size_t end = strlen(p), start;
+
+	while (end > 0 && p[end - 1] == '/')
+		end--;
+	start = end;
+	while (start > 0 && p[start - 1] != '/')
+		start--;
+	if (end == start)
+		return NULL;
+	return strndup(p + start, end - start);
+}
+
+/* dir + "/" + name, malloc'd (exits on ENOMEM). */
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir);
+	char *r;
+
+	if (n == 0)
+		r = strdup(name);
+	else if (asprintf(&r, "%s%s%s", dir, dir[n - 1] == '/' ? "" : "/", name) < 0)
+		r = NULL;
+	if (!r) {
+		report_errno(NULL, ENOMEM);
+		exit(EXIT_FAILURE);
+	}
+	return r;
+}
+
+/* True when @p names the workspace root: only "", "/" and "." parts. */
+static bool is_root(const char *p)
+{
+	while (*p) {
+		while (*p == '/')
+			p++;
+		if (p[0] == '.' && (p[1] == '/' || !p[1]))
+			p++;
+		else if (*p)
+			return false;
+	}
+	return true;
+}
+
+/* ---- RPC helpers ---- */
+
+static int rpc_stat(const char *path, bool follow, Wsbridge__V1__StatReply **ret,
+		    struct wsc_status *st)
+{
+	Wsbridge__V1__StatRequest req = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	ProtobufCMessage *reply;
+	int r;
+
+	req.path = bin(path);
+	req.follow = follow;
+	r = wsc_unary(g_client, M_STAT, &req.base, &wsbridge__v1__stat_reply__descriptor, &reply, st);
+	if (r < 0)
+		return r;
+	*ret = (Wsbridge__V1__StatReply *)reply;
+	if (!(*ret)->attr) {
+		protobuf_c_message_free_unpacked(reply, NULL);
+		st->code = WSB_INTERNAL;
+		st->err = EPROTO;
+		st->has_errno = false;
+		snprintf(st->msg, sizeof(st->msg), "Stat reply without attr");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* 1 if @path is a directory (following symlinks), 0 if not or absent, -err. */
+static int remote_is_dir(const char *path, struct wsc_status *st)
+{
+	Wsbridge__V1__StatReply *sr;
+	int r = rpc_stat(path, true, &sr, st);
+
+	if (r == -ENOENT || r == -ENOTDIR)
+		return 0;
+	if (r < 0)
+		return r;
+	r = S_ISDIR(sr->attr->mode);
+	protobuf_c_message_free_unpacked(&sr->base, NULL);
+	return r;
+}
+
+static int rpc_path(const char *method, const char *path, struct wsc_status *st)
+{
+	Wsbridge__V1__PathRequest req = WSBRIDGE__V1__PATH_REQUEST__INIT;
+
+	req.path = bin(path);
+	return wsc_unary(g_client, method, &req.base, &wsbridge__v1__empty__descriptor, NULL, st);
+}
+
+struct entry {
+	char *name;
+	bool has_attr;
+	Wsbridge__V1__Attr attr;
+};
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct entry *)a)->name, ((const struct entry *)b)->name);
+}
+
+static void entries_free(struct entry *e, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(e[i].name);
+	free(e);
+}
+
+/* A name a directory may hold: not empty, no '/' or NUL, not "." or "..". */
+static bool name_ok(const ProtobufCBinaryData *n)
+{
+	if (n->len == 0 || n->len > NAME_MAX || memchr(n->data, '/', n->len) ||
+	    memchr(n->data, '\0', n->len))
+		return false;
+	if (n->data[0] == '.' && (n->len == 1 || (n->len == 2 && n->data[1] == '.')))
+		return false;
+	return true;
+}
+
+/* Read the whole directory @path (ReadDir paging), sorted by name. */
+static int list_dir(const char *path, struct entry **ret, size_t *ret_n, struct wsc_status *st)
+{
+	struct entry *e = NULL;
+	size_t n = 0, cap = 0;
+	int64_t offset = 0;
+	int r;
+
+	for (;;) {
+		Wsbridge__V1__ReadDirRequest req = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
+		Wsbridge__V1__ReadDirReply *rep;
+		ProtobufCMessage *m;
+		bool eof;
+
+		req.path = bin(path);
+		req.offset = offset;
+		req.max_entries = 1024;
+		r = wsc_unary(g_client, M_READDIR, &req.base, &wsbridge__v1__read_dir_reply__descriptor,
+			      &m, st);
+		if (r < 0)
+			goto fail;
+		rep = (Wsbridge__V1__ReadDirReply *)m;
+		for (size_t i = 0; i < rep->n_entries; i++) {
+			Wsbridge__V1__DirEntry *d = rep->entries[i];
+
+			if (!name_ok(&d->name)) {
+				char *x = wsb_escape(d->name.data, d->name.len, 256);
+
+				msg("%s %s: skipping an invalid entry name '%s' from the server", g_cmd,
+				    q(path), x ? x : "?");
+				free(x);
+				continue;
+			}
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 64;
+				struct entry *ne = realloc(e, nc * sizeof(*ne));
+
+				if (!ne) {
+					protobuf_c_message_free_unpacked(m, NULL);
+					r = -ENOMEM;
+					goto fail_local;
+				}
+				e = ne;
+				cap = nc;
+			}
+			e[n].name = strndup((const char *)d->name.data, d->name.len);
+			if (!e[n].name) {
+				protobuf_c_message_free_unpacked(m, NULL);
+				r = -ENOMEM;
+				goto fail_local;
+			}
+			e[n].has_attr = d->attr != NULL;
+			if (d->attr)
+				e[n].attr = *d->attr;
+			n++;
+		}
+		eof = rep->eof || rep->n_entries == 0;
+		if (!eof) {
+			int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
+
+			if (next == offset) {
+				protobuf_c_message_free_unpacked(m, NULL);
+				r = -EPROTO;
+				goto fail_local;
+			}
+			offset = next;
+		}
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (eof)
+			break;
+		if (interrupted()) {
+			r = -ECANCELED;
+			goto fail_local;
+		}
+	}
+	if (n)
+		qsort(e, n, sizeof(*e), entry_cmp);
+	*ret = e;
+	*ret_n = n;
+	return 0;
+
+fail_local:
+	st->code = wsb_status_from_errno(-r);
+	st->err = -r;
+	st->has_errno = false;
+	snprintf(st->msg, sizeof(st->msg), "%s", r == -EPROTO ? "ReadDir paging did not advance" : "");
+fail:
+	entries_free(e, n);
+	return r;
+}
+
+/* ---- exec ---- */
+
+static int exec_error_exit(const struct wsc_status *st)
+{
+	switch (st->code) {
+	case WSB_NOT_FOUND:
+		return EXIT_NOT_FOUND;
+	case WSB_PERMISSION_DENIED:
+		return EXIT_CANNOT_RUN;
+	default:
+		return EXIT_EXEC_FAIL;
+	}
+}
+
+static int cmd_exec(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "cwd", required_argument, NULL, 'C' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "shell", no_argument, NULL, 's' },
+		{ "stdin", no_argument, NULL, 'i' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	Wsbridge__V1__ExecRequest req = WSBRIDGE__V1__EXEC_REQUEST__INIT;
+	ProtobufCBinaryData *env = NULL, *args = NULL;
+	Wsbridge__V1__ExecExit ex = WSBRIDGE__V1__EXEC_EXIT__INIT;
+	bool shell = false, with_stdin = false, exited = false;
+	struct wsc_stream *s = NULL;
+	struct wsc_status st;
+	uint8_t *in = NULL;
+	size_t n_env = 0;
+	int c, r, code, out_err = 0;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "+ie:C:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'C':
+			req.cwd = bin(optarg);
+			break;
+		case 'e': {
+			ProtobufCBinaryData *ne;
+
+			if (!strchr(optarg, '=') || optarg[0] == '=')
+				usage_error("exec: --env wants KEY=VALUE, not %s", q(optarg));
+			ne = realloc(env, (n_env + 1) * sizeof(*ne));
+			if (!ne) {
+				report_errno(NULL, ENOMEM);
+				return EXIT_EXEC_FAIL;
+			}
+			env = ne;
+			env[n_env++] = bin(optarg);
+			break;
+		}
+		case 'T': {
+			char *end;
+			double sec;
+
+			errno = 0;
+			sec = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(sec >= 0) || sec * 1000.0 > UINT32_MAX)
+				usage_error("exec: --timeout wants seconds (0 to %u), not %s",
+					    UINT32_MAX / 1000, q(optarg));
+			req.timeout_ms = (uint32_t)(sec * 1000.0);
+			if (sec > 0 && req.timeout_ms == 0)
+				req.timeout_ms = 1;
+			break;
+		}
+		case 's':
+			shell = true;
+			break;
+		case 'i':
+			with_stdin = true;
+			break;
+		case 'h':
+			printf("Usage: wsctl exec [--cwd DIR] [--env KEY=VALUE]... [--timeout SEC] [-i] -- PROG [ARG]...\n"
+			       "       wsctl exec --shell [OPTIONS] -- 'SCRIPT' [ARG]...\n");
+			return 0;
+		default:
+			usage_error("exec: bad option");
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc < 1)
+		usage_error("exec: no command given");
+
+	if (shell) {
+		req.shell = bin(argv[0]);
+		if (req.shell.len == 0)
+			usage_error("exec: --shell wants a non-empty script");
+		if (argc > 1) {
+			args = calloc((size_t)argc - 1, sizeof(*args));
+			if (!args) {
+				report_errno(NULL, ENOMEM);
+				return EXIT_EXEC_FAIL;
+			}
+			for (int i = 1; i < argc; i++)
+				args[i - 1] = bin(argv[i]);
+			req.n_args = (size_t)argc - 1;
+			req.args = args;
+		}
+	} else {
+		args = calloc((size_t)argc, sizeof(*args));
+		if (!args) {
+			report_errno(NULL, ENOMEM);
+			return EXIT_EXEC_FAIL;
+		}
+		for (int i = 0; i < argc; i++)
+			args[i] = bin(argv[i]);
+		req.n_argv = (size_t)argc;
+		req.argv = args;
+	}
+	req.n_env = n_env;
+	req.env = env;
+
+	if (with_stdin) {
+		ssize_t n;
+
+		in = malloc(STDIN_MAX + 1);
+		if (!in) {
+			report_errno(NULL, ENOMEM);
+			code = EXIT_EXEC_FAIL;
+			goto out;
+		}
+		n = read_full(STDIN_FILENO, in, STDIN_MAX + 1);
+		if (n < 0) {
+			msg("exec: reading stdin: %s", strerror((int)-n));
+			code = EXIT_EXEC_FAIL;
+			goto out;
+		}
+		if ((size_t)n > STDIN_MAX) {
+			msg("exec: stdin is larger than the -i limit of %zu bytes", STDIN_MAX);
+			code = EXIT_EXEC_FAIL;
+			goto out;
+		}
+		req.stdin.data = in;
+		req.stdin.len = (size_t)n;
+	}
+
+	r = wsc_stream_open(g_client, M_EXEC, &req.base, 0, &s, &st);
+	if (r < 0) {
+		report(argv[0], &st);
+		code = exec_error_exit(&st);
+		goto out;
+	}
+	set_active(s);
+	for (;;) {
+		Wsbridge__V1__ExecEvent *ev;
+		ProtobufCMessage *m;
+
+		r = wsc_stream_recv(s, &wsbridge__v1__exec_event__descriptor, &m, &st);
+		if (r <= 0)
+			break;
+		ev = (Wsbridge__V1__ExecEvent *)m;
+		switch (ev->event_case) {
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED_PID:
+			if (g_verbose)
+				msg("exec: started pid %" PRIu32, ev->started_pid);
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDOUT:
+			if (!out_err && ev->stdout && ev->stdout->data.len)
+				out_err = write_all(STDOUT_FILENO, ev->stdout->data.data, ev->stdout->data.len);
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDERR:
+			if (ev->stderr && ev->stderr->data.len)
+				(void)write_all(STDERR_FILENO, ev->stderr->data.data, ev->stderr->data.len);
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED:
+			if (ev->exited) {
+				ex = *ev->exited;
+				exited = true;
+			}
+			break;
+		default:
+			break;
+		}
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (out_err) {
+			/* Our stdout is gone: stop the command, as a pipe would. */
+			wsc_stream_cancel(s);
+			break;
+		}
+	}
+	set_active(NULL);
+
+	if (out_err == -EPIPE) {
+		code = 128 + SIGPIPE;
+	} else if (out_err) {
+		msg("exec: writing stdout: %s", strerror(-out_err));
+		code = EXIT_EXEC_FAIL;
+	} else if (interrupted()) {
+		code = 128 + interrupted();
+	} else if (r < 0) {
+		report(argv[0], &st);
+		code = exec_error_exit(&st);
+	} else if (!exited) {
+		msg("exec %s: the server ended the call without an exit status", q(argv[0]));
+		code = EXIT_EXEC_FAIL;
+	} else if (ex.timed_out) {
+		code = EXIT_TIMEDOUT;
+	} else if (ex.signal > 0) {
+		code = 128 + (ex.signal & 0x7f);
+	} else {
+		code = ex.code & 0xff;
+	}
+out:
+	wsc_stream_free(s);
+	free(in);
+	free(args);
+	free(env);
+	return code;
+}
+
+/* ---- download ---- */
+
+/*
+ * Download @remote into @fd. With @seek, holes become lseek(SEEK_CUR) plus a
+ * final ftruncate (fd must be a new, empty regular file); else zeros are
+ * written. *ret_mode gets the remote mode, or 0 if the server sent no attr.
+ */
+static int download(const char *remote, int fd, bool seek, uint32_t *ret_mode, struct wsc_status *st)
+{
+	Wsbridge__V1__DownloadRequest req = WSBRIDGE__V1__DOWNLOAD_REQUEST__INIT;
+	struct wsc_stream *s;
+	struct progress pr;
+	uint64_t pos = 0;
+	int r;
+
+	progress_init(&pr, remote, 0);
+	*ret_mode = 0;
+	req.path = bin(remote);
+	r = wsc_stream_open(g_client, M_DOWNLOAD, &req.base, 0, &s, st);
+	if (r < 0)
+		return r;
+	set_active(s);
+	for (;;) {
+		Wsbridge__V1__DownloadChunk *ch;
+		ProtobufCMessage *m;
+
+		r = wsc_stream_recv(s, &wsbridge__v1__download_chunk__descriptor, &m, st);
+		if (r <= 0)
+			break;
+		ch = (Wsbridge__V1__DownloadChunk *)m;
+		if (ch->attr && !*ret_mode) {
+			*ret_mode = ch->attr->mode;
+			pr.total = ch->attr->size;
+		}
+		if (ch->data.len > (uint64_t)INT64_MAX - pos || ch->hole > (uint64_t)INT64_MAX - pos - ch->data.len) {
+			protobuf_c_message_free_unpacked(m, NULL);
+			r = -EFBIG;
+			goto local;
+		}
+		r = write_all(fd, ch->data.data, ch->data.len);
+		if (r == 0 && ch->hole) {
+			if (seek)
+				r = lseek(fd, (off_t)ch->hole, SEEK_CUR) < 0 ? -errno : 0;
+			else
+				r = write_zeros(fd, ch->hole);
+		}
+		pos += ch->data.len + ch->hole;
+		progress_add(&pr, ch->data.len + ch->hole);
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (r < 0)
+			goto local;
+	}
+	if (r == 0 && seek && ftruncate(fd, (off_t)pos) < 0) {
+		r = -errno;
+		goto local;
+	}
+	progress_end(&pr);
+	if (r < 0 || !seek) {
+		set_active(NULL);
+		wsc_stream_free(s);
+		return r;
+	}
+	/* Stay "active" until the caller renamed: see cmd_get. */
+	return 0;
+
+local:
+	progress_end(&pr);
+	set_active(NULL);
+	wsc_stream_free(s);
+	st->code = wsb_status_from_errno(-r);
+	st->err = -r;
+	st->has_errno = false;
+	st->msg[0] = '\0';
+	return r;
+}
+
+/* End of the "active" window opened by a successful download(seek). */
+static void download_done(void)
+{
+	struct wsc_stream *s;
+
+	pthread_mutex_lock(&g_sig.lock);
+	s = g_sig.active;
+	g_sig.active = NULL;
+	pthread_mutex_unlock(&g_sig.lock);
+	wsc_stream_free(s);
+}
+
+static int exit_for(int r)
+{
+	if (interrupted())
+		return 128 + interrupted();
+	return r < 0 ? EXIT_FAILURE : 0;
+}
+
+static int cmd_cat(int argc, char **argv)
+{
+	struct wsc_status st;
+	uint32_t mode;
+	int r, rc = 0;
+
+	if (argc < 2)
+		usage_error("cat: no PATH given");
+	for (int i = 1; i < argc; i++) {
+		r = download(argv[i], STDOUT_FILENO, false, &mode, &st);
+		if (r < 0) {
+			if (interrupted())
+				return exit_for(r);
+			if (r == -EPIPE && !st.msg[0])
+				return 128 + SIGPIPE;
+			report(argv[i], &st);
+			rc = EXIT_FAILURE;
+		}
+	}
+	return rc;
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	const char *remote, *local;
+	char *target = NULL, *tmp = NULL, *dir, *slash;
+	struct wsc_status st;
+	struct stat sb;
+	uint32_t mode;
+	int fd, r;
+
+	if (argc != 3)
+		usage_error("get: want REMOTE LOCAL");
+	remote = argv[1];
+	local = argv[2];
+	if (!strcmp(local, "-")) {
+		r = download(remote, STDOUT_FILENO, false, &mode, &st);
+		if (r < 0 && !interrupted())
+			report(remote, &st);
+		return exit_for(r);
+	}
+
+	if (stat(local, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		char *b = base_name(remote);
+
+		if (!b) {
+			msg("get %s: names no file", q(remote));
+			return EXIT_FAILURE;
+		}
+		target = join(local, b);
+		free(b);
+	} else {
+		target = strdup(local);
+		if (!target) {
+			report_errno(local, ENOMEM);
+			return EXIT_FAILURE;
+		}
+	}
+	/* Temp file beside the target: ".NAME.wsctl-XXXXXX". */
+	dir = strdup(target);
+	if (!dir) {
+		report_errno(local, ENOMEM);
+		free(target);
+		return EXIT_FAILURE;
+	}
+	slash = strrchr(dir, '/');
+	if (asprintf(&tmp, "%.*s.%s.wsctl-XXXXXX", slash ? (int)(slash - dir + 1) : 0, dir,
+		     slash ? slash + 1 : dir) < 0)
+		tmp = NULL;
+	free(dir);
+	if (!tmp) {
+		report_errno(local, ENOMEM);
+		free(target);
+		return EXIT_FAILURE;
+	}
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		report_errno(target, errno);
+		free(tmp);
+		free(target);
+		return EXIT_FAILURE;
+	}
+
+	r = download(remote, fd, true, &mode, &st);
+	if (r < 0) {
+		if (!interrupted())
+			report(remote, &st);
+		goto fail;
+	}
+	if (fchmod(fd, ((mode ? mode : 0666) & 0777) & ~g_umask) < 0 || fsync(fd) < 0) {
+		r = -errno;
+		report_errno(target, errno);
+		goto fail_active;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		r = -errno;
+		report_errno(target, errno);
+		goto fail_active;
+	}
+	fd = -1;
+	if (rename(tmp, target) < 0) {
+		r = -errno;
+		report_errno(target, errno);
+		goto fail_active;
+	}
+	download_done();
+	free(tmp);
+	free(target);
+	return exit_for(0);
+
+fail_active:
+	download_done();
+fail:
+	if (fd >= 0)
+		close(fd);
+	(void)unlink(tmp);
+	free(tmp);
+	free(target);
+	return exit_for(r);
+}
+
+/* ---- upload ---- */
+
+struct upload {
+	struct wsc_stream *s;
+	uint8_t *buf;    /* CHUNK bytes */
+	size_t len;      /* pending data in buf */
+	uint64_t hole;   /* pending zeros after it */
+	bool pending;
+	struct progress pr;
+};
+
+/* Send what is pending; @commit marks the last chunk (always sent), which
+ * tells agentd the data is complete (UploadChunk.commit). */
+static int up_flush(struct upload *u, bool commit, struct wsc_status *st)
+{
+	Wsbridge__V1__UploadChunk ch = WSBRIDGE__V1__UPLOAD_CHUNK__INIT;
+	int r;
+
+	if (!u->pending && !commit)
+		return 0;
+	ch.data.data = u->buf;
+	ch.data.len = u->len;
+	ch.hole = u->hole;
+	ch.commit = commit;
+	r = wsc_stream_send(u->s, &ch.base, st);
+	progress_add(&u->pr, u->len + u->hole);
+	u->pending = false;
+	u->len = 0;
+	u->hole = 0;
+	return r;
+}
+
+static void up_hole(struct upload *u, uint64_t n)
+{
+	u->pending = true;
+	u->hole += n;
+}
+
+/* Send the contents of @fd: sparse-aware for a regular file of @size bytes. */
+static int up_data(struct upload *u, int fd, bool regular, uint64_t size, struct wsc_status *st)
+{
+	uint64_t pos = 0;
+	ssize_t n;
+	int r;
+
+	while (regular && pos < size) {
+		off_t data = lseek(fd, (off_t)pos, SEEK_DATA), hole;
+
+		if (data < 0 && errno == ENXIO) {
+			up_hole(u, size - pos);
+			return 0;
+		}
+		if (data < 0) {
+			/* No SEEK_DATA here: read the rest as data. */
+			if (lseek(fd, (off_t)pos, SEEK_SET) < 0)
+				return -errno;
+			break;
+		}
+		if ((uint64_t)data > size)
+			data = (off_t)size;
+		if ((uint64_t)data > pos) {
+			up_hole(u, (uint64_t)data - pos);
+			pos = (uint64_t)data;
+		}
+		hole = lseek(fd, (off_t)pos, SEEK_HOLE);
+		if (hole < 0 || (uint64_t)hole > size)
+			hole = (off_t)size;
+		while (pos < (uint64_t)hole) {
+			size_t want = (uint64_t)hole - pos < CHUNK ? (size_t)((uint64_t)hole - pos) : CHUNK;
+
+			r = up_flush(u, false, st);
+			if (r < 0)
+				return r;
+			do
+				n = pread(fd, u->buf, want, (off_t)pos);
+			while (n < 0 && errno == EINTR);
+			if (n < 0)
+				return -errno;
+			if (n == 0)
+				return 0; /* the file shrank: send what it holds */
+			u->len = (size_t)n;
+			u->pending = true;
+			pos += (uint64_t)n;
+		}
+		if (interrupted())
+			return -ECANCELED;
+	}
+	if (regular && pos >= size)
+		return 0;
+	for (;;) {
+		r = up_flush(u, false, st);
+		if (r < 0)
+			return r;
+		n = read_full(fd, u->buf, CHUNK);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return 0;
+		u->len = (size_t)n;
+		u->pending = true;
+		if (interrupted())
+			return -ECANCELED;
+	}
+}
+
+static int cmd_put(int argc, char **argv)
+{
+	Wsbridge__V1__UploadChunk first = WSBRIDGE__V1__UPLOAD_CHUNK__INIT;
+	Wsbridge__V1__UploadHeader hdr = WSBRIDGE__V1__UPLOAD_HEADER__INIT;
+	Wsbridge__V1__UploadReply *rep = NULL;
+	const char *local, *remote;
+	char *target = NULL;
+	struct upload u = { 0 };
+	struct wsc_status st;
+	ProtobufCMessage *m;
+	struct stat sb;
+	bool std_in;
+	int fd, r;
+
+	if (argc != 3)
+		usage_error("put: want LOCAL REMOTE");
+	local = argv[1];
+	remote = argv[2];
+	std_in = !strcmp(local, "-");
+	if (std_in) {
+		fd = STDIN_FILENO;
+	} else {
+		fd = open(local, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			report_errno(local, errno);
+			return EXIT_FAILURE;
+		}
+	}
+	if (fstat(fd, &sb) < 0) {
+		report_errno(local, errno);
+		r = -1;
+		goto out;
+	}
+	if (S_ISDIR(sb.st_mode)) {
+		report_errno(local, EISDIR);
+		r = -1;
+		goto out;
+	}
+
+	/* Into an existing directory, as cp(1) does. */
+	r = std_in ? 0 : remote_is_dir(remote, &st);
+	if (r < 0) {
+		report(remote, &st);
+		goto out;
+	}
+	if (r > 0) {
+		char *b = base_name(local);
+
+		if (!b) {
+			report_errno(local, EINVAL);
+			r = -1;
+			goto out;
+		}
+		target = join(remote, b);
+		free(b);
+	} else {
+		target = strdup(remote);
+		if (!target) {
+			report_errno(NULL, ENOMEM);
+			r = -1;
+			goto out;
+		}
+	}
+
+	u.buf = malloc(CHUNK);
+	if (!u.buf) {
+		report_errno(NULL, ENOMEM);
+		r = -1;
+		goto out;
+	}
+	progress_init(&u.pr, local, S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0);
+	hdr.path = bin(target);
+	hdr.mode = (std_in || !S_ISREG(sb.st_mode) ? 0666 : sb.st_mode & 0777) & ~g_umask;
+	hdr.size_hint = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+	first.header = &hdr;
+	r = wsc_stream_open(g_client, M_UPLOAD, NULL, 0, &u.s, &st);
+	if (r < 0) {
+		report(target, &st);
+		goto out;
+	}
+	set_active(u.s);
+	r = wsc_stream_send(u.s, &first.base, &st);
+	if (r < 0)
+		goto failed;
+	r = up_data(&u, fd, S_ISREG(sb.st_mode), (uint64_t)sb.st_size, &st);
+	if (r == 0)
+		r = up_flush(&u, true, &st);
+	if (r < 0) {
+		if (st.code == WSB_OK) {
+			/* A local failure: tell the server to drop the upload. */
+			int err = -r;
+
+			wsc_stream_cancel(u.s);
+			progress_end(&u.pr);
+			if (!interrupted())
+				report_errno(local, err);
+			goto out;
+		}
+		goto failed;
+	}
+	r = wsc_stream_finish(u.s, &wsbridge__v1__upload_reply__descriptor, &m, &st);
+	if (r < 0)
+		goto failed;
+	rep = (Wsbridge__V1__UploadReply *)m;
+	progress_end(&u.pr);
+	if (g_verbose)
+		msg("put %s: %" PRIu64 " bytes", q(target), rep->size);
+	protobuf_c_message_free_unpacked(m, NULL);
+	goto out;
+
+failed:
+	progress_end(&u.pr);
+	if (!interrupted())
+		report(target, &st);
+out:
+	set_active(NULL);
+	wsc_stream_free(u.s);
+	free(u.buf);
+	free(target);
+	if (!std_in && fd >= 0)
+		close(fd);
+	return exit_for(r);
+}
+
+/* ---- ls / stat ---- */
+
+static void mode_string(uint32_t mode, char out[11])
+{
+	char t = '?';
+
+	switch (mode & S_IFMT) {
+	case S_IFREG: t = '-'; break;
+	case S_IFDIR: t = 'd'; break;
+	case S_IFLNK: t = 'l'; break;
+	case S_IFCHR: t = 'c'; break;
+	case S_IFBLK: t = 'b'; break;
+	case S_IFIFO: t = 'p'; break;
+	case S_IFSOCK: t = 's'; break;
+	}
+	out[0] = t;
+	out[1] = mode & S_IRUSR ? 'r' : '-';
+	out[2] = mode & S_IWUSR ? 'w' : '-';
+	out[3] = mode & S_ISUID ? (mode & S_IXUSR ? 's' : 'S') : (mode & S_IXUSR ? 'x' : '-');
+	out[4] = mode & S_IRGRP ? 'r' : '-';
+	out[5] = mode & S_IWGRP ? 'w' : '-';
+	out[6] = mode & S_ISGID ? (mode & S_IXGRP ? 's' : 'S') : (mode & S_IXGRP ? 'x' : '-');
+	out[7] = mode & S_IROTH ? 'r' : '-';
+	out[8] = mode & S_IWOTH ? 'w' : '-';
+	out[9] = mode & S_ISVTX ? (mode & S_IXOTH ? 't' : 'T') : (mode & S_IXOTH ? 'x' : '-');
+	out[10] = '\0';
+}
+
+static const char *type_name(uint32_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: return "regular file";
+	case S_IFDIR: return "directory";
+	case S_IFLNK: return "symbolic link";
+	case S_IFCHR: return "character special file";
+	case S_IFBLK: return "block special file";
+	case S_IFIFO: return "fifo";
+	case S_IFSOCK: return "socket";
+	}
+	return "unknown";
+}
+
+/* ls -l date: "Mon DD HH:MM" within six months, else "Mon DD  YYYY". */
+static void ls_time(int64_t ns, char *buf, size_t len)
+{
+	time_t t = (time_t)(ns / 1000000000), now = time(NULL);
+	struct tm tm;
+
+	if (!localtime_r(&t, &tm)) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	if (t > now - 182 * 24 * 3600 && t <= now + 3600)
+		strftime(buf, len, "%b %e %H:%M", &tm);
+	else
+		strftime(buf, len, "%b %e  %Y", &tm);
+}
+
+static int digits(uint64_t v)
+{
+	int n = 1;
+
+	while (v >= 10) {
+		v /= 10;
+		n++;
+	}
+	return n;
+}
+
+static void print_name(const char *name)
+{
+	(void)write_all(STDOUT_FILENO, name, strlen(name));
+}
+
+static void ls_long(const char *dir, const struct entry *e, size_t n)
+{
+	int wl = 1, wu = 1, wg = 1, ws = 1;
+	uint64_t blocks = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!e[i].has_attr)
+			continue;
+		wl = digits(e[i].attr.nlink) > wl ? digits(e[i].attr.nlink) : wl;
+		wu = digits(e[i].attr.uid) > wu ? digits(e[i].attr.uid) : wu;
+		wg = digits(e[i].attr.gid) > wg ? digits(e[i].attr.gid) : wg;
+		ws = digits(e[i].attr.size) > ws ? digits(e[i].attr.size) : ws;
+		blocks += e[i].attr.blocks;
+	}
+	if (dir)
+		printf("total %" PRIu64 "\n", blocks / 2);
+	for (size_t i = 0; i < n; i++) {
+		const Wsbridge__V1__Attr *a = &e[i].attr;
+		char mode[11], when[64];
+
+		if (!e[i].has_attr) {
+			printf("?????????? %*s %*s %*s %*s %12s ", wl, "?", wu, "?", wg, "?", ws, "?", "?");
+		} else {
+			mode_string(a->mode, mode);
+			ls_time(a->mtime_ns, when, sizeof(when));
+			printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %s ", mode, wl,
+			       a->nlink, wu, a->uid, wg, a->gid, ws, a->size, when);
+		}
+		fflush(stdout);
+		print_name(e[i].name);
+		if (e[i].has_attr && S_ISLNK(a->mode)) {
+			char *p = dir ? join(dir, e[i].name) : strdup(e[i].name);
+			Wsbridge__V1__PathRequest req = WSBRIDGE__V1__PATH_REQUEST__INIT;
+			struct wsc_status st;
+			ProtobufCMessage *m;
+
+			req.path = bin(p ? p : "");
+			if (p && wsc_unary(g_client, M_READLINK, &req.base,
+					   &wsbridge__v1__readlink_reply__descriptor, &m, &st) == 0) {
+				Wsbridge__V1__ReadlinkReply *rl = (Wsbridge__V1__ReadlinkReply *)m;
+
+				(void)write_all(STDOUT_FILENO, " -> ", 4);
+				(void)write_all(STDOUT_FILENO, rl->target.data, rl->target.len);
+				protobuf_c_message_free_unpacked(m, NULL);
+			}
+			free(p);
+		}
+		(void)write_all(STDOUT_FILENO, "\n", 1);
+	}
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	static const struct option opts[] = { { "long", no_argument, NULL, 'l' }, {} };
+	Wsbridge__V1__StatReply *sr;
+	struct wsc_status st;
+	struct entry *e;
+	const char *path;
+	bool lng = false, dir;
+	size_t n;
+	int c, r;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "l", opts, NULL)) != -1) {
+		if (c != 'l')
+			usage_error("ls: bad option");
+		lng = true;
+	}
+	if (argc - optind > 1)
+		usage_error("ls: at most one PATH");
+	path = optind < argc ? argv[optind] : "";
+
+	r = rpc_stat(path, false, &sr, &st);
+	if (r < 0) {
+		report(path[0] ? path : "/", &st);
+		return exit_for(r);
+	}
+	dir = S_ISDIR(sr->attr->mode);
+	if (S_ISLNK(sr->attr->mode)) {
+		r = remote_is_dir(path, &st);
+		dir = r > 0;
+	}
+	if (!dir) {
+		struct entry one = { .name = (char *)path, .has_attr = true, .attr = *sr->attr };
+
+		protobuf_c_message_free_unpacked(&sr->base, NULL);
+		if (lng) {
+			ls_long(NULL, &one, 1);
+		} else {
+			print_name(path);
+			(void)write_all(STDOUT_FILENO, "\n", 1);
+		}
+		return 0;
+	}
+	protobuf_c_message_free_unpacked(&sr->base, NULL);
+
+	r = list_dir(path, &e, &n, &st);
+	if (r < 0) {
+		report(path[0] ? path : "/", &st);
+		return exit_for(r);
+	}
+	if (lng) {
+		ls_long(path, e, n);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			print_name(e[i].name);
+			(void)write_all(STDOUT_FILENO, "\n", 1);
+		}
+	}
+	entries_free(e, n);
+	return 0;
+}
+
+static void print_time(const char *label, int64_t ns)
+{
+	time_t t = (time_t)(ns / 1000000000);
+	long frac = (long)(ns % 1000000000);
+	char buf[64], zone[16];
+	struct tm tm;
+
+	if (frac < 0) {
+		frac += 1000000000;
+		t--;
+	}
+	if (!localtime_r(&t, &tm)) {
+		printf("%s: %" PRId64 " ns\n", label, ns);
+		return;
+	}
+	strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+	strftime(zone, sizeof(zone), "%z", &tm);
+	printf("%s: %s.%09ld %s\n", label, buf, frac, zone);
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	static const struct option opts[] = { { "follow", no_argument, NULL, 'L' }, {} };
+	Wsbridge__V1__StatReply *sr;
+	struct wsc_status st;
+	bool follow = false;
+	int c, r, rc = 0;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "L", opts, NULL)) != -1) {
+		if (c != 'L')
+			usage_error("stat: bad option");
+		follow = true;
+	}
+	if (optind >= argc)
+		usage_error("stat: no PATH given");
+	for (int i = optind; i < argc; i++) {
+		const Wsbridge__V1__Attr *a;
+		char mode[11];
+
+		r = rpc_stat(argv[i], follow, &sr, &st);
+		if (r < 0) {
+			report(argv[i], &st);
+			rc = exit_for(r);
+			continue;
+		}
+		a = sr->attr;
+		mode_string(a->mode, mode);
+		fputs("  File: ", stdout);
+		fflush(stdout);
+		print_name(argv[i]);
+		printf("\n  Type: %s\n", type_name(a->mode));
+		printf("  Mode: %04" PRIo32 " (%s)\n", a->mode & 07777, mode);
+		printf("  Size: %" PRIu64 "\n", a->size);
+		printf("Blocks: %" PRIu64 " (512-byte)\n", a->blocks);
+		printf("IO Block: %" PRIu32 "\n", a->blksize);
+		printf(" Inode: %" PRIu64 "\n", a->ino);
+		printf(" Links: %" PRIu32 "\n", a->nlink);
+		printf("   Uid: %" PRIu32 "\n", a->uid);
+		printf("   Gid: %" PRIu32 "\n", a->gid);
+		printf("  Rdev: %" PRIu64 " (%u:%u)\n", a->rdev, major(a->rdev), minor(a->rdev));
+		print_time("Access", a->atime_ns);
+		print_time("Modify", a->mtime_ns);
+		print_time("Change", a->ctime_ns);
+		fflush(stdout);
+		protobuf_c_message_free_unpacked(&sr->base, NULL);
+	}
+	return rc;
+}
+
+/* ---- mkdir / rm / mv ---- */
+
+static int mkdir_one(const char *path, bool parents)
+{
+	Wsbridge__V1__MkdirRequest req = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
+	struct wsc_status st;
+	int r;
+
+	req.path = bin(path);
+	req.mode = 0777 & ~g_umask;
+	r = wsc_unary(g_client, M_MKDIR, &req.base, &wsbridge__v1__attr_reply__descriptor, NULL, &st);
+	if (r == -EEXIST && parents) {
+		struct wsc_status st2;
+		int d = remote_is_dir(path, &st2);
+
+		if (d > 0)
+			return 0;
+	}
+	if (r < 0)
+		report(path, &st);
+	return r;
+}
+
+static int cmd_mkdir(int argc, char **argv)
+{
+	static const struct option opts[] = { { "parents", no_argument, NULL, 'p' }, {} };
+	bool parents = false;
+	int c, rc = 0;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "p", opts, NULL)) != -1) {
+		if (c != 'p')
+			usage_error("mkdir: bad option");
+		parents = true;
+	}
+	if (optind >= argc)
+		usage_error("mkdir: no PATH given");
+	for (int i = optind; i < argc; i++) {
+		const char *p = argv[i];
+		int r = 0;
+
+		if (parents) {
+			/* Each prefix ending before a '/', then the whole path. */
+			char *buf = strdup(p);
+
+			if (!buf) {
+				report_errno(p, ENOMEM);
+				return EXIT_FAILURE;
+			}
+			for (char *s = buf; r == 0 && *s; s++) {
+				if (*s != '/' || s == buf || s[-1] == '/')
+					continue;
+				*s = '\0';
+				if (!is_root(buf))
+					r = mkdir_one(buf, true);
+				*s = '/';
+			}
+			free(buf);
+			if (r == 0 && !is_root(p))
+				r = mkdir_one(p, true);
+		} else {
+			r = mkdir_one(p, false);
+		}
+		if (r < 0)
+			rc = exit_for(r);
+	}
+	return rc;
+}
+
+static int rm_tree(const char *path, bool force);
+
+/* Remove one entry whose lstat mode is @mode (0 if unknown). */
+static int rm_entry(const char *path, uint32_t mode, bool force, bool recursive)
+{
+	struct wsc_status st;
+	int r;
+
+	if (interrupted())
+		return -ECANCELED;
+	if (!mode) {
+		Wsbridge__V1__StatReply *sr;
+
+		r = rpc_stat(path, false, &sr, &st);
+		if (r < 0) {
+			if (r == -ENOENT && force)
+				return 0;
+			report(path, &st);
+			return r;
+		}
+		mode = sr->attr->mode;
+		protobuf_c_message_free_unpacked(&sr->base, NULL);
+	}
+	if (S_ISDIR(mode)) {
+		if (!recursive) {
+			report_errno(path, EISDIR);
+			return -EISDIR;
+		}
+		return rm_tree(path, force);
+	}
+	r = rpc_path(M_UNLINK, path, &st);
+	if (r < 0 && !(r == -ENOENT && force))
+		report(path, &st);
+	else
+		r = 0;
+	return r;
+}
+
+/* Depth-first: the entries of @path, then @path itself. */
+static int rm_tree(const char *path, bool force)
+{
+	struct wsc_status st;
+	struct entry *e;
+	size_t n;
+	int r, rc = 0;
+
+	r = list_dir(path, &e, &n, &st);
+	if (r < 0) {
+		if (r == -ENOENT && force)
+			return 0;
+		if (r != -ECANCELED)
+			report(path, &st);
+		return r;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char *child = join(path, e[i].name);
+
+		r = rm_entry(child, e[i].has_attr ? e[i].attr.mode : 0, force, true);
+		free(child);
+		if (r == -ECANCELED) {
+			entries_free(e, n);
+			return r;
+		}
+		if (r < 0)
+			rc = r;
+	}
+	entries_free(e, n);
+	if (rc < 0)
+		return rc; /* the directory is not empty; its errors were shown */
+	r = rpc_path(M_RMDIR, path, &st);
+	if (r < 0 && !(r == -ENOENT && force)) {
+		report(path, &st);
+		return r;
+	}
+	return 0;
+}
+
+static int cmd_rm(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "recursive", no_argument, NULL, 'r' },
+		{ "force", no_argument, NULL, 'f' },
+		{}
+	};
+	bool recursive = false, force = false;
+	int c, rc = 0;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "rRf", opts, NULL)) != -1) {
+		switch (c) {
+		case 'r':
+		case 'R':
+			recursive = true;
+			break;
+		case 'f':
+			force = true;
+			break;
+		default:
+			usage_error("rm: bad option");
+		}
+	}
+	if (optind >= argc && !force)
+		usage_error("rm: no PATH given");
+	for (int i = optind; i < argc; i++) {
+		char *b = base_name(argv[i]);
+		int r;
+
+		if (is_root(argv[i])) {
+			msg("rm %s: refusing to remove the workspace root", q(argv[i]));
+			rc = EXIT_FAILURE;
+		} else if (b && (!strcmp(b, ".") || !strcmp(b, ".."))) {
+			msg("rm %s: refusing to remove '.' or '..'", q(argv[i]));
+			rc = EXIT_FAILURE;
+		} else {
+			r = rm_entry(argv[i], 0, force, recursive);
+			if (r < 0)
+				rc = exit_for(r);
+		}
+		free(b);
+		if (interrupted())
+			return exit_for(-ECANCELED);
+	}
+	return rc;
+}
+
+static int cmd_mv(int argc, char **argv)
+{
+	Wsbridge__V1__RenameRequest req = WSBRIDGE__V1__RENAME_REQUEST__INIT;
+	struct wsc_status st;
+	char *to = NULL;
+	int r;
+
+	if (argc != 3)
+		usage_error("mv: want FROM TO");
+	/* Into an existing directory, as mv(1) does. */
+	r = remote_is_dir(argv[2], &st);
+	if (r < 0) {
+		report(argv[2], &st);
+		return exit_for(r);
+	}
+	if (r > 0) {
+		char *b = base_name(argv[1]);
+
+		if (!b) {
+			msg("mv %s: cannot move the workspace root", q(argv[1]));
+			return EXIT_FAILURE;
+		}
+		to = join(argv[2], b);
+		free(b);
+	}
+	req.from = bin(argv[1]);
+	req.to = bin(to ? to : argv[2]);
+	r = wsc_unary(g_client, M_RENAME, &req.base, &wsbridge__v1__empty__descriptor, NULL, &st);
+	if (r < 0)
+		report(argv[1], &st);
+	free(to);
+	return exit_for(r);
+}
+
+static int cmd_health(int argc, char **argv)
+{
+	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	Grpc__Health__V1__HealthCheckResponse *rep;
+	const ProtobufCEnumValue *v;
+	struct wsc_status st;
+	ProtobufCMessage *m;
+	int r;
+
+	if (argc != 1)
+		usage_error("health: takes no arguments");
+	req.service = (char *)"";
+	r = wsc_unary(g_client, M_HEALTH, &req.base,
+		      &grpc__health__v1__health_check_response__descriptor, &m, &st);
+	if (r < 0) {
+		report(NULL, &st);
+		return EXIT_FAILURE;
+	}
+	rep = (Grpc__Health__V1__HealthCheckResponse *)m;
+	v = protobuf_c_enum_descriptor_get_value(
+		&grpc__health__v1__health_check_response__serving_status__descriptor, rep->status);
+	printf("%s\n", v ? v->name : "UNKNOWN");
+	r = rep->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
+	protobuf_c_message_free_unpacked(m, NULL);
+	return r;
+}
+
+/* ---- main ---- */
+
+static void help(void)
+{
+	printf("Usage: wsctl [OPTIONS] COMMAND [ARGS]...\n"
+	       "Run commands in a wsbridge workspace and move files in and out of it.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -a, --addr ADDR        agentd address: HOST:PORT or unix:/PATH\n"
+	       "                         (default $WSBRIDGE_ADDR, then " DEFAULT_ADDR ")\n"
+	       "      --exec CMD         reach agentd through a command's stdin/stdout, e.g.\n"
+	       "                         'kubectl exec -i POD -- agentd --stdio'\n"
+	       "      --token-file FILE  bearer token (default $WSBRIDGE_TOKEN_FILE)\n"
+	       "      --rpc-timeout SEC  deadline of each non-streaming call (default 30)\n"
+	       "  -v, --verbose          show the server's message with every error\n"
+	       "  -h, --help             show this help\n"
+	       "  -V, --version          show the version\n"
+	       "\n"
+	       "Commands (remote paths are relative to the workspace root):\n"
+	       "  exec [--cwd DIR] [--env K=V]... [--timeout SEC] [-i] [--shell] -- PROG [ARG]...\n"
+	       "                         run a command; -i sends wsctl's stdin to it (else it\n"
+	       "                         reads EOF); --shell runs /bin/sh -c PROG with ARGs as $1..\n"
+	       "  cat PATH...            write remote files to stdout\n"
+	       "  get REMOTE LOCAL       download (LOCAL '-' = stdout); written to a temp file\n"
+	       "                         and renamed, holes kept\n"
+	       "  put LOCAL REMOTE       upload (LOCAL '-' = stdin); holes kept\n"
+	       "  ls [-l] [PATH]         list a directory\n"
+	       "  stat [-L|--follow] PATH...  show attributes\n"
+	       "  mkdir [-p] PATH...     make directories\n"
+	       "  rm [-r] [-f] PATH...   remove files (-r: directories too)\n"
+	       "  mv FROM TO             rename (into TO if it is a directory)\n"
+	       "  health                 print the server's health (exit 0 if SERVING)\n"
+	       "\n"
+	       "Exit status: 0 ok, 1 a command failed, 2 usage error.\n"
+	       "exec: the command's status; 128+N if killed by signal N; 124 if --timeout\n"
+	       "expired; 127 program or cwd not found; 126 cannot run it; 125 other failure.\n"
+	       "Interrupted by signal N (Ctrl-C): 128+N; a running command is killed.\n");
+}
+
+static char *read_token(const char *file)
+{
+	char buf[4097];
+	ssize_t n;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		msg("token file %s: %s", q(file), strerror(errno));
+		exit(EXIT_USAGE);
+	}
+	n = read_full(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0) {
+		msg("token file %s: %s", q(file), strerror((int)-n));
+		exit(EXIT_USAGE);
+	}
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+			 buf[n - 1] == '\t'))
+		n--;
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+} commands[] = {
+	{ "exec", cmd_exec }, { "cat", cmd_cat },     { "get", cmd_get },     { "put", cmd_put },
+	{ "ls", cmd_ls },     { "stat", cmd_stat },   { "mkdir", cmd_mkdir }, { "rm", cmd_rm },
+	{ "mv", cmd_mv },     { "health", cmd_health },
+};
+
+int main(int argc, char **argv)
+{
+	enum { OPT_EXEC = 256, OPT_TOKEN_FILE, OPT_RPC_TIMEOUT };
+	static const struct option opts[] = {
+		{ "addr", required_argument, NULL, 'a' },
+		{ "exec", required_argument, NULL, OPT_EXEC },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "rpc-timeout", required_argument, NULL, OPT_RPC_TIMEOUT },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{}
+	};
+	struct wsc_options o = { .timeout_ms = 30000 };
+	const char *token_file = getenv("WSBRIDGE_TOKEN_FILE");
+	int (*fn)(int, char **) = NULL;
+	char *token = NULL;
+	static sigset_t sigs;
+	pthread_t th;
+	int c, r;
+
+	wsb_log_init("wsctl", WSB_LOG_WARNING);
+	o.target = getenv("WSBRIDGE_ADDR");
+	if (!o.target || !*o.target)
+		o.target = DEFAULT_ADDR;
+	while ((c = getopt_long(argc, argv, "+a:vhV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'a':
+			o.target = optarg;
+			break;
+		case OPT_EXEC:
+			o.exec_cmd = optarg;
+			break;
+		case OPT_TOKEN_FILE:
+			token_file = optarg;
+			break;
+		case OPT_RPC_TIMEOUT: {
+			char *end;
+			double sec;
+
+			errno = 0;
+			sec = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(sec >= 0) || sec > 86400.0 * 365)
+				usage_error("--rpc-timeout wants seconds, not %s", q(optarg));
+			o.timeout_ms = (uint32_t)(sec * 1000.0);
+			break;
+		}
+		case 'v':
+			g_verbose = true;
+			break;
+		case 'h':
+			help();
+			return 0;
+		case 'V':
+			printf("wsctl %s\n", WSB_VERSION);
+			return 0;
+		default:
+			usage_error("bad option");
+		}
+	}
+	if (optind >= argc)
+		usage_error("no command given");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[optind], commands[i].name))
+			fn = commands[i].fn;
+	if (!fn)
+		usage_error("unknown command %s", q(argv[optind]));
+	g_cmd = argv[optind];
+	if (g_verbose)
+		wsb_log_init("wsctl", WSB_LOG_DEBUG);
+
+	if (token_file && *token_file) {
+		token = read_token(token_file);
+		if (!token) {
+			report_errno(NULL, ENOMEM);
+			return EXIT_FAILURE;
+		}
+		o.token = token;
+	}
+	g_umask = umask(0);
+	umask(g_umask);
+
+	/* Before any thread exists, so that all inherit the mask. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	r = pthread_create(&th, NULL, signal_thread, &sigs);
+	if (r) {
+		report_errno(NULL, r);
+		return EXIT_FAILURE;
+	}
+
+	r = wsc_connect(&o, &g_client);
+	if (r < 0) {
+		if (r == -EINVAL && token)
+			msg("token file %s holds no valid token (printable ASCII)", q(token_file));
+		else
+			msg("cannot connect to %s: %s", q(o.exec_cmd ? o.exec_cmd : o.target),
+			    strerror(-r));
+		free(token);
+		stop_signal_thread(th);
+		return strcmp(g_cmd, "exec") ? EXIT_FAILURE : EXIT_EXEC_FAIL;
+	}
+	r = fn(argc - optind, argv + optind);
+	if (fflush(stdout) != 0 && r == 0) {
+		report_errno(NULL, errno);
+		r = EXIT_FAILURE;
+	}
+	g_client = wsc_free(g_client);
+	stop_signal_thread(th);
+	free(token);
+	return r;
+}

@@ -1,0 +1,402 @@
+# SPDX-License-Identifier: Apache-2.0
+"""wsbridge.v1.Workspace and Exec as a grpcio client sees them: errors carry
+the errno name in the "wsbridge-errno" trailer with the status code that
+follows from it, and the calls do what their POSIX namesakes do.
+
+Environment: WSB_TARGET, WSB_ROOT. Run by tests/integration/workspace.bats.
+"""
+import os
+import stat
+import threading
+import time
+import unittest
+
+import grpc
+
+import wsbtest
+from wsbtest import describe, pb, pbg, trailer
+
+TIMEOUT = wsbtest.TIMEOUT
+ROOT = wsbtest.env("WSB_ROOT")
+SC = grpc.StatusCode
+
+
+def rp(*parts):
+    return os.path.join(ROOT, *parts)
+
+
+class Base(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ch = wsbtest.channel()
+        cls.ws = pbg.WorkspaceStub(cls.ch)
+        cls.ex = pbg.ExecStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+
+    def fails(self, code, errno_name, fn, what, path=None):
+        """fn() fails with status @code and trailer @errno_name; the message
+        is non-empty and names @path when given."""
+        with self.assertRaises(grpc.RpcError, msg=what) as cm:
+            fn()
+        e = cm.exception
+        self.assertEqual((e.code(), trailer(e)), (code, errno_name),
+                         "%s: %s" % (what, describe(e)))
+        self.assertTrue(e.details(), "%s: empty status message" % what)
+        if path is not None:
+            self.assertIn(path, e.details(), "%s: message does not name the path" % what)
+        return e
+
+
+class Errors(Base):
+    def test_stat_missing(self):
+        self.fails(SC.NOT_FOUND, "ENOENT",
+                   lambda: self.ws.Stat(pb.StatRequest(path=b"missing.txt"), timeout=TIMEOUT),
+                   "Stat of a missing file", "missing.txt")
+        self.fails(SC.NOT_FOUND, "ENOENT",
+                   lambda: self.ws.Stat(pb.StatRequest(path=b"no/such/dir/f", follow=True),
+                                        timeout=TIMEOUT),
+                   "Stat below a missing dir")
+
+    def test_stat_through_file(self):
+        with open(rp("plain"), "w"):
+            pass
+        self.fails(SC.NOT_FOUND, "ENOTDIR",
+                   lambda: self.ws.Stat(pb.StatRequest(path=b"plain/x"), timeout=TIMEOUT),
+                   "Stat of plain/x")
+
+    def test_mkdir_existing(self):
+        os.makedirs(rp("exists"), exist_ok=True)
+        self.fails(SC.ALREADY_EXISTS, "EEXIST",
+                   lambda: self.ws.Mkdir(pb.MkdirRequest(path=b"exists", mode=0o755),
+                                         timeout=TIMEOUT),
+                   "Mkdir of an existing dir", "exists")
+
+    def test_rmdir_not_empty(self):
+        os.makedirs(rp("full", "child"), exist_ok=True)
+        self.fails(SC.FAILED_PRECONDITION, "ENOTEMPTY",
+                   lambda: self.ws.Rmdir(pb.PathRequest(path=b"full"), timeout=TIMEOUT),
+                   "Rmdir of a non-empty dir", "full")
+        self.assertTrue(os.path.isdir(rp("full", "child")))
+
+    def test_rmdir_file_unlink_dir(self):
+        with open(rp("afile"), "w"):
+            pass
+        os.makedirs(rp("adir"), exist_ok=True)
+        self.fails(SC.NOT_FOUND, "ENOTDIR",
+                   lambda: self.ws.Rmdir(pb.PathRequest(path=b"afile"), timeout=TIMEOUT),
+                   "Rmdir of a file")
+        self.fails(SC.FAILED_PRECONDITION, "EISDIR",
+                   lambda: self.ws.Unlink(pb.PathRequest(path=b"adir"), timeout=TIMEOUT),
+                   "Unlink of a directory")
+
+    def test_open_exclusive_existing(self):
+        with open(rp("excl"), "w"):
+            pass
+        self.fails(SC.ALREADY_EXISTS, "EEXIST",
+                   lambda: self.ws.Open(pb.OpenRequest(path=b"excl", access=pb.WRONLY,
+                                                       create=True, exclusive=True, mode=0o600),
+                                        timeout=TIMEOUT),
+                   "Open O_CREAT|O_EXCL of an existing file")
+
+    def test_bad_paths(self):
+        self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                   lambda: self.ws.Stat(pb.StatRequest(path=b"a\0b"), timeout=TIMEOUT),
+                   "path with a NUL byte")
+        self.fails(SC.INVALID_ARGUMENT, "ENAMETOOLONG",
+                   lambda: self.ws.Stat(pb.StatRequest(path=b"n" * 256), timeout=TIMEOUT),
+                   "a 256-byte name")
+        self.fails(SC.INVALID_ARGUMENT, "ENAMETOOLONG",
+                   lambda: self.ws.Stat(pb.StatRequest(path=b"a/" * 3000), timeout=TIMEOUT),
+                   "a path longer than PATH_MAX")
+
+    def test_bad_handle(self):
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Read(pb.ReadRequest(handle=987654321, size=10),
+                                        timeout=TIMEOUT),
+                   "Read of an unknown handle")
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Release(pb.HandleRequest(handle=987654321), timeout=TIMEOUT),
+                   "Release of an unknown handle")
+
+    def test_mknod_device_refused(self):
+        self.fails(SC.PERMISSION_DENIED, "EPERM",
+                   lambda: self.ws.Mknod(pb.MknodRequest(path=b"dev", mode=stat.S_IFCHR | 0o600),
+                                         timeout=TIMEOUT),
+                   "Mknod of a character device")
+        self.assertFalse(os.path.lexists(rp("dev")))
+
+    def test_getxattr_missing(self):
+        with open(rp("nox"), "w"):
+            pass
+        self.fails(SC.FAILED_PRECONDITION, "ENODATA",
+                   lambda: self.ws.GetXattr(pb.GetXattrRequest(path=b"nox", name=b"user.none"),
+                                            timeout=TIMEOUT),
+                   "GetXattr of a missing attribute")
+
+    def test_download_missing(self):
+        self.fails(SC.NOT_FOUND, "ENOENT",
+                   lambda: list(self.ws.Download(pb.DownloadRequest(path=b"nope"),
+                                                 timeout=TIMEOUT)),
+                   "Download of a missing file", "nope")
+
+    def test_exec_errors(self):
+        self.fails(SC.NOT_FOUND, "ENOENT",
+                   lambda: list(self.ex.Start(pb.ExecRequest(argv=[b"no-such-prog-wsb"]),
+                                              timeout=TIMEOUT)),
+                   "Exec of a missing program", "no-such-prog-wsb")
+        self.fails(SC.NOT_FOUND, "ENOENT",
+                   lambda: list(self.ex.Start(pb.ExecRequest(argv=[b"true"], cwd=b"nodir"),
+                                              timeout=TIMEOUT)),
+                   "Exec in a missing cwd", "nodir")
+        self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                   lambda: list(self.ex.Start(pb.ExecRequest(), timeout=TIMEOUT)),
+                   "Exec with neither argv nor shell")
+        self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                   lambda: list(self.ex.Start(pb.ExecRequest(argv=[b"true"], shell=b"true"),
+                                              timeout=TIMEOUT)),
+                   "Exec with both argv and shell")
+
+
+class Behaviour(Base):
+    def test_file_round_trip(self):
+        r = self.ws.Open(pb.OpenRequest(path=b"rw.bin", access=pb.RDWR, create=True,
+                                        mode=0o640), timeout=TIMEOUT)
+        h = r.handle
+        self.assertNotEqual(h, 0)
+        self.assertEqual(stat.S_IMODE(r.attr.mode), 0o640)
+        data = bytes(range(256)) * 5
+        w = self.ws.Write(pb.WriteRequest(handle=h, offset=10, data=data), timeout=TIMEOUT)
+        self.assertEqual(w.written, len(data))
+        self.assertEqual(w.attr.size, 10 + len(data))
+        rd = self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=100000), timeout=TIMEOUT)
+        self.assertEqual(rd.data, b"\0" * 10 + data)
+        rd = self.ws.Read(pb.ReadRequest(handle=h, offset=1000000, size=10), timeout=TIMEOUT)
+        self.assertEqual(rd.data, b"")
+        self.ws.Fsync(pb.FsyncRequest(handle=h), timeout=TIMEOUT)
+        # The handle survives an unlink of its path.
+        self.ws.Unlink(pb.PathRequest(path=b"rw.bin"), timeout=TIMEOUT)
+        self.assertFalse(os.path.exists(rp("rw.bin")))
+        rd = self.ws.Read(pb.ReadRequest(handle=h, offset=10, size=3), timeout=TIMEOUT)
+        self.assertEqual(rd.data, data[:3])
+        self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Read(pb.ReadRequest(handle=h, size=1), timeout=TIMEOUT),
+                   "Read after Release")
+
+    def test_stat_values(self):
+        with open(rp("st.txt"), "wb") as f:
+            f.write(b"12345")
+        os.chmod(rp("st.txt"), 0o604)
+        os.utime(rp("st.txt"), ns=(1_600_000_000_123_456_789, 1_500_000_000_987_654_321))
+        st = os.lstat(rp("st.txt"))
+        a = self.ws.Stat(pb.StatRequest(path=b"/st.txt"), timeout=TIMEOUT).attr
+        self.assertEqual((a.ino, a.mode, a.nlink, a.uid, a.gid, a.size, a.atime_ns, a.mtime_ns),
+                         (st.st_ino, st.st_mode, st.st_nlink, st.st_uid, st.st_gid, 5,
+                          1_600_000_000_123_456_789, 1_500_000_000_987_654_321))
+        os.symlink("st.txt", rp("st.lnk"))
+        a = self.ws.Stat(pb.StatRequest(path=b"st.lnk", follow=False), timeout=TIMEOUT).attr
+        self.assertTrue(stat.S_ISLNK(a.mode))
+        self.assertEqual(a.size, 6)
+        a = self.ws.Stat(pb.StatRequest(path=b"st.lnk", follow=True), timeout=TIMEOUT).attr
+        self.assertEqual(a.ino, st.st_ino)
+
+    def test_readdir_pages(self):
+        os.makedirs(rp("many"))
+        names = sorted(b"f%04d" % i for i in range(300))
+        for n in names:
+            open(os.path.join(rp("many").encode(), n), "w").close()
+        got, off, pages = [], 0, 0
+        while True:
+            r = self.ws.ReadDir(pb.ReadDirRequest(path=b"many", offset=off, max_entries=64),
+                                timeout=TIMEOUT)
+            pages += 1
+            self.assertLessEqual(len(r.entries), 64)
+            got += [e.name for e in r.entries]
+            for e in r.entries:
+                self.assertTrue(stat.S_ISREG(e.attr.mode), e.name)
+            if r.eof:
+                break
+            self.assertTrue(r.entries, "an empty page without eof")
+            off = r.entries[-1].next_offset
+            self.assertLess(pages, 100)
+        self.assertEqual(sorted(got), names)
+        self.assertGreaterEqual(pages, 5)
+
+    def test_rename_link_symlink(self):
+        with open(rp("a"), "w") as f:
+            f.write("A")
+        with open(rp("b"), "w") as f:
+            f.write("B")
+        self.ws.Rename(pb.RenameRequest(**{"from": b"a", "to": b"b"}), timeout=TIMEOUT)
+        with open(rp("b")) as f:
+            self.assertEqual(f.read(), "A")
+        self.assertFalse(os.path.exists(rp("a")))
+        with open(rp("c"), "w") as f:
+            f.write("C")
+        self.fails(SC.ALREADY_EXISTS, "EEXIST",
+                   lambda: self.ws.Rename(pb.RenameRequest(**{"from": b"c", "to": b"b",
+                                                              "noreplace": True}),
+                                          timeout=TIMEOUT),
+                   "Rename noreplace over an existing file")
+        self.ws.Rename(pb.RenameRequest(**{"from": b"c", "to": b"b", "exchange": True}),
+                       timeout=TIMEOUT)
+        with open(rp("b")) as f, open(rp("c")) as g:
+            self.assertEqual((f.read(), g.read()), ("C", "A"))
+        r = self.ws.Link(pb.LinkRequest(**{"from": b"b", "to": b"b2"}), timeout=TIMEOUT)
+        self.assertEqual(r.attr.nlink, 2)
+        self.assertEqual(os.stat(rp("b")).st_ino, os.stat(rp("b2")).st_ino)
+        self.ws.Symlink(pb.SymlinkRequest(target=b"b", path=b"bl"), timeout=TIMEOUT)
+        self.assertEqual(os.readlink(rp("bl")), "b")
+        self.assertEqual(self.ws.Readlink(pb.PathRequest(path=b"bl"), timeout=TIMEOUT).target,
+                         b"b")
+
+    def test_setattr(self):
+        with open(rp("sa"), "w") as f:
+            f.write("0123456789")
+        V = pb.SetAttrRequest
+        a = self.ws.SetAttr(V(path=b"sa", valid=V.MODE | V.SIZE, mode=0o600, size=4,
+                              mtime=pb.TimeSpec(ns=1_234_567_890_123_456_789)),
+                            timeout=TIMEOUT).attr
+        st = os.stat(rp("sa"))
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns),
+                         (0o600, 4, 1_234_567_890_123_456_789))
+        self.assertEqual((a.size, stat.S_IMODE(a.mode), a.mtime_ns),
+                         (4, 0o600, 1_234_567_890_123_456_789))
+
+    def test_xattr(self):
+        with open(rp("xa"), "w"):
+            pass
+        self.ws.SetXattr(pb.SetXattrRequest(path=b"xa", name=b"user.k", value=b"v\0\xff"),
+                         timeout=TIMEOUT)
+        self.assertEqual(os.getxattr(rp("xa"), "user.k"), b"v\0\xff")
+        r = self.ws.GetXattr(pb.GetXattrRequest(path=b"xa", name=b"user.k"), timeout=TIMEOUT)
+        self.assertEqual(r.value, b"v\0\xff")
+        r = self.ws.ListXattr(pb.PathRequest(path=b"xa"), timeout=TIMEOUT)
+        self.assertIn(b"user.k", list(r.names))
+        self.fails(SC.ALREADY_EXISTS, "EEXIST",
+                   lambda: self.ws.SetXattr(pb.SetXattrRequest(path=b"xa", name=b"user.k",
+                                                               value=b"w", create=True),
+                                            timeout=TIMEOUT),
+                   "SetXattr create of an existing attribute")
+        self.ws.RemoveXattr(pb.RemoveXattrRequest(path=b"xa", name=b"user.k"), timeout=TIMEOUT)
+        self.assertEqual(os.listxattr(rp("xa")), [])
+
+    def test_upload_download(self):
+        blob = os.urandom(3 * 1024 * 1024 + 17)
+
+        def chunks():
+            yield pb.UploadChunk(header=pb.UploadHeader(path=b"up/nested/blob", mkdirs=True,
+                                                        mode=0o600))
+            for i in range(0, len(blob), 1 << 20):
+                yield pb.UploadChunk(data=blob[i:i + (1 << 20)])
+            yield pb.UploadChunk(hole=4096, commit=True)
+        r = self.ws.Upload(chunks(), timeout=TIMEOUT)
+        self.assertEqual(r.size, len(blob) + 4096)
+        with open(rp("up", "nested", "blob"), "rb") as f:
+            self.assertEqual(f.read(), blob + b"\0" * 4096)
+        self.assertEqual(stat.S_IMODE(os.stat(rp("up", "nested", "blob")).st_mode), 0o600)
+        self.assertEqual(os.listdir(rp("up", "nested")), ["blob"])
+        out = bytearray()
+        first = True
+        for c in self.ws.Download(pb.DownloadRequest(path=b"up/nested/blob"), timeout=TIMEOUT):
+            if first:
+                self.assertEqual(c.attr.size, len(blob) + 4096)
+                first = False
+            out += c.data
+            out += b"\0" * c.hole
+        self.assertEqual(bytes(out), blob + b"\0" * 4096)
+        part = b"".join(c.data + b"\0" * c.hole for c in self.ws.Download(
+            pb.DownloadRequest(path=b"up/nested/blob", offset=100, length=50), timeout=TIMEOUT))
+        self.assertEqual(part, blob[100:150])
+
+    def test_upload_exclusive_and_missing_parent(self):
+        with open(rp("ex"), "w") as f:
+            f.write("old")
+        up = lambda p, **kw: self.ws.Upload(iter([pb.UploadChunk(
+            header=pb.UploadHeader(path=p, **kw), data=b"new", commit=True)]), timeout=TIMEOUT)
+        self.fails(SC.ALREADY_EXISTS, "EEXIST", lambda: up(b"ex", exclusive=True),
+                   "Upload exclusive over an existing file")
+        with open(rp("ex")) as f:
+            self.assertEqual(f.read(), "old")
+        self.fails(SC.NOT_FOUND, "ENOENT", lambda: up(b"nodir/x"),
+                   "Upload below a missing dir without mkdirs")
+        self.assertEqual(sorted(n for n in os.listdir(ROOT) if n.startswith("ex")), ["ex"])
+
+    def test_upload_without_commit_writes_nothing(self):
+        # A stream that ends without its commit chunk is what a cancelled
+        # client looks like to the server: the old file must stay.
+        with open(rp("keep"), "w") as f:
+            f.write("old")
+
+        def chunks():
+            yield pb.UploadChunk(header=pb.UploadHeader(path=b"keep"), data=b"partial")
+            yield pb.UploadChunk(data=b"more")
+        self.fails(SC.ABORTED, "ECANCELED", lambda: self.ws.Upload(chunks(), timeout=TIMEOUT),
+                   "Upload without commit")
+        with open(rp("keep")) as f:
+            self.assertEqual(f.read(), "old")
+        self.assertEqual(sorted(n for n in os.listdir(ROOT) if n.startswith((".wsb", "keep"))),
+                         ["keep"])
+
+        def after_commit():
+            yield pb.UploadChunk(header=pb.UploadHeader(path=b"keep"), data=b"x", commit=True)
+            yield pb.UploadChunk(data=b"y")
+        self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                   lambda: self.ws.Upload(after_commit(), timeout=TIMEOUT),
+                   "Upload with a chunk after commit")
+        with open(rp("keep")) as f:
+            self.assertEqual(f.read(), "old")
+
+    def test_upload_cancelled_leaves_nothing(self):
+        gate = threading.Event()
+
+        def chunks():
+            yield pb.UploadChunk(header=pb.UploadHeader(path=b"cancelled"), data=b"x" * 1000)
+            gate.wait(5)
+        fut = self.ws.Upload.future(chunks(), timeout=TIMEOUT)
+        time.sleep(0.3)
+        fut.cancel()
+        gate.set()
+        with self.assertRaises(grpc.FutureCancelledError):
+            fut.result()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(n.startswith((".cancelled", "cancelled"))
+                                                  for n in os.listdir(ROOT)):
+            time.sleep(0.05)
+        self.assertEqual([n for n in os.listdir(ROOT) if "cancelled" in n], [])
+
+    def test_exec_stream(self):
+        evs = list(self.ex.Start(pb.ExecRequest(
+            shell=b'printf "%s" "$1"; printf err >&2; exit 5', args=[b"a b;$(x)"],
+            env=[b"WSB_T=1"]), timeout=TIMEOUT))
+        self.assertTrue(evs[0].HasField("started_pid") and evs[0].started_pid > 0)
+        self.assertEqual(b"".join(e.stdout.data for e in evs if e.HasField("stdout")),
+                         b"a b;$(x)")
+        self.assertEqual(b"".join(e.stderr.data for e in evs if e.HasField("stderr")), b"err")
+        self.assertTrue(evs[-1].HasField("exited"))
+        self.assertEqual((evs[-1].exited.code, evs[-1].exited.signal), (5, 0))
+
+    def test_exec_stdin_env_cwd(self):
+        os.makedirs(rp("wd"), exist_ok=True)
+        evs = list(self.ex.Start(pb.ExecRequest(
+            shell=b'cat; echo "$WSB_T"; pwd', stdin=b"in\n", env=[b"WSB_T=v=1"], cwd=b"wd"),
+            timeout=TIMEOUT))
+        out = b"".join(e.stdout.data for e in evs if e.HasField("stdout"))
+        self.assertEqual(out, b"in\nv=1\n" + os.path.realpath(rp("wd")).encode() + b"\n")
+
+    def test_exec_not_utf8_and_offsets(self):
+        evs = list(self.ex.Start(pb.ExecRequest(argv=[b"head", b"-c", b"300000",
+                                                      b"/dev/urandom"]), timeout=TIMEOUT))
+        outs = [e.stdout for e in evs if e.HasField("stdout")]
+        off = 0
+        for o in outs:
+            self.assertEqual(o.offset, off)
+            off += len(o.data)
+        self.assertEqual(off, 300000)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
