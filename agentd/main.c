@@ -147,6 +147,8 @@ static void on_drained(void *arg)
 	struct app *app = arg;
 
 	wsb_info("all calls ended");
+	/* Commands whose calls are gone (none outlive their call yet). */
+	exec_table_kill_all(app->ad.exec);
 	uv_signal_stop(&app->sigterm);
 	uv_signal_stop(&app->sigint);
 	uv_close((uv_handle_t *)&app->sigterm, NULL);
@@ -161,8 +163,9 @@ static void app_stop(struct app *app, const char *why)
 		return;
 	app->stopping = true;
 	wsb_notice("%s: draining calls (up to %d s)", why, DRAIN_GRACE_MS / 1000);
+	/* Running calls, exec included, may finish within the grace period;
+	 * then they are cancelled, which kills their commands. */
 	rpc_server_shutdown(app->server, DRAIN_GRACE_MS, on_drained, app);
-	exec_table_kill_all(app->ad.exec);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
