@@ -178,6 +178,11 @@ static void on_stdio_eof(void *arg)
 	app_stop(arg, "stdin closed");
 }
 
+static void log_open_handle(uv_handle_t *h, void *arg)
+{
+	wsb_debug("at exit, a %s handle is still open", uv_handle_type_name(uv_handle_get_type(h)));
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -365,8 +370,8 @@ int main(int argc, char **argv)
 	close(app.ad.root.fd);
 	free(token);
 	r = uv_loop_close(loop);
-	if (r < 0)
-		wsb_debug("loop close: %s", uv_strerror(r));
+	if (r < 0 && wsb_log_enabled(WSB_LOG_DEBUG))
+		uv_walk(loop, log_open_handle, NULL);
 	wsb_info("exiting");
 	return 0;
 }

@@ -114,7 +114,10 @@ int rpc_server_add_fd(struct rpc_server *s, int fd);
  */
 void rpc_server_shutdown(struct rpc_server *s, uint64_t grace_ms, void (*done)(void *arg), void *arg);
 
-/** Free a shut-down server. NULL is a no-op. Loop thread only. */
+/**
+ * Free a shut-down server. NULL is a no-op. Loop thread only. gRPC itself is
+ * left initialised (see rpc_server.c): call this only on the way to exit.
+ */
 void rpc_server_free(struct rpc_server *s);
 
 /* ---- per-call API ---- */

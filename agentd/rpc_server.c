@@ -950,7 +950,11 @@ void rpc_server_free(struct rpc_server *s)
 	if (s->cq)
 		grpc_completion_queue_destroy(s->cq);
 	grpc_server_credentials_release(s->creds);
-	grpc_shutdown();
+	/*
+	 * No grpc_shutdown(): in 1.51 its clean-up joins the executor threads,
+	 * one of which can sit in epoll_wait for up to ~10 s, and agentd calls
+	 * this only on its way out, where exit() frees everything anyway.
+	 */
 	free(s->regs);
 	free(s->threads);
 	free(s->token);

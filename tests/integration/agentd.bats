@@ -1,0 +1,251 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# agentd as a process: options, listeners, tokens, refusing to start, a
+# second instance on the same address, SIGTERM, logging to stderr only, and
+# the transport as a grpcio client sees it (tests/python/test_server.py).
+
+load test_helper
+
+setup() {
+	ROOT="$BATS_TEST_TMPDIR/root"
+	mkdir -p "$ROOT"
+}
+
+teardown() {
+	wsb_teardown
+}
+
+@test "agentd --help prints usage on stdout and exits 0" {
+	run --separate-stderr "$AGENTD" --help
+	assert_status 0
+	assert_contains "$output" "Usage: agentd"
+	assert_contains "$output" "--token-file"
+	assert_eq "$stderr" ""
+}
+
+@test "agentd rejects bad options with exit 2 and a message" {
+	run --separate-stderr timeout 10 "$AGENTD" --no-such-option
+	assert_status 2
+	assert_eq "$output" ""
+	assert_contains "$stderr" "no-such-option"
+
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --stdio --listen 127.0.0.1:1
+	assert_status 2
+	assert_contains "$stderr" "--stdio"
+
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --log-level loud --listen 127.0.0.1:1
+	assert_status 2
+	assert_contains "$stderr" "loud"
+
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --view-limit -5 --listen 127.0.0.1:1
+	assert_status 2
+	assert_contains "$stderr" "view-limit"
+
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" stray-arg
+	assert_status 2
+	assert_contains "$stderr" "stray-arg"
+}
+
+@test "agentd without a usable root refuses to start" {
+	local port
+	port=$(free_port)
+	run --separate-stderr timeout 10 "$AGENTD" --root "$BATS_TEST_TMPDIR/missing" --listen "127.0.0.1:$port"
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
+	assert_contains "$stderr" "$BATS_TEST_TMPDIR/missing"
+
+	touch "$BATS_TEST_TMPDIR/plainfile"
+	run --separate-stderr timeout 10 "$AGENTD" --root "$BATS_TEST_TMPDIR/plainfile" --listen "127.0.0.1:$port"
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
+	assert_contains "$stderr" "plainfile"
+}
+
+@test "a listener beyond loopback without --token-file refuses to start" {
+	local port a
+	port=$(free_port)
+	for a in "0.0.0.0:$port" "[::]:$port" ":$port" "192.0.2.1:$port"; do
+		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "$a"
+		if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then
+			echo "# --listen $a: status $status (started?)" >&3
+			return 1
+		fi
+		assert_contains "$stderr" "--token-file" "stderr for --listen $a"
+		assert_contains "$stderr" "$a" "stderr for --listen $a"
+		assert_eq "$output" "" "stdout for --listen $a"
+	done
+	# One bad listener among good ones: nothing starts.
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "127.0.0.1:$port" --listen "0.0.0.0:$port"
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
+	assert_contains "$stderr" "0.0.0.0:$port"
+}
+
+@test "a bad token file is refused" {
+	local port
+	port=$(free_port)
+	: >"$BATS_TEST_TMPDIR/empty-token"
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$BATS_TEST_TMPDIR/empty-token"
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
+	assert_contains "$stderr" "empty-token"
+
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$BATS_TEST_TMPDIR/no-such-token"
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
+	assert_contains "$stderr" "no-such-token"
+}
+
+@test "agentd serves loopback TCP, IPv6 loopback and a unix socket at once" {
+	local p4 p6
+	p4=$(free_port)
+	p6=$(free_port)
+	if ! "$PY" -c 'import socket; s = socket.socket(socket.AF_INET6); s.bind(("::1", 0))' 2>/dev/null; then
+		skip "no IPv6 loopback here"
+	fi
+	agentd_start --root "$ROOT" --listen "127.0.0.1:$p4" --listen "[::1]:$p6" --listen "unix:$BATS_TEST_TMPDIR/a.sock"
+	run "$PY" "$PYTESTS/wsbcall.py" health "127.0.0.1:$p4"
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	run "$PY" "$PYTESTS/wsbcall.py" health "[::1]:$p6"
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	run "$PY" "$PYTESTS/wsbcall.py" health "unix:$BATS_TEST_TMPDIR/a.sock"
+	assert_status 0
+	assert_eq "$output" "SERVING"
+}
+
+@test "a second agentd on the same TCP port fails to start; the first keeps serving" {
+	agentd_tcp
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "$ADDR"
+	if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then
+		echo "# second agentd on $ADDR: status $status" >&3
+		return 1
+	fi
+	assert_contains "$stderr" "$ADDR"
+	run "$PY" "$PYTESTS/wsbcall.py" health "$ADDR"
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	proc_alive "$AGENTD_PID"
+}
+
+@test "a second agentd on the same unix socket fails to start; the first keeps serving" {
+	agentd_unix
+	local ino
+	ino=$(stat -c %i "$SOCK")
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "$ADDR"
+	if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then
+		echo "# second agentd on $ADDR: status $status" >&3
+		return 1
+	fi
+	assert_contains "$stderr" "$SOCK"
+	# The socket file was not replaced, and it still reaches the first.
+	assert_eq "$(stat -c %i "$SOCK")" "$ino" "inode of the socket"
+	run "$PY" "$PYTESTS/wsbcall.py" health "$ADDR"
+	assert_status 0
+	assert_eq "$output" "SERVING"
+}
+
+@test "SIGTERM on an idle agentd exits 0; logs go to stderr, nothing to stdout" {
+	agentd_tcp --log-level debug
+	run "$PY" "$PYTESTS/wsbcall.py" health "$ADDR"
+	assert_status 0
+	agentd_stop
+	assert_eq "$AGENTD_STATUS" 0 "exit status after SIGTERM"
+	assert_eq "$(cat "$AGENTD_OUT")" "" "agentd's stdout"
+	run grep -c '^agentd: ' "$AGENTD_ERR"
+	[ "$output" -ge 1 ] || { cat "$AGENTD_ERR" >&3; false; }
+}
+
+@test "SIGTERM drains: a running call finishes, then agentd exits 0" {
+	agentd_tcp
+	bg client "$PY" "$PYTESTS/wsbcall.py" exec-until-end "$ADDR" -- sh -c 'echo begin; sleep 1; echo done'
+	local client=$BG_PID i
+	for ((i = 0; i < 200; i++)); do
+		grep -q '^stdout' "$BATS_TEST_TMPDIR/client.out" && break
+		sleep 0.05
+	done
+	agentd_stop
+	assert_eq "$AGENTD_STATUS" 0 "exit status after SIGTERM"
+	wait_gone "$client" 5
+	run cat "$BATS_TEST_TMPDIR/client.out"
+	assert_eq "${lines[1]}" "stdout b'begin\\n'"
+	assert_eq "${lines[2]}" "stdout b'done\\n'"
+	assert_eq "${lines[3]}" "exited code=0 signal=0"
+	assert_eq "${lines[4]}" "status OK"
+	assert_eq "$(cat "$AGENTD_OUT")" "" "agentd's stdout"
+}
+
+@test "SIGTERM with a command that outlasts the grace: its group is killed, exit 0" {
+	agentd_tcp
+	bg client "$PY" "$PYTESTS/wsbcall.py" exec-until-end "$ADDR" -- sh -c 'sleep 100 & echo $! > bg.pid; exec sleep 100'
+	local client=$BG_PID i
+	for ((i = 0; i < 200; i++)); do
+		grep -q '^started' "$BATS_TEST_TMPDIR/client.out" && [ -s "$ROOT/bg.pid" ] && break
+		sleep 0.05
+	done
+	local pid bgpid
+	pid=$(sed -n 's/^started //p' "$BATS_TEST_TMPDIR/client.out")
+	bgpid=$(cat "$ROOT/bg.pid")
+	proc_alive "$pid"
+	proc_alive "$bgpid"
+	# Within the drain grace (10 s) plus the kill grace (2 s) and a margin.
+	WSB_STOP_WAIT=16 agentd_stop
+	assert_eq "$AGENTD_STATUS" 0 "exit status after SIGTERM"
+	wait_gone "$client" 5
+	run cat "$BATS_TEST_TMPDIR/client.out"
+	assert_contains "${lines[-1]}" "status "
+	wait_gone "$pid" 5
+	wait_gone "$bgpid" 5
+	assert_eq "$(cat "$AGENTD_OUT")" "" "agentd's stdout"
+}
+
+@test "SIGTERM after finished streaming calls exits at once (nothing left to drain)" {
+	agentd_unix
+	head -c 3000000 /dev/urandom >"$ROOT/f"
+	run "$PY" -c '
+import sys, wsbtest
+from wsbtest import pb, pbg
+ch = wsbtest.channel(sys.argv[1])
+ws, ex = pbg.WorkspaceStub(ch), pbg.ExecStub(ch)
+n = sum(len(c.data) for c in ws.Download(pb.DownloadRequest(path=b"f"), timeout=15))
+m = sum(len(e.stdout.data) for e in ex.Start(pb.ExecRequest(argv=[b"cat", b"f"]), timeout=15))
+print(n, m)' "$ADDR"
+	assert_status 0
+	assert_eq "$output" "3000000 3000000"
+	local t0 t1
+	t0=$(date +%s%N)
+	agentd_stop
+	t1=$(date +%s%N)
+	assert_eq "$AGENTD_STATUS" 0 "exit status after SIGTERM"
+	[ $(((t1 - t0) / 1000000)) -lt 3000 ] || {
+		echo "# agentd took $(((t1 - t0) / 1000000)) ms to exit after SIGTERM with no call running" >&3
+		false
+	}
+}
+
+@test "SIGINT also drains and exits 0" {
+	agentd_unix
+	kill -INT "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 10
+	local st=0
+	wait "$AGENTD_PID" || st=$?
+	assert_eq "$st" 0 "exit status after SIGINT"
+}
+
+@test "transport without a token: health, unknown methods, bad requests (grpcio)" {
+	agentd_tcp
+	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_server.py
+}
+
+@test "transport with --token-file on 127.0.0.1: every call but health needs the token (grpcio)" {
+	printf 's3cr3t-T0ken_%s\n' "$RANDOM" >"$BATS_TEST_TMPDIR/token"
+	chmod 600 "$BATS_TEST_TMPDIR/token"
+	agentd_tcp --token-file "$BATS_TEST_TMPDIR/token"
+	WSB_TOKEN=$(head -n1 "$BATS_TEST_TMPDIR/token") WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_server.py
+	assert_contains "$output" "test_without_token_unauthenticated"
+	assert_not_contains "$output" "skipped"
+}
+
+@test "the token file's trailing newline is not part of the token" {
+	printf 'abc123\n' >"$BATS_TEST_TMPDIR/token"
+	chmod 600 "$BATS_TEST_TMPDIR/token"
+	agentd_unix --token-file "$BATS_TEST_TMPDIR/token"
+	WSB_TOKEN=abc123 WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_server.py Token.test_with_token
+}

@@ -1,0 +1,479 @@
+# SPDX-License-Identifier: Apache-2.0
+#
+# Shared set-up for the whole-behaviour suites: where the binaries are, a free
+# port per test, starting agentd (and anything else) in the background and
+# stopping it in teardown, and assertions that print what differed.
+#
+# Environment (tests/meson.build sets both):
+#   WSB_BUILD  meson build directory (agentd/agentd, fusefs/wsctl, proto/*_pb2.py)
+#   WSB_SRC    source directory (tests/python/*.py)
+#
+# Hygiene: every test works in its own $BATS_TEST_TMPDIR, listens on its own
+# port or unix socket, and sends traffic only to 127.0.0.1, ::1 or unix
+# sockets. Every process a test starts is recorded and killed by its pid (or
+# by the process group it leads) in teardown.
+
+bats_require_minimum_version 1.5.0
+
+: "${WSB_SRC:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
+: "${WSB_BUILD:=$WSB_SRC/build}"
+export WSB_SRC WSB_BUILD
+
+AGENTD="$WSB_BUILD/agentd/agentd"
+WSCTL="$WSB_BUILD/fusefs/wsctl"
+# Debian's interpreter: only it sees python3-grpcio (grpc-c-core.md §4).
+PY=/usr/bin/python3
+PYTESTS="$WSB_SRC/tests/python"
+export WSB_PROTO="$WSB_BUILD/proto"
+export PYTHONPATH="$WSB_PROTO:$PYTESTS"
+export PYTHONDONTWRITEBYTECODE=1
+# Keep grpcio's own client-side chatter out of the transcripts.
+export GRPC_VERBOSITY=ERROR
+# A user's address must never redirect a test.
+unset WSBRIDGE_ADDR WSBRIDGE_TOKEN_FILE
+
+# Sanitizer builds (meson -Db_sanitize=address,undefined): every sanitized
+# process (agentd, wsctl, also under `run`) writes its reports to files here,
+# which teardown turns into a failure.
+if [ -n "${BATS_TEST_TMPDIR:-}" ]; then
+	SAN_LOG="$BATS_TEST_TMPDIR/sanitizer"
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$SAN_LOG.asan"
+	export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:log_path=$SAN_LOG.ubsan"
+fi
+
+# Processes started by this test: "pid" or "-pgid" (a process group).
+WSB_PIDS=()
+# stderr logs to scan for sanitizer reports in teardown.
+WSB_LOGS=()
+WSB_NSTARTED=0
+
+# Print a free TCP port on 127.0.0.1 (the kernel picks it).
+free_port() {
+	"$PY" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# True while process $1 exists and is not a zombie.
+proc_alive() {
+	local st
+	[ -r "/proc/$1/stat" ] || return 1
+	st=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# wait_gone PID [SECONDS]: wait until the process is gone (or a zombie).
+wait_gone() {
+	local i n=$(( ${2:-5} * 20 ))
+	for ((i = 0; i < n; i++)); do
+		proc_alive "$1" || return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+# wait_listen ADDR PID [SECONDS]: wait until ADDR (host:port, [v6]:port or
+# unix:/path) accepts a connection; fail at once if PID dies.
+wait_listen() {
+	"$PY" - "$1" "$2" "${3:-10}" <<-'EOF'
+	import os, socket, sys, time
+	addr, pid, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+	end = time.monotonic() + secs
+	while time.monotonic() < end:
+	    try:
+	        os.kill(pid, 0)
+	        with open("/proc/%d/stat" % pid) as f:
+	            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+	                raise ProcessLookupError
+	    except ProcessLookupError:
+	        sys.exit("process %d exited before listening on %s" % (pid, addr))
+	    try:
+	        if addr.startswith("unix:"):
+	            s = socket.socket(socket.AF_UNIX)
+	            s.connect(addr[5:])
+	        else:
+	            host, port = addr.rsplit(":", 1)
+	            host = host.strip("[]")
+	            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+	            s.connect((host, int(port)))
+	        s.close()
+	        sys.exit(0)
+	    except OSError:
+	        time.sleep(0.02)
+	sys.exit("nothing listens on %s after %g s" % (addr, secs))
+	EOF
+}
+
+# bg NAME CMD...: run CMD in the background in its own process group, stdout
+# to $BATS_TEST_TMPDIR/NAME.out and stderr to NAME.err; BG_PID is its pid.
+# It is killed (the whole group) in teardown.
+bg() {
+	local name=$1
+	shift
+	setsid "$@" >"$BATS_TEST_TMPDIR/$name.out" 2>"$BATS_TEST_TMPDIR/$name.err" </dev/null 3>&- &
+	BG_PID=$!
+	WSB_PIDS+=("-$BG_PID")
+	WSB_LOGS+=("$BATS_TEST_TMPDIR/$name.err")
+}
+
+# agentd_start ARGS...: start agentd with ARGS in the background and wait
+# until every --listen address accepts connections. Sets AGENTD_PID,
+# AGENTD_OUT and AGENTD_ERR (its stdout and stderr files). Fails (printing
+# agentd's stderr) if it does not come up.
+agentd_start() {
+	local a prev= addrs=()
+	WSB_NSTARTED=$((WSB_NSTARTED + 1))
+	AGENTD_OUT="$BATS_TEST_TMPDIR/agentd.$WSB_NSTARTED.out"
+	AGENTD_ERR="$BATS_TEST_TMPDIR/agentd.$WSB_NSTARTED.err"
+	for a in "$@"; do
+		if [ "$prev" = --listen ] || [ "$prev" = -l ]; then
+			addrs+=("$a")
+		fi
+		case $a in --listen=*) addrs+=("${a#--listen=}") ;; esac
+		prev=$a
+	done
+	"$AGENTD" "$@" >"$AGENTD_OUT" 2>"$AGENTD_ERR" </dev/null 3>&- &
+	AGENTD_PID=$!
+	WSB_PIDS+=("$AGENTD_PID")
+	WSB_LOGS+=("$AGENTD_ERR")
+	for a in "${addrs[@]}"; do
+		if ! wait_listen "$a" "$AGENTD_PID" 10; then
+			echo "# agentd $* did not come up; its stderr:" >&3
+			sed 's/^/#   /' "$AGENTD_ERR" >&3
+			return 1
+		fi
+	done
+}
+
+# agentd_tcp [ARGS...]: make $ROOT (BATS_TEST_TMPDIR/root unless ROOT is set),
+# pick a free port and start agentd on 127.0.0.1 with ARGS added. Sets PORT
+# and ADDR and exports WSBRIDGE_ADDR=$ADDR for wsctl.
+agentd_tcp() {
+	: "${ROOT:=$BATS_TEST_TMPDIR/root}"
+	mkdir -p "$ROOT"
+	PORT=$(free_port)
+	ADDR="127.0.0.1:$PORT"
+	agentd_start --root "$ROOT" --listen "$ADDR" "$@"
+	export WSBRIDGE_ADDR=$ADDR
+}
+
+# agentd_unix [ARGS...]: as agentd_tcp, on the unix socket $BATS_TEST_TMPDIR/s.
+agentd_unix() {
+	: "${ROOT:=$BATS_TEST_TMPDIR/root}"
+	mkdir -p "$ROOT"
+	SOCK="$BATS_TEST_TMPDIR/s"
+	ADDR="unix:$SOCK"
+	agentd_start --root "$ROOT" --listen "$ADDR" "$@"
+	export WSBRIDGE_ADDR=$ADDR
+}
+
+# agentd_stop [PID]: SIGTERM, then wait up to $WSB_STOP_WAIT seconds (default
+# 12: agentd's drain grace is 10 s); sets AGENTD_STATUS to its exit status.
+# SIGKILL (status 137) if it does not go.
+agentd_stop() {
+	local pid=${1:-$AGENTD_PID} i n=$(( ${WSB_STOP_WAIT:-12} * 20 ))
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < n; i++)); do
+		proc_alive "$pid" || break
+		sleep 0.05
+	done
+	if proc_alive "$pid"; then
+		echo "# agentd $pid still runs $((n / 20)) s after SIGTERM; killing it" >&3
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	AGENTD_STATUS=0
+	wait "$pid" 2>/dev/null || AGENTD_STATUS=$?
+}
+
+# Scan every recorded stderr log, and the sanitizers' own log files, for
+# sanitizer reports.
+check_sanitizers() {
+	local f bad=0
+	for f in "${WSB_LOGS[@]}"; do
+		[ -f "$f" ] || continue
+		if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$f"; then
+			echo "# sanitizer report in $f:" >&3
+			sed 's/^/#   /' "$f" | head -80 >&3
+			bad=1
+		fi
+	done
+	for f in "${SAN_LOG:-/nonexistent}".*; do
+		[ -f "$f" ] || continue
+		echo "# sanitizer report $f:" >&3
+		sed 's/^/#   /' "$f" | head -80 >&3
+		bad=1
+	done
+	return $bad
+}
+
+# Call from each file's teardown(): stop everything this test started
+# (SIGTERM, then SIGKILL after $WSB_STOP_WAIT seconds, default 5), then fail
+# the test if any log holds a sanitizer report. A process killed by SIGKILL
+# cannot report leaks: raise WSB_STOP_WAIT to let slow drains finish.
+wsb_teardown() {
+	local p i
+	for p in "${WSB_PIDS[@]}"; do
+		kill -TERM -- "$p" 2>/dev/null || true
+	done
+	for p in "${WSB_PIDS[@]}"; do
+		for ((i = 0; i < ${WSB_STOP_WAIT:-5} * 20; i++)); do
+			proc_alive "${p#-}" || break
+			sleep 0.05
+		done
+		# A group may keep members after its leader went: kill them too.
+		kill -KILL -- "$p" 2>/dev/null || true
+		wait "${p#-}" 2>/dev/null || true
+	done
+	WSB_PIDS=()
+	check_sanitizers
+}
+
+# assert_eq ACTUAL EXPECTED [WHAT]: exact comparison, showing both on failure.
+assert_eq() {
+	if [ "$1" != "$2" ]; then
+		{
+			echo "# ${3:-value} differs"
+			echo "# expected: $(printf '%q' "$2")"
+			echo "# actual:   $(printf '%q' "$1")"
+		} >&3
+		return 1
+	fi
+}
+
+# assert_status N: the last `run` exited with N; show its output otherwise.
+assert_status() {
+	if [ "$status" -ne "$1" ]; then
+		{
+			echo "# exit status $status, expected $1"
+			echo "# stdout: $(printf '%q' "$output")"
+			[ -z "${stderr+x}" ] || echo "# stderr: $(printf '%q' "$stderr")"
+		} >&3
+		return 1
+	fi
+}
+
+# assert_contains HAYSTACK NEEDLE [WHAT]
+assert_contains() {
+	if [[ "$1" != *"$2"* ]]; then
+		{
+			echo "# ${3:-text} does not contain $(printf '%q' "$2")"
+			echo "# it is: $(printf '%q' "$1")"
+		} >&3
+		return 1
+	fi
+}
+
+# assert_not_contains HAYSTACK NEEDLE [WHAT]
+assert_not_contains() {
+	if [[ "$1" == *"$2"* ]]; then
+		{
+			echo "# ${3:-text} contains $(printf '%q' "$2")"
+			echo "# it is: $(printf '%q' "$1")"
+		} >&3
+		return 1
+	fi
+}
+
+# run_py SCRIPT [ARGS...]: run tests/python/SCRIPT with Debian's python3 and
+# print its transcript (unittest -v) when it fails.
+run_py() {
+	local script=$1
+	shift
+	run "$PY" "$PYTESTS/$script" "$@"
+	if [ "$status" -ne 0 ]; then
+		printf '%s\n' "$output" | sed 's/^/# /' >&3
+		return 1
+	fi
+}
+
+# Allocated size of a file in KiB, as du(1) reports it (sparseness checks).
+alloc_kib() {
+	du -k "$1" | cut -f1
+}
+
+# ---------------------------------------------------------------------------
+# wsfs, the FUSE mount (tests/integration/fs*.bats)
+#
+# mount_wsfs starts `wsfs [OPTS] -f ADDR MNT` in the background (MNT defaults
+# to $BATS_TEST_TMPDIR/mnt) and waits until the kernel lists the mount;
+# fs_teardown unmounts every mount the test made (fusermount3 -u, then -uz if
+# busy), then stops every process as wsb_teardown does and fails the test if
+# a mount is left behind or a log shows a sanitizer report.
+
+WSFS="${WSB_WSFS:-$WSB_BUILD/fusefs/wsfs}"
+# The syscall exerciser tests/fsx (tests/meson.build passes its path).
+FSX="${WSB_FSX:-$WSB_BUILD/tests/fsx/fsx}"
+# Mount points made by this test, for fs_teardown.
+WSB_MOUNTS=()
+
+# need_wsfs: skip the test unless wsfs is built and FUSE mounts work here.
+need_wsfs() {
+	[ -x "$WSFS" ] || skip "wsfs is not built ($WSFS)"
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	command -v fusermount3 >/dev/null || skip "no fusermount3"
+}
+
+# Print PATH the way /proc/self/mountinfo writes it (octal escapes).
+mountinfo_escape() {
+	local s=${1//\\/\\134}
+	s=${s// /\\040}
+	s=${s//$'\t'/\\011}
+	printf '%s' "${s//$'\n'/\\012}"
+}
+
+# is_mounted DIR: DIR is a mount point now (reads mountinfo; never stats
+# DIR, so a hung filesystem cannot hang the check).
+is_mounted() {
+	awk -v m="$(mountinfo_escape "$1")" '$5 == m { found = 1 } END { exit !found }' \
+		/proc/self/mountinfo
+}
+
+# mount_wsfs [WSFS-OPTIONS...]: mount agentd at $ADDR on $MNT. Sets MNT,
+# WSFS_PID (pid of wsfs, which leads its own process group) and WSFS_ERR
+# (its stderr file). Fails, showing wsfs's stderr, if the mount does not
+# appear within 10 s or wsfs exits first.
+mount_wsfs() {
+	local i name
+	need_wsfs
+	: "${MNT:=$BATS_TEST_TMPDIR/mnt}"
+	mkdir -p "$MNT"
+	WSB_NSTARTED=$((WSB_NSTARTED + 1))
+	name="wsfs.$WSB_NSTARTED"
+	WSB_MOUNTS+=("$MNT")
+	bg "$name" "$WSFS" "$@" -f "$ADDR" "$MNT"
+	WSFS_PID=$BG_PID
+	WSFS_ERR="$BATS_TEST_TMPDIR/$name.err"
+	for ((i = 0; i < 200; i++)); do
+		if is_mounted "$MNT"; then
+			return 0
+		fi
+		if ! proc_alive "$WSFS_PID"; then
+			echo "# wsfs $* $ADDR $MNT exited before mounting; its stderr:" >&3
+			sed 's/^/#   /' "$WSFS_ERR" >&3
+			return 1
+		fi
+		sleep 0.05
+	done
+	echo "# wsfs $* $ADDR $MNT: no mount after 10 s; its stderr:" >&3
+	sed 's/^/#   /' "$WSFS_ERR" >&3
+	return 1
+}
+
+# umount_wsfs [DIR]: unmount DIR (default $MNT): fusermount3 -u, retried for
+# 2 s while busy, then a lazy fusermount3 -uz. Returns 0 once DIR is no
+# longer a mount point.
+umount_wsfs() {
+	local m=${1:-$MNT} i
+	is_mounted "$m" || return 0
+	for ((i = 0; i < 20; i++)); do
+		fusermount3 -u "$m" 2>/dev/null && break
+		is_mounted "$m" || break
+		sleep 0.1
+	done
+	if is_mounted "$m"; then
+		echo "# $m still busy after 2 s; lazy unmount" >&3
+		fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+	fi
+	! is_mounted "$m"
+}
+
+# wsfs_wait_exit [SECONDS]: wait for wsfs (WSFS_PID) to exit, as it must
+# once its mount is gone; sets WSFS_STATUS (its exit status). Returns 1 if it
+# is still running after SECONDS (default 5).
+wsfs_wait_exit() {
+	wait_gone "$WSFS_PID" "${1:-5}" || return 1
+	WSFS_STATUS=0
+	wait "$WSFS_PID" 2>/dev/null || WSFS_STATUS=$?
+}
+
+# Call from the teardown() of every fs*.bats file.
+fs_teardown() {
+	local p m rc=0
+	# A test may have left its shell inside a mount, or stopped agentd.
+	cd "$BATS_TEST_TMPDIR" 2>/dev/null || cd /
+	for p in "${WSB_PIDS[@]}"; do
+		kill -CONT -- "$p" 2>/dev/null || true
+	done
+	for m in "${WSB_MOUNTS[@]}"; do
+		umount_wsfs "$m" || true
+	done
+	wsb_teardown || rc=1
+	for m in "${WSB_MOUNTS[@]}"; do
+		if is_mounted "$m"; then
+			echo "# $m is still mounted after teardown" >&3
+			fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+			rc=1
+		fi
+	done
+	WSB_MOUNTS=()
+	return $rc
+}
+
+# Milliseconds since the epoch.
+now_ms() {
+	date +%s%3N
+}
+
+# poll_until SECONDS CMD...: run CMD (a command or a shell function) every
+# 20 ms until it succeeds; sets POLL_MS to the milliseconds it took. Returns
+# 1 if it never succeeded within SECONDS.
+poll_until() {
+	local secs=$1 t0 end
+	shift
+	t0=$(now_ms)
+	end=$((t0 + $(awk -v s="$secs" 'BEGIN { printf "%d", s * 1000 }')))
+	while :; do
+		if "$@" >/dev/null 2>&1; then
+			POLL_MS=$(($(now_ms) - t0))
+			return 0
+		fi
+		if (($(now_ms) >= end)); then
+			POLL_MS=$(($(now_ms) - t0))
+			return 1
+		fi
+		sleep 0.02
+	done
+}
+
+# content_is FILE BYTES: FILE holds exactly BYTES (printf %s semantics).
+content_is() {
+	[ -f "$1" ] && printf '%s' "$2" | cmp -s - "$1"
+}
+
+# assert_content FILE BYTES [WHAT]: as content_is, showing both on failure.
+assert_content() {
+	if ! content_is "$1" "$2"; then
+		{
+			echo "# ${3:-$1}: content differs"
+			echo "# expected: $(printf '%q' "$2")"
+			if [ -e "$1" ]; then
+				echo "# actual:   $(head -c 2000 "$1" | od -An -c | tr -s ' ' | head -20)"
+			else
+				echo "# actual:   (no such file)"
+			fi
+		} >&3
+		return 1
+	fi
+}
+
+# Whole-tree signature for round-trip comparisons, one line per entry:
+# path|type|mode|nlink|size|mtime(ns)|symlink target. Directory sizes and
+# link counts are left out (they are the filesystem's business).
+tree_sig() {
+	(cd "$1" && find . -printf '%p|%y|%m|%n|%s|%T@|%l\n' | LC_ALL=C sort |
+		awk -F'|' -v OFS='|' '$2 == "d" { $4 = "-"; $5 = "-" } { print }')
+}
+
+# git_env: a git that reads no user or system configuration and commits as
+# a fixed test identity, with branch "main" for new repositories.
+git_env() {
+	export HOME="$BATS_TEST_TMPDIR/home"
+	mkdir -p "$HOME"
+	export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+	export GIT_AUTHOR_NAME=wsb GIT_AUTHOR_EMAIL=wsb@example.invalid
+	export GIT_COMMITTER_NAME=wsb GIT_COMMITTER_EMAIL=wsb@example.invalid
+	export GIT_CONFIG_COUNT=2
+	export GIT_CONFIG_KEY_0=init.defaultBranch GIT_CONFIG_VALUE_0=main
+	export GIT_CONFIG_KEY_1=safe.directory GIT_CONFIG_VALUE_1='*'
+}

@@ -1,0 +1,152 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# Binary-safe round trips: wsctl put, then wsctl get, then cmp, for an empty
+# file, one byte, 10 MiB of random bytes and a 1 GiB sparse file (which must
+# stay sparse on both sides), over loopback TCP and over a unix socket.
+
+load test_helper
+
+setup() {
+	ROOT="$BATS_TEST_TMPDIR/root"
+	L="$BATS_TEST_TMPDIR/local"
+	mkdir -p "$ROOT" "$L"
+}
+
+teardown() {
+	wsb_teardown
+}
+
+# sparse_cmp A B: the same size and the same bytes, comparing only where
+# either file has data (SEEK_DATA/SEEK_HOLE): exact, and fast for 1 GiB of
+# holes, which read as zeros on both sides.
+sparse_cmp() {
+	"$PY" - "$1" "$2" <<-'EOF'
+	import os, sys
+	def extents(fd, size):
+	    out, pos = [], 0
+	    while pos < size:
+	        try:
+	            d = os.lseek(fd, pos, os.SEEK_DATA)
+	        except OSError:
+	            break
+	        h = os.lseek(fd, d, os.SEEK_HOLE)
+	        out.append((d, h))
+	        pos = h
+	    return out
+	a, b = (os.open(p, os.O_RDONLY) for p in sys.argv[1:3])
+	sa, sb = os.fstat(a).st_size, os.fstat(b).st_size
+	if sa != sb:
+	    sys.exit("sizes differ: %d != %d" % (sa, sb))
+	for d, h in sorted(extents(a, sa) + extents(b, sb)):
+	    while d < h:
+	        n = min(h - d, 1 << 20)
+	        if os.pread(a, n, d) != os.pread(b, n, d):
+	            sys.exit("bytes differ in [%d, %d)" % (d, d + n))
+	        d += n
+	EOF
+}
+
+# round_trip FILE: put $L/FILE as remote FILE, get it back as $L/FILE.back,
+# and compare all three byte for byte.
+round_trip() {
+	run --separate-stderr "$WSCTL" put "$L/$1" "$1"
+	assert_status 0
+	assert_eq "$stderr" "" "put's stderr"
+	assert_eq "$(stat -c %s "$ROOT/$1")" "$(stat -c %s "$L/$1")" "remote size"
+	${CMP:-cmp} "$L/$1" "$ROOT/$1"
+	run --separate-stderr "$WSCTL" get "$1" "$L/$1.back"
+	assert_status 0
+	assert_eq "$stderr" "" "get's stderr"
+	assert_eq "$(stat -c %s "$L/$1.back")" "$(stat -c %s "$L/$1")" "local size"
+	${CMP:-cmp} "$L/$1" "$L/$1.back"
+	# No temp file was left on either side.
+	assert_eq "$(ls -A "$ROOT")" "$1" "remote directory"
+	assert_eq "$(ls -A "$L" | grep -v "^$1\$" || true)" "$1.back" "local directory"
+}
+
+small_files() {
+	local f
+	for f in empty one nl; do
+		case $f in
+		empty) : >"$L/$f" ;;
+		one) printf '\0' >"$L/$f" ;;
+		nl) printf '\n' >"$L/$f" ;;
+		esac
+		round_trip "$f"
+		rm "$ROOT/$f" "$L/$f.back"
+		mv "$L/$f" "$BATS_TEST_TMPDIR/$f.done"
+	done
+}
+
+random_10m() {
+	head -c 10485760 /dev/urandom >"$L/rand"
+	round_trip rand
+	# The same bytes through cat and put from stdin.
+	"$WSCTL" cat rand | cmp - "$L/rand"
+	"$WSCTL" put - rand2 <"$L/rand"
+	cmp "$L/rand" "$ROOT/rand2"
+}
+
+sparse_1g() {
+	local CMP=sparse_cmp
+	truncate -s 1G "$L/sparse"
+	round_trip sparse
+	assert_eq "$(stat -c %s "$ROOT/sparse")" 1073741824 "remote size"
+	assert_eq "$(stat -c %s "$L/sparse.back")" 1073741824 "local size"
+	[ "$(alloc_kib "$ROOT/sparse")" -lt 1024 ] || { du -k "$ROOT/sparse" >&3; false; }
+	[ "$(alloc_kib "$L/sparse.back")" -lt 1024 ] || { du -k "$L/sparse.back" >&3; false; }
+	rm "$ROOT/sparse" "$L/sparse.back"
+
+	# Data islands in the holes: at the start, the middle and the last byte.
+	printf 'head' | dd of="$L/sparse" conv=notrunc status=none
+	printf 'middle' | dd of="$L/sparse" bs=1 seek=536870912 conv=notrunc status=none
+	printf 'Z' | dd of="$L/sparse" bs=1 seek=1073741823 conv=notrunc status=none
+	round_trip sparse
+	[ "$(alloc_kib "$ROOT/sparse")" -lt 1024 ] || { du -k "$ROOT/sparse" >&3; false; }
+	[ "$(alloc_kib "$L/sparse.back")" -lt 1024 ] || { du -k "$L/sparse.back" >&3; false; }
+}
+
+@test "round trips over TCP: empty, 1 byte, newline" {
+	agentd_tcp
+	small_files
+}
+
+@test "round trips over a unix socket: empty, 1 byte, newline" {
+	agentd_unix
+	small_files
+}
+
+@test "round trip over TCP: 10 MiB random" {
+	agentd_tcp
+	random_10m
+}
+
+@test "round trip over a unix socket: 10 MiB random" {
+	agentd_unix
+	random_10m
+}
+
+@test "round trip over TCP: 1 GiB sparse stays sparse" {
+	agentd_tcp
+	sparse_1g
+}
+
+@test "round trip over a unix socket: 1 GiB sparse stays sparse" {
+	agentd_unix
+	sparse_1g
+}
+
+@test "put over an existing file is atomic: a reader sees the old or the new content" {
+	agentd_unix
+	head -c 4194304 /dev/zero | tr '\0' 'o' >"$ROOT/f"
+	head -c 4194304 /dev/zero | tr '\0' 'n' >"$L/new"
+	# Read the remote file in a loop while it is replaced.
+	bg reader bash -c 'while :; do tr -s on <"$0"; echo; done' "$ROOT/f"
+	"$WSCTL" put "$L/new" f
+	sleep 0.2
+	kill -TERM -- "-$BG_PID"
+	cmp "$L/new" "$ROOT/f"
+	run sort -u "$BATS_TEST_TMPDIR/reader.out"
+	[[ "$output" == n || "$output" == o || "$output" == $'n\no' ]] || { echo "# reader saw: $output" >&3; false; }
+}

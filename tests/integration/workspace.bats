@@ -1,0 +1,27 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# wsbridge.v1.Workspace and Exec through grpcio: errno names in the
+# "wsbridge-errno" trailer, status codes, and the calls' POSIX behaviour
+# (tests/python/test_workspace.py).
+
+load test_helper
+
+setup() {
+	ROOT="$BATS_TEST_TMPDIR/root"
+	mkdir -p "$ROOT"
+}
+
+teardown() {
+	wsb_teardown
+}
+
+@test "Workspace and Exec over TCP: errno trailers and behaviour (grpcio)" {
+	agentd_tcp
+	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_workspace.py
+}
+
+@test "Workspace over a unix socket: the same errno trailers (grpcio)" {
+	agentd_unix
+	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_workspace.py Errors
+}

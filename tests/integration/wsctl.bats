@@ -1,0 +1,369 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# wsctl's file commands and health against a real agentd on loopback TCP:
+# cat, put, get, ls, stat, mkdir, rm, mv, health; the address options; exit
+# statuses and messages for bad input. Exec is in exec.bats, large and
+# sparse transfers in transfer.bats.
+
+load test_helper
+
+setup() {
+	ROOT="$BATS_TEST_TMPDIR/root"
+	L="$BATS_TEST_TMPDIR/local"
+	mkdir -p "$ROOT" "$L"
+	agentd_tcp
+}
+
+teardown() {
+	wsb_teardown
+}
+
+@test "wsctl health prints SERVING and exits 0" {
+	run --separate-stderr "$WSCTL" health
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	assert_eq "$stderr" ""
+	run --separate-stderr "$WSCTL" health extra
+	assert_status 2
+	assert_eq "$output" ""
+}
+
+@test "wsctl health with nothing listening fails with a message" {
+	local port
+	port=$(free_port)
+	run --separate-stderr timeout 40 "$WSCTL" -a "127.0.0.1:$port" health
+	assert_status 1
+	assert_eq "$output" ""
+	assert_contains "$stderr" "UNAVAILABLE"
+}
+
+@test "wsctl takes the address from -a, else from \$WSBRIDGE_ADDR" {
+	local port
+	port=$(free_port)
+	run --separate-stderr "$WSCTL" -a "$ADDR" health
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	run --separate-stderr env WSBRIDGE_ADDR="$ADDR" "$WSCTL" health
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	# -a wins over the environment.
+	run --separate-stderr env WSBRIDGE_ADDR="127.0.0.1:$port" "$WSCTL" -a "$ADDR" health
+	assert_status 0
+	run --separate-stderr env WSBRIDGE_ADDR="127.0.0.1:$port" "$WSCTL" health
+	assert_status 1
+	assert_contains "$stderr" "UNAVAILABLE"
+}
+
+@test "wsctl usage errors exit 2 with a message on stderr" {
+	run --separate-stderr "$WSCTL"
+	assert_status 2
+	assert_contains "$stderr" "no command"
+	run --separate-stderr "$WSCTL" frobnicate
+	assert_status 2
+	assert_contains "$stderr" "frobnicate"
+	run --separate-stderr "$WSCTL" cat
+	assert_status 2
+	run --separate-stderr "$WSCTL" put onlyone
+	assert_status 2
+	run --separate-stderr "$WSCTL" get a b c
+	assert_status 2
+	run --separate-stderr "$WSCTL" mv a
+	assert_status 2
+	run --separate-stderr "$WSCTL" stat
+	assert_status 2
+	run --separate-stderr "$WSCTL" mkdir
+	assert_status 2
+	run --separate-stderr "$WSCTL" ls --bogus
+	assert_status 2
+	run --separate-stderr "$WSCTL" --help
+	assert_status 0
+	assert_contains "$output" "Usage: wsctl"
+	assert_eq "$stderr" ""
+}
+
+@test "wsctl cat writes remote files to stdout, byte-exact" {
+	printf 'one\ntwo\n' >"$ROOT/a.txt"
+	printf 'no newline' >"$ROOT/b.txt"
+	: >"$ROOT/empty"
+	head -c 70000 /dev/urandom >"$ROOT/bin"
+	run --separate-stderr "$WSCTL" cat a.txt
+	assert_status 0
+	assert_eq "$output" $'one\ntwo'
+	run --separate-stderr "$WSCTL" cat a.txt b.txt empty /a.txt
+	assert_status 0
+	assert_eq "$output" $'one\ntwo\nno newlineone\ntwo'
+	"$WSCTL" cat bin >"$L/bin"
+	cmp "$ROOT/bin" "$L/bin"
+	"$WSCTL" cat empty >"$L/empty"
+	[ ! -s "$L/empty" ]
+}
+
+@test "wsctl cat of a missing file or a directory fails; the others still print" {
+	echo hi >"$ROOT/hi"
+	mkdir "$ROOT/d"
+	run --separate-stderr "$WSCTL" cat missing.txt
+	assert_status 1
+	assert_eq "$output" ""
+	assert_eq "$stderr" "wsctl: cat 'missing.txt': No such file or directory (NOT_FOUND)"
+	run --separate-stderr "$WSCTL" cat missing.txt hi
+	assert_status 1
+	assert_eq "$output" "hi"
+	run --separate-stderr "$WSCTL" cat d
+	assert_status 1
+	assert_eq "$output" ""
+	assert_contains "$stderr" "wsctl: cat 'd': Is a directory"
+}
+
+@test "wsctl put uploads a file, keeps its mode, and puts into a directory" {
+	printf 'hello\n' >"$L/h.txt"
+	chmod 640 "$L/h.txt"
+	run --separate-stderr "$WSCTL" put "$L/h.txt" h.txt
+	assert_status 0
+	assert_eq "$output" ""
+	assert_eq "$stderr" ""
+	cmp "$L/h.txt" "$ROOT/h.txt"
+	assert_eq "$(stat -c %a "$ROOT/h.txt")" 640 "mode"
+	mkdir "$ROOT/dir"
+	run --separate-stderr "$WSCTL" put "$L/h.txt" dir
+	assert_status 0
+	cmp "$L/h.txt" "$ROOT/dir/h.txt"
+	# Overwrite replaces the content entirely.
+	printf 'x' >"$L/short"
+	run --separate-stderr "$WSCTL" put "$L/short" h.txt
+	assert_status 0
+	assert_eq "$(cat "$ROOT/h.txt")" "x"
+	# No temp files left behind.
+	assert_eq "$(ls -A "$ROOT")" $'dir\nh.txt'
+	assert_eq "$(ls -A "$ROOT/dir")" "h.txt"
+}
+
+@test "wsctl put from stdin" {
+	run --separate-stderr bash -c 'printf "from stdin" | "$0" put - s.txt' "$WSCTL"
+	assert_status 0
+	assert_eq "$(cat "$ROOT/s.txt")" "from stdin"
+}
+
+@test "wsctl put failures: missing local file, local directory, missing remote dir" {
+	run --separate-stderr "$WSCTL" put "$L/nope" x
+	assert_status 1
+	assert_contains "$stderr" "nope"
+	assert_contains "$stderr" "No such file or directory"
+	run --separate-stderr "$WSCTL" put "$L" x
+	assert_status 1
+	assert_contains "$stderr" "Is a directory"
+	echo a >"$L/a"
+	run --separate-stderr "$WSCTL" put "$L/a" no/such/dir/a
+	assert_status 1
+	assert_contains "$stderr" "NOT_FOUND"
+	assert_eq "$(ls -A "$ROOT")" "" "root after failed puts"
+}
+
+@test "wsctl get downloads a file with its mode, into a file, a directory or stdout" {
+	printf 'remote\n' >"$ROOT/r.txt"
+	chmod 604 "$ROOT/r.txt"
+	run --separate-stderr "$WSCTL" get r.txt "$L/r.txt"
+	assert_status 0
+	assert_eq "$output" ""
+	assert_eq "$stderr" ""
+	cmp "$ROOT/r.txt" "$L/r.txt"
+	assert_eq "$(stat -c %a "$L/r.txt")" "$(printf '%o' $((0604 & ~0$(umask))))" "mode"
+	mkdir "$L/into"
+	run --separate-stderr "$WSCTL" get r.txt "$L/into"
+	assert_status 0
+	cmp "$ROOT/r.txt" "$L/into/r.txt"
+	run --separate-stderr "$WSCTL" get r.txt -
+	assert_status 0
+	assert_eq "$output" "remote"
+	assert_eq "$(ls -A "$L")" $'into\nr.txt'
+}
+
+@test "wsctl get of a missing file fails and leaves nothing behind" {
+	echo keep >"$L/existing"
+	run --separate-stderr "$WSCTL" get missing "$L/existing"
+	assert_status 1
+	assert_eq "$stderr" "wsctl: get 'missing': No such file or directory (NOT_FOUND)"
+	assert_eq "$(cat "$L/existing")" "keep"
+	run --separate-stderr "$WSCTL" get missing "$L/new"
+	assert_status 1
+	assert_eq "$(ls -A "$L")" "existing"
+}
+
+@test "wsctl ls lists names sorted, one per line; ls -l shows modes and sizes" {
+	mkdir -p "$ROOT/d/sub"
+	printf '12345' >"$ROOT/d/b.txt"
+	printf '' >"$ROOT/d/a.txt"
+	chmod 600 "$ROOT/d/b.txt"
+	ln -s b.txt "$ROOT/d/link"
+	touch "$ROOT/d/.hidden" "$ROOT/d/with space"
+	run --separate-stderr "$WSCTL" ls d
+	assert_status 0
+	assert_eq "$output" $'.hidden\na.txt\nb.txt\nlink\nsub\nwith space'
+	run --separate-stderr "$WSCTL" ls
+	assert_status 0
+	assert_eq "$output" "d"
+	run --separate-stderr "$WSCTL" ls /
+	assert_status 0
+	assert_eq "$output" "d"
+	run --separate-stderr "$WSCTL" ls d/b.txt
+	assert_status 0
+	assert_eq "$output" "d/b.txt"
+
+	run --separate-stderr "$WSCTL" ls -l d
+	assert_status 0
+	local lines
+	mapfile -t lines <<<"$output"
+	assert_eq "${#lines[@]}" 7 "lines of ls -l"
+	[[ "${lines[0]}" =~ ^total\ [0-9]+$ ]]
+	[[ "${lines[2]}" =~ ^-rw-r--r--\ +1\ +[0-9]+\ +[0-9]+\ +0\ .*\ a\.txt$ ]] || { echo "# ${lines[2]}" >&3; false; }
+	[[ "${lines[3]}" =~ ^-rw-------\ +1\ +[0-9]+\ +[0-9]+\ +5\ .*\ b\.txt$ ]] || { echo "# ${lines[3]}" >&3; false; }
+	[[ "${lines[4]}" =~ ^l.*\ link\ -\>\ b\.txt$ ]] || { echo "# ${lines[4]}" >&3; false; }
+	[[ "${lines[5]}" =~ ^d.*\ sub$ ]] || { echo "# ${lines[5]}" >&3; false; }
+}
+
+@test "wsctl ls of a large directory lists every entry" {
+	mkdir "$ROOT/many"
+	(cd "$ROOT/many" && seq -f 'f%05g' 1 3000 | xargs touch)
+	run --separate-stderr "$WSCTL" ls many
+	assert_status 0
+	assert_eq "$output" "$(seq -f 'f%05g' 1 3000)"
+}
+
+@test "wsctl ls of a missing path fails" {
+	run --separate-stderr "$WSCTL" ls nope
+	assert_status 1
+	assert_eq "$output" ""
+	assert_eq "$stderr" "wsctl: ls 'nope': No such file or directory (NOT_FOUND)"
+}
+
+@test "wsctl stat shows type, mode, size, inode, links and times" {
+	printf '1234567' >"$ROOT/f"
+	chmod 751 "$ROOT/f"
+	touch -d '2021-02-03 04:05:06.123456789' "$ROOT/f"
+	ln "$ROOT/f" "$ROOT/hard"
+	run --separate-stderr "$WSCTL" stat f
+	assert_status 0
+	local ino want_mtime
+	ino=$(stat -c %i "$ROOT/f")
+	want_mtime=$(date -d '2021-02-03 04:05:06' '+%Y-%m-%d %H:%M:%S').123456789\ $(date -d '2021-02-03 04:05:06' +%z)
+	assert_contains "$output" "  File: f"$'\n'"  Type: regular file"$'\n'"  Mode: 0751 (-rwxr-x--x)"$'\n'"  Size: 7"$'\n'
+	assert_contains "$output" $'\n'" Inode: $ino"$'\n'" Links: 2"$'\n'"   Uid: $(id -u)"$'\n'"   Gid: $(id -g)"$'\n'
+	assert_contains "$output" $'\n'"Modify: $want_mtime"
+	mkdir "$ROOT/dd"
+	ln -s f "$ROOT/sl"
+	run --separate-stderr "$WSCTL" stat dd sl
+	assert_status 0
+	assert_contains "$output" "  File: dd"$'\n'"  Type: directory"
+	assert_contains "$output" "  File: sl"$'\n'"  Type: symbolic link"$'\n'"  Mode: 0777 (lrwxrwxrwx)"$'\n'"  Size: 1"
+	run --separate-stderr "$WSCTL" stat -L sl
+	assert_status 0
+	assert_contains "$output" "  Type: regular file"$'\n'"  Mode: 0751 (-rwxr-x--x)"$'\n'"  Size: 7"
+}
+
+@test "wsctl stat of a missing path fails; the others still print" {
+	echo x >"$ROOT/x"
+	run --separate-stderr "$WSCTL" stat nope x
+	assert_status 1
+	assert_eq "$stderr" "wsctl: stat 'nope': No such file or directory (NOT_FOUND)"
+	assert_contains "$output" "  File: x"
+}
+
+@test "wsctl mkdir makes directories; -p makes parents and accepts existing ones" {
+	run --separate-stderr "$WSCTL" mkdir a
+	assert_status 0
+	assert_eq "$output$stderr" ""
+	[ -d "$ROOT/a" ]
+	assert_eq "$(stat -c %a "$ROOT/a")" "$(printf '%o' $((0777 & ~0$(umask))))" "mode"
+	run --separate-stderr "$WSCTL" mkdir a
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mkdir 'a': File exists (ALREADY_EXISTS)"
+	run --separate-stderr "$WSCTL" mkdir x/y/z
+	assert_status 1
+	assert_contains "$stderr" "NOT_FOUND"
+	[ ! -e "$ROOT/x" ]
+	run --separate-stderr "$WSCTL" mkdir -p x/y/z a b/
+	assert_status 0
+	[ -d "$ROOT/x/y/z" ] && [ -d "$ROOT/b" ]
+	touch "$ROOT/file"
+	run --separate-stderr "$WSCTL" mkdir -p file/sub
+	assert_status 1
+	[ -f "$ROOT/file" ]
+}
+
+@test "wsctl rm removes files; -r trees; -f ignores missing; directories need -r" {
+	mkdir -p "$ROOT/t/a/b" "$ROOT/e"
+	touch "$ROOT/t/a/b/f" "$ROOT/t/g" "$ROOT/one" "$ROOT/two"
+	ln -s /nonexistent "$ROOT/t/dangling"
+	run --separate-stderr "$WSCTL" rm one two
+	assert_status 0
+	assert_eq "$output$stderr" ""
+	[ ! -e "$ROOT/one" ] && [ ! -e "$ROOT/two" ]
+	run --separate-stderr "$WSCTL" rm t
+	assert_status 1
+	assert_eq "$stderr" "wsctl: rm 't': Is a directory"
+	[ -d "$ROOT/t" ]
+	run --separate-stderr "$WSCTL" rm missing
+	assert_status 1
+	assert_eq "$stderr" "wsctl: rm 'missing': No such file or directory (NOT_FOUND)"
+	run --separate-stderr "$WSCTL" rm -f missing
+	assert_status 0
+	assert_eq "$stderr" ""
+	run --separate-stderr "$WSCTL" rm -r t e
+	assert_status 0
+	assert_eq "$(ls -A "$ROOT")" ""
+	run --separate-stderr "$WSCTL" rm -r /
+	assert_status 1
+	assert_contains "$stderr" "root"
+}
+
+@test "wsctl rm -r leaves an outside tree alone when it meets a symlink" {
+	mkdir -p "$ROOT/t" "$BATS_TEST_TMPDIR/outside"
+	touch "$BATS_TEST_TMPDIR/outside/keep"
+	ln -s ../../outside "$ROOT/t/up"
+	ln -s "$BATS_TEST_TMPDIR/outside" "$ROOT/t/abs"
+	run --separate-stderr "$WSCTL" rm -r t
+	assert_status 0
+	[ ! -e "$ROOT/t" ]
+	[ -f "$BATS_TEST_TMPDIR/outside/keep" ]
+}
+
+@test "wsctl mv renames files and directories, replaces, and moves into a directory" {
+	echo a >"$ROOT/a"
+	echo b >"$ROOT/b"
+	mkdir -p "$ROOT/d/inner" "$ROOT/into"
+	run --separate-stderr "$WSCTL" mv a c
+	assert_status 0
+	assert_eq "$output$stderr" ""
+	[ ! -e "$ROOT/a" ] && [ "$(cat "$ROOT/c")" = a ]
+	run --separate-stderr "$WSCTL" mv c b
+	assert_status 0
+	assert_eq "$(cat "$ROOT/b")" a
+	run --separate-stderr "$WSCTL" mv d e
+	assert_status 0
+	[ -d "$ROOT/e/inner" ] && [ ! -e "$ROOT/d" ]
+	run --separate-stderr "$WSCTL" mv b into
+	assert_status 0
+	assert_eq "$(cat "$ROOT/into/b")" a
+	run --separate-stderr "$WSCTL" mv nope x
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv 'nope': No such file or directory (NOT_FOUND)"
+	assert_eq "$(ls -A "$ROOT")" $'e\ninto'
+}
+
+@test "wsctl handles names with spaces, quotes, newlines and non-UTF-8 bytes" {
+	local n1="sp ace 'q' \"d\" \$(x);y" n2=$'nl\nname' n3=$'bad\xff\xfe'
+	printf 'content' >"$L/src"
+	for n in "$n1" "$n2" "$n3"; do
+		run --separate-stderr "$WSCTL" put "$L/src" "$n"
+		assert_status 0
+		cmp "$L/src" "$ROOT/$n"
+		run --separate-stderr "$WSCTL" cat "$n"
+		assert_eq "$output" "content"
+		run --separate-stderr "$WSCTL" mv "$n" "$n.moved"
+		assert_status 0
+		[ -f "$ROOT/$n.moved" ]
+		run --separate-stderr "$WSCTL" rm "$n.moved"
+		assert_status 0
+	done
+	assert_eq "$(ls -A "$ROOT")" ""
+}

@@ -1,0 +1,262 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Dev_Agent compatibility: ManageAgentOps called exactly as Dev_Agent calls it.
+
+Dev_Agent builds its stubs from devagent.proto and calls:
+  stub = devagent_pb2_grpc.ManageAgentOpsStub(channel)
+  stub.CreateFiles(devagent_pb2.CreateFileRequest(files=[...], contents=[...], app_name=...))
+  stub.ExecuteCommands(devagent_pb2.ExecuteCommandsRequest(cmds=[...], app_name=...,
+                                                           load_from_file=False))
+  stub.ViewFile(devagent_pb2.ViewFileRequest(path=...))
+
+Environment: WSB_TARGET, WSB_ROOT (agentd's root, which this process can
+read), WSB_VIEW_LIMIT (the --view-limit agentd was started with), and
+WSB_TOKEN when agentd requires one. Run by tests/integration/devagent.bats,
+over TCP and over a stdio tunnel (socat + agentd --stdio).
+"""
+import os
+import re
+import time
+import unittest
+
+import grpc
+
+import wsbtest
+from wsbtest import auth_md, describe, devagent_pb2, devagent_pb2_grpc
+
+TIMEOUT = wsbtest.TIMEOUT
+ROOT = wsbtest.env("WSB_ROOT")
+VIEW_LIMIT = int(wsbtest.env("WSB_VIEW_LIMIT"))
+
+
+class DevAgent(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ch = wsbtest.channel()
+        cls.stub = devagent_pb2_grpc.ManageAgentOpsStub(cls.ch)
+        cls.md = auth_md()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+
+    def create(self, files, contents, app_name):
+        return self.stub.CreateFiles(
+            devagent_pb2.CreateFileRequest(files=files, contents=contents, app_name=app_name),
+            timeout=TIMEOUT, metadata=self.md)
+
+    def execute(self, cmds, app_name, load_from_file=False):
+        r = self.stub.ExecuteCommands(
+            devagent_pb2.ExecuteCommandsRequest(cmds=cmds, app_name=app_name,
+                                                load_from_file=load_from_file),
+            timeout=TIMEOUT, metadata=self.md)
+        return r.status
+
+    def view(self, path):
+        return self.stub.ViewFile(devagent_pb2.ViewFileRequest(path=path), timeout=TIMEOUT,
+                                  metadata=self.md).code
+
+    def assertFails(self, code, fn, what):
+        with self.assertRaises(grpc.RpcError, msg=what) as cm:
+            fn()
+        self.assertEqual(cm.exception.code(), code, "%s: %s" % (what, describe(cm.exception)))
+        return cm.exception
+
+    def assertInOrder(self, text, parts):
+        """Each of parts occurs in text, each after the previous one."""
+        pos = 0
+        for p in parts:
+            i = text.find(p, pos)
+            self.assertGreaterEqual(i, 0, "%r not found (in order) after offset %d of:\n%s"
+                                    % (p, pos, text))
+            pos = i + len(p)
+
+    # CreateFiles
+
+    def test_create_files(self):
+        files = ["main.py", "pkg/__init__.py", "pkg/deep/er/mod.py", "empty.txt", "üñí.txt"]
+        contents = ["print('hi')\n", "", "X = 1\nY = 'ä€'\n", "", "unicode name\n"]
+        r = self.create(files, contents, "app1")
+        self.assertEqual(r.status, "success")
+        for f, c in zip(files, contents):
+            with open(os.path.join(ROOT, "app1", f), "rb") as fh:
+                self.assertEqual(fh.read(), c.encode(), f)
+        # Overwrite replaces the whole file.
+        r = self.create(["main.py"], ["x"], "app1")
+        self.assertEqual(r.status, "success")
+        with open(os.path.join(ROOT, "app1", "main.py"), "rb") as fh:
+            self.assertEqual(fh.read(), b"x")
+        # No temp files are left next to them.
+        self.assertEqual(sorted(os.listdir(os.path.join(ROOT, "app1"))),
+                         ["empty.txt", "main.py", "pkg", "üñí.txt"])
+        self.assertEqual(sorted(os.listdir(os.path.join(ROOT, "app1", "pkg"))),
+                         ["__init__.py", "deep"])
+
+    def test_create_files_empty_app_name_is_root(self):
+        r = self.create(["top.txt"], ["top\n"], "")
+        self.assertEqual(r.status, "success")
+        with open(os.path.join(ROOT, "top.txt")) as fh:
+            self.assertEqual(fh.read(), "top\n")
+
+    def test_create_files_mismatched_lengths(self):
+        for files, contents in ((["a.txt", "b.txt"], ["only one"]),
+                                (["a.txt"], ["one", "two"]),
+                                ([], ["orphan"])):
+            e = self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
+                                 lambda: self.create(files, contents, "mismatch"),
+                                 "CreateFiles %r %r" % (files, contents))
+            self.assertTrue(e.details(), "INVALID_ARGUMENT without a message")
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "mismatch")),
+                         "a rejected CreateFiles wrote something")
+
+    def test_create_files_empty_name(self):
+        self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
+                         lambda: self.create(["ok.txt", ""], ["a", "b"], "emptyname"),
+                         "CreateFiles with an empty file name")
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "emptyname", "ok.txt")),
+                         "a rejected CreateFiles wrote part of its files")
+
+    # ExecuteCommands
+
+    def test_execute_commands_transcript(self):
+        self.create(["seed.txt"], ["seed\n"], "app2")
+        cmds = ["echo first", "cat seed.txt", "echo to-stderr >&2; exit 3", "pwd",
+                "echo last"]
+        out = self.execute(cmds, "app2")
+        app = os.path.realpath(os.path.join(ROOT, "app2"))
+        self.assertInOrder(out, [
+            "echo first", "first\n", "[exit 0]",
+            "cat seed.txt", "seed\n", "[exit 0]",
+            "echo to-stderr >&2; exit 3", "to-stderr\n", "[exit 3]",
+            "pwd", app + "\n", "[exit 0]",
+            "echo last", "last\n", "[exit 0]"])
+        self.assertEqual(out.count("[exit "), 5, out)
+
+    def test_execute_commands_in_order_with_side_effects(self):
+        self.create(["x"], [""], "app3")
+        out = self.execute(["echo a > log", "false", "echo b >> log", "cat log"], "app3")
+        self.assertInOrder(out, ["false", "[exit 1]", "cat log", "a\nb\n", "[exit 0]"])
+        with open(os.path.join(ROOT, "app3", "log")) as fh:
+            self.assertEqual(fh.read(), "a\nb\n")
+
+    def test_execute_commands_shell(self):
+        # Each command is a /bin/sh -c string: pipes, variables, globs.
+        self.create(["a.c", "b.c", "c.h"], ["", "", ""], "app4")
+        out = self.execute(["ls *.c | wc -l", "X=42; echo \"x=$X\""], "app4")
+        self.assertInOrder(out, ["2\n", "[exit 0]", "x=42\n", "[exit 0]"])
+
+    def test_execute_commands_missing_program(self):
+        self.create(["x"], [""], "app5")
+        out = self.execute(["no-such-program-wsb", "echo after"], "app5")
+        self.assertInOrder(out, ["no-such-program-wsb", "[exit 127]", "echo after", "after\n",
+                                 "[exit 0]"])
+
+    def test_execute_commands_not_utf8(self):
+        self.create(["x"], [""], "app6")
+        # Invalid UTF-8 bytes in the output must not break decoding of the
+        # proto3 string (Python rejects invalid UTF-8 in a string field).
+        out = self.execute([r"printf 'A\377\376B\n'; printf '\300\n' >&2", "echo ok"], "app6")
+        self.assertIsInstance(out, str)
+        self.assertInOrder(out, ["A", "B\n", "[exit 0]", "echo ok", "ok\n", "[exit 0]"])
+
+    def test_execute_commands_stdin_is_empty(self):
+        # A command reading stdin must see EOF, not hang.
+        self.create(["x"], [""], "app7")
+        out = self.execute(["cat; echo done", "wc -c"], "app7")
+        self.assertInOrder(out, ["done\n", "[exit 0]", "0\n", "[exit 0]"])
+
+    def test_execute_commands_load_from_file(self):
+        self.create(["commands.txt"], ["echo one\necho two > two.txt\ncat two.txt\n"], "app8")
+        out = self.execute([], "app8", load_from_file=True)
+        self.assertInOrder(out, ["echo one", "one\n", "[exit 0]",
+                                 "echo two > two.txt", "[exit 0]",
+                                 "cat two.txt", "two\n", "[exit 0]"])
+        self.assertEqual(out.count("[exit "), 3, out)
+        # cmds are ignored when load_from_file is set.
+        out = self.execute(["echo ignored-cmd"], "app8", load_from_file=True)
+        self.assertNotIn("ignored-cmd", out)
+
+    def test_execute_commands_load_from_file_missing(self):
+        self.create(["x"], [""], "app9")
+        self.assertFails(grpc.StatusCode.NOT_FOUND,
+                         lambda: self.execute([], "app9", load_from_file=True),
+                         "load_from_file without commands.txt")
+
+    # ViewFile
+
+    def test_view_file(self):
+        self.create(["v.txt", "u.txt"], ["line 1\nline 2\n", "ä€😀\n"], "app10")
+        self.assertEqual(self.view("app10/v.txt"), "line 1\nline 2\n")
+        self.assertEqual(self.view("app10/u.txt"), "ä€😀\n")
+        self.assertEqual(self.view("/app10/v.txt"), "line 1\nline 2\n")
+        with open(os.path.join(ROOT, "empty_view.txt"), "w"):
+            pass
+        self.assertEqual(self.view("empty_view.txt"), "")
+
+    def test_view_file_not_utf8(self):
+        # "As text": either the text with the bad bytes replaced (so that it
+        # still decodes in Python), or a clear FAILED_PRECONDITION naming
+        # the file. Never a reply that Python cannot decode (INTERNAL).
+        with open(os.path.join(ROOT, "bin_view.dat"), "wb") as fh:
+            fh.write(b"ab\xff\xfecd\n")
+        try:
+            code = self.view("bin_view.dat")
+        except grpc.RpcError as e:
+            self.assertEqual(e.code(), grpc.StatusCode.FAILED_PRECONDITION, describe(e))
+            self.assertIn("bin_view.dat", e.details())
+            return
+        self.assertIsInstance(code, str)
+        self.assertTrue(code.startswith("ab") and code.endswith("cd\n"), repr(code))
+
+    def test_view_file_errors(self):
+        self.assertFails(grpc.StatusCode.NOT_FOUND, lambda: self.view("no/such/file.txt"),
+                         "ViewFile of a missing file")
+        os.makedirs(os.path.join(ROOT, "adir"), exist_ok=True)
+        self.assertFails(grpc.StatusCode.FAILED_PRECONDITION, lambda: self.view("adir"),
+                         "ViewFile of a directory")
+
+    def test_view_file_limit(self):
+        with open(os.path.join(ROOT, "at_limit.txt"), "w") as fh:
+            fh.write("x" * VIEW_LIMIT)
+        with open(os.path.join(ROOT, "over_limit.txt"), "w") as fh:
+            fh.write("x" * (VIEW_LIMIT + 1))
+        self.assertEqual(self.view("at_limit.txt"), "x" * VIEW_LIMIT)
+        e = self.assertFails(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             lambda: self.view("over_limit.txt"), "ViewFile over the limit")
+        self.assertTrue(re.search(r"\b%d\b" % VIEW_LIMIT, e.details() or ""),
+                        "the message does not give the limit %d: %r"
+                        % (VIEW_LIMIT, e.details()))
+
+    # Method paths
+
+    def test_method_paths(self):
+        # The generated stubs use exactly these paths; call them by hand too,
+        # with hand-serialised requests, as any other client would.
+        raw = lambda path, req, reply: reply.FromString(self.ch.unary_unary(path)(
+            req.SerializeToString(), timeout=TIMEOUT, metadata=self.md))
+        r = raw("/ManageAgentOps/CreateFiles",
+                devagent_pb2.CreateFileRequest(files=["at_path.txt"], contents=["hello"],
+                                               app_name="rawapp"),
+                devagent_pb2.CreateFileResponse)
+        self.assertEqual(r.status, "success")
+        r = raw("/ManageAgentOps/ViewFile", devagent_pb2.ViewFileRequest(path="rawapp/at_path.txt"),
+                devagent_pb2.ViewFileResponse)
+        self.assertEqual(r.code, "hello")
+        r = raw("/ManageAgentOps/ExecuteCommands",
+                devagent_pb2.ExecuteCommandsRequest(cmds=["cat at_path.txt"], app_name="rawapp"),
+                devagent_pb2.ExecuteCommandsResponse)
+        self.assertInOrder(r.status, ["cat at_path.txt", "hello", "[exit 0]"])
+        req = devagent_pb2.ViewFileRequest(path="rawapp/at_path.txt").SerializeToString()
+        for path in ("/manageagentops/ViewFile", "/ManageAgentOps/viewfile",
+                     "/MANAGEAGENTOPS/VIEWFILE", "/ManageAgentOps/ViewFile/",
+                     "/devagent.ManageAgentOps/ViewFile", "/ManageAgentOps/Nope",
+                     "/ManageAgentOps/createFiles", "/ManageAgentOps/Executecommands"):
+            call = self.ch.unary_unary(path)
+            t0 = time.monotonic()
+            e = self.assertFails(grpc.StatusCode.UNIMPLEMENTED,
+                                 lambda: call(req, timeout=5, metadata=self.md), path)
+            self.assertLess(time.monotonic() - t0, 2.0, "%s was not answered at once" % path)
+            self.assertTrue(e.details() is not None)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
