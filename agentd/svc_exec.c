@@ -213,14 +213,16 @@ static void start_pump(struct start_ctx *ctx)
 	Wsbridge__V1__ExecOutput out = WSBRIDGE__V1__EXEC_OUTPUT__INIT;
 	Wsbridge__V1__ExecExit ex = WSBRIDGE__V1__EXEC_EXIT__INIT;
 	struct ev *e = ctx->head;
+	Wsbridge__V1__ExecStarted started = WSBRIDGE__V1__EXEC_STARTED__INIT;
 	int r;
 
 	if (!ctx->call || ctx->sending || !e)
 		return;
 	switch (e->kind) {
 	case EV_STARTED:
-		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED_PID;
-		ev.started_pid = ctx->pid;
+		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED;
+		started.pid = ctx->pid;
+		ev.started = &started;
 		break;
 	case EV_STDOUT:
 	case EV_STDERR:

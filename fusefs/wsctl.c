@@ -721,9 +721,9 @@ static int cmd_exec(int argc, char **argv)
 			break;
 		ev = (Wsbridge__V1__ExecEvent *)m;
 		switch (ev->event_case) {
-		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED_PID:
-			if (g_verbose)
-				msg("exec: started pid %" PRIu32, ev->started_pid);
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED:
+			if (g_verbose && ev->started)
+				msg("exec: started pid %" PRIu32, ev->started->pid);
 			break;
 		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDOUT:
 			if (!out_err && ev->stdout && ev->stdout->data.len)

@@ -372,7 +372,7 @@ class Behaviour(Base):
         evs = list(self.ex.Start(pb.ExecRequest(
             shell=b'printf "%s" "$1"; printf err >&2; exit 5', args=[b"a b;$(x)"],
             env=[b"WSB_T=1"]), timeout=TIMEOUT))
-        self.assertTrue(evs[0].HasField("started_pid") and evs[0].started_pid > 0)
+        self.assertTrue(evs[0].HasField("started") and evs[0].started.pid > 0)
         self.assertEqual(b"".join(e.stdout.data for e in evs if e.HasField("stdout")),
                          b"a b;$(x)")
         self.assertEqual(b"".join(e.stderr.data for e in evs if e.HasField("stderr")), b"err")

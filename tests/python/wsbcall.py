@@ -36,8 +36,8 @@ def exec_until_end(target, argv):
         for ev in stub.Start(pb.ExecRequest(argv=[a.encode() for a in argv]), timeout=60,
                              metadata=wsbtest.auth_md()):
             kind = ev.WhichOneof("event")
-            if kind == "started_pid":
-                print("started %d" % ev.started_pid, flush=True)
+            if kind == "started":
+                print("started %d" % ev.started.pid, flush=True)
             elif kind == "exited":
                 print("exited code=%d signal=%d" % (ev.exited.code, ev.exited.signal),
                       flush=True)
