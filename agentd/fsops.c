@@ -514,6 +514,124 @@ int fsops_lseek(struct fsops_handles *h, uint64_t id, uint64_t offset, int whenc
 	return r;
 }
 
+/*
+ * Copy with pread(2)/pwrite(2) in FSOPS_CHUNK_MAX steps, for file systems
+ * (and sandboxes: gVisor) without copy_file_range(2). Adds to *done.
+ */
+static int copy_by_rw(int in, uint64_t off_in, int out, uint64_t off_out, uint64_t len,
+		      uint64_t *done)
+{
+	size_t bsize = len < FSOPS_CHUNK_MAX ? (size_t)len : FSOPS_CHUNK_MAX;
+	char *buf = malloc(bsize ? bsize : 1);
+	int r = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (*done < len) {
+		uint64_t left = len - *done;
+		size_t want = left < bsize ? (size_t)left : bsize;
+		ssize_t n = pread(in, buf, want, (off_t)(off_in + *done));
+		ssize_t w;
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		if (n == 0)
+			break; /* end of file */
+		w = write_all(out, buf, (size_t)n, false, off_out + *done);
+		if (w < 0) {
+			r = (int)w;
+			break;
+		}
+		*done += (uint64_t)n;
+	}
+	free(buf);
+	return r;
+}
+
+int fsops_copy_file_range(struct fsops_handles *h, uint64_t id_in, uint64_t off_in,
+			  uint64_t id_out, uint64_t off_out, uint64_t len, uint64_t *ret_copied)
+{
+	struct fsops_handle *ein, *eout = NULL;
+	struct stat sin, sout;
+	uint64_t done = 0, hi;
+	int r = 0;
+
+	if (off_in > INT64_MAX || off_out > INT64_MAX)
+		return -EINVAL;
+	ein = handle_get(h, id_in);
+	if (!ein)
+		return -EBADF;
+	eout = handle_get(h, id_out);
+	if (!eout) {
+		r = -EBADF;
+		goto out;
+	}
+	/* copy_file_range(2): EBADF for a write-only input, a read-only or
+	 * O_APPEND output; EISDIR for directories; EINVAL for other types. */
+	if ((ein->flags & O_ACCMODE) == O_WRONLY || (eout->flags & O_ACCMODE) == O_RDONLY ||
+	    (eout->flags & O_APPEND)) {
+		r = -EBADF;
+		goto out;
+	}
+	if (fstat(ein->fd, &sin) < 0 || fstat(eout->fd, &sout) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (S_ISDIR(sin.st_mode) || S_ISDIR(sout.st_mode)) {
+		r = -EISDIR;
+		goto out;
+	}
+	if (!S_ISREG(sin.st_mode) || !S_ISREG(sout.st_mode)) {
+		r = -EINVAL;
+		goto out;
+	}
+	if (len > FSOPS_COPY_MAX)
+		len = FSOPS_COPY_MAX;
+	hi = off_in > off_out ? off_in : off_out;
+	if (len > (uint64_t)INT64_MAX - hi)
+		len = (uint64_t)INT64_MAX - hi; /* keep both ends representable */
+	/* Overlapping ranges of one file: EINVAL, as copy_file_range(2). */
+	if (sin.st_dev == sout.st_dev && sin.st_ino == sout.st_ino && len &&
+	    off_in < off_out + len && off_out < off_in + len) {
+		r = -EINVAL;
+		goto out;
+	}
+	while (done < len) {
+		loff_t oi = (loff_t)(off_in + done), oo = (loff_t)(off_out + done);
+		uint64_t left = len - done;
+		ssize_t n = copy_file_range(ein->fd, &oi, eout->fd, &oo,
+					    left > SSIZE_MAX ? SSIZE_MAX : (size_t)left, 0);
+
+		if (n > 0) {
+			done += (uint64_t)n;
+			continue;
+		}
+		if (n == 0)
+			break; /* end of file */
+		if (errno == EINTR)
+			continue;
+		if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+			r = copy_by_rw(ein->fd, off_in, eout->fd, off_out, len, &done);
+			break;
+		}
+		r = -errno;
+		break;
+	}
+	if (done > 0)
+		r = 0; /* a partial copy is a short count, as with write(2) */
+	if (r == 0)
+		*ret_copied = done;
+out:
+	if (eout)
+		handle_put(h, eout);
+	handle_put(h, ein);
+	return r;
+}
+
 int fsops_fstat(struct fsops_handles *h, uint64_t id, struct stat *ret_st)
 {
 	struct fsops_handle *e = handle_get(h, id);

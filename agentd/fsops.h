@@ -120,6 +120,29 @@ int fsops_fallocate(struct fsops_handles *h, uint64_t id, int fl, uint64_t offse
 int fsops_lseek(struct fsops_handles *h, uint64_t id, uint64_t offset, int whence,
 		uint64_t *ret_offset);
 
+/** Most bytes one fsops_copy_file_range call copies (1 GiB): bounds the time
+ * one call keeps a completion-queue thread busy, as MAX_RW_COUNT bounds one
+ * read(2) in Linux. A caller wanting more continues at offset + copied. */
+#define FSOPS_COPY_MAX ((uint64_t)1 << 30)
+
+/**
+ * Copy up to @p len bytes from byte @p off_in of handle @p id_in to byte
+ * @p off_out of handle @p id_out inside agentd, with copy_file_range(2) and
+ * explicit offsets (the handles' file offsets are not used or moved). Loops
+ * until @p len bytes or end of file; where the file system or sandbox lacks
+ * it (EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: other file systems, gVisor) it goes
+ * on with pread(2)/pwrite(2) in FSOPS_CHUNK_MAX steps. At most
+ * FSOPS_COPY_MAX bytes per call. On success stores the byte count in
+ * *ret_copied: less than @p len at end of file or past FSOPS_COPY_MAX; a
+ * failure after some bytes were copied is reported as that short count.
+ * Errors (copy_file_range(2)): -EBADF (unknown id, input not readable,
+ * output not writable or opened O_APPEND), -EISDIR, -EINVAL (not regular
+ * files, an offset beyond INT64_MAX, overlapping ranges of one file),
+ * -ENOSPC, -EFBIG, -EIO. Any thread.
+ */
+int fsops_copy_file_range(struct fsops_handles *h, uint64_t id_in, uint64_t off_in,
+			  uint64_t id_out, uint64_t off_out, uint64_t len, uint64_t *ret_copied);
+
 /**
  * fstat(2) of handle @p id. Returns 0 or -EBADF.
  */

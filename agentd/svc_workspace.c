@@ -13,9 +13,13 @@
  * RESOURCE_EXHAUSTED "too many open handles (limit N)". A path that leaves
  * the root -> PERMISSION_DENIED "'PATH' escapes the workspace root" (EXDEV).
  *
- * Threads: every method is RPC_ON_CQ: handlers and the Upload/Download
- * callbacks run on completion-queue threads, several at once; the only
- * shared state is the handle table, which fsops locks.
+ * CopyFileRange copies at most FSOPS_COPY_MAX (1 GiB) per call; a longer
+ * length gets a short count and the client continues from there.
+ *
+ * Threads: every method but Watch is RPC_ON_CQ: handlers and the
+ * Upload/Download callbacks run on completion-queue threads, several at
+ * once; the only shared state there is the handle table, which fsops locks.
+ * Watch is RPC_ON_LOOP: it and the watcher (watch.c) live on the loop thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +32,7 @@
 
 #include "agentd.h"
 #include "fsops.h"
+#include "watch.h"
 #include "wsb.h"
 #include "wsbridge.pb-c.h"
 
@@ -647,6 +652,36 @@ static void do_lseek(struct rpc_call *call, const ProtobufCMessage *req, void *d
 	rpc_reply(call, &rep.base);
 }
 
+static void do_copy_file_range(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__CopyFileRangeRequest *q = (const void *)req;
+	Wsbridge__V1__CopyFileRangeReply rep = WSBRIDGE__V1__COPY_FILE_RANGE_REPLY__INIT;
+	uint64_t copied = 0;
+	int r;
+
+	r = fsops_copy_file_range(AD(data)->handles, q->handle_in, q->offset_in, q->handle_out,
+				  q->offset_out, q->length, &copied);
+	if (r == -EBADF) {
+		rpc_fail_errno(call, EBADF,
+			       "copy_file_range from handle %llu to handle %llu: a handle is not "
+			       "open, or the input is not open for reading, or the output not for "
+			       "writing (or with append)",
+			       (unsigned long long)q->handle_in, (unsigned long long)q->handle_out);
+		return;
+	}
+	if (r < 0) {
+		rpc_fail_errno(call, -r,
+			       "copy_file_range of %llu bytes from handle %llu at %llu to handle "
+			       "%llu at %llu",
+			       (unsigned long long)q->length, (unsigned long long)q->handle_in,
+			       (unsigned long long)q->offset_in, (unsigned long long)q->handle_out,
+			       (unsigned long long)q->offset_out);
+		return;
+	}
+	rep.copied = copied;
+	rpc_reply(call, &rep.base);
+}
+
 /* ---- Upload: client stream ---- */
 
 struct upload_call {
@@ -936,6 +971,136 @@ static void do_download(struct rpc_call *call, const ProtobufCMessage *req, void
 	download_step(call, dc);
 }
 
+/* ---- Watch: server stream on the loop thread ---- */
+
+/* The watcher behind every Watch call; created by svc_workspace_register. */
+static struct watcher *ws_watcher;
+
+#define KIND_IS(w, p) ((int)(w) == (int)WSBRIDGE__V1__WATCH_EVENT__KIND__##p)
+_Static_assert(KIND_IS(WATCH_CHANGED, CHANGED) && KIND_IS(WATCH_CREATED, CREATED) &&
+		       KIND_IS(WATCH_DELETED, DELETED) && KIND_IS(WATCH_MOVED, MOVED) &&
+		       KIND_IS(WATCH_OVERFLOW, OVERFLOW) && KIND_IS(WATCH_READY, READY),
+	       "enum watch_kind must match proto WatchEvent.Kind");
+
+struct watch_call {
+	struct rpc_call *call;
+	struct watch_sub *sub;
+};
+
+static void watch_sent(struct rpc_call *call, bool ok, void *arg);
+
+/* watch_sub_ops.deliver: one WatchBatch per batch, one send at a time. */
+static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, size_t n, void *arg)
+{
+	struct watch_call *wc = arg;
+	Wsbridge__V1__WatchBatch b = WSBRIDGE__V1__WATCH_BATCH__INIT;
+	Wsbridge__V1__WatchEvent *e = calloc(n, sizeof(*e));
+	Wsbridge__V1__WatchEvent **ep = calloc(n, sizeof(*ep));
+	int r;
+
+	if (!e || !ep) {
+		free(e);
+		free(ep);
+		rpc_fail_errno(wc->call, ENOMEM, "watch");
+		free(wc);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		wsbridge__v1__watch_event__init(&e[i]);
+		e[i].kind = (Wsbridge__V1__WatchEvent__Kind)ev[i].kind;
+		e[i].path.data = (uint8_t *)ev[i].path;
+		e[i].path.len = ev[i].path_len;
+		if (ev[i].from) {
+			e[i].from.data = (uint8_t *)ev[i].from;
+			e[i].from.len = ev[i].from_len;
+		}
+		e[i].is_dir = ev[i].is_dir;
+		ep[i] = &e[i];
+	}
+	b.n_events = n;
+	b.events = ep;
+	r = rpc_send(wc->call, &b.base, watch_sent, wc);
+	free(e);
+	free(ep);
+	if (r < 0) {
+		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
+		free(wc);
+		return r;
+	}
+	return 0;
+}
+
+static void watch_sent(struct rpc_call *call, bool ok, void *arg)
+{
+	struct watch_call *wc = arg;
+
+	if (!ok) {
+		watch_unsubscribe(wc->sub);
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "watch cancelled");
+		free(wc);
+		return;
+	}
+	watch_sub_done(wc->sub); /* may deliver, and may free wc on failure */
+}
+
+/* watch_sub_ops.end: agentd stops (err 0) or watching failed for good. */
+static void watch_end(struct watch_sub *sub, int err, void *arg)
+{
+	struct watch_call *wc = arg;
+
+	if (err == 0)
+		rpc_finish(wc->call, WSB_OK, 0, NULL);
+	else
+		rpc_fail_errno(wc->call, -err, "watch");
+	free(wc);
+}
+
+static void watch_cancel(struct rpc_call *call, void *arg)
+{
+	struct watch_call *wc = arg;
+
+	watch_unsubscribe(wc->sub);
+	rpc_finish(call, WSB_CANCELLED, ECANCELED, "watch cancelled");
+	free(wc);
+}
+
+static const struct watch_sub_ops watch_ops = {
+	.deliver = watch_deliver,
+	.end = watch_end,
+};
+
+static void do_watch(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	struct watch_call *wc = calloc(1, sizeof(*wc));
+	int r;
+
+	if (!wc) {
+		rpc_fail_errno(call, ENOMEM, "watch");
+		return;
+	}
+	wc->call = call;
+	r = ws_watcher ? watch_subscribe(ws_watcher, &watch_ops, wc, &wc->sub) : -ESHUTDOWN;
+	if (r < 0) {
+		free(wc);
+		if (r == -ESHUTDOWN)
+			rpc_finish(call, WSB_UNAVAILABLE, ESHUTDOWN, "watch: agentd is shutting down");
+		else if (r == -EMFILE)
+			rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE,
+				   "watch: cannot create an inotify instance (limit "
+				   "fs.inotify.max_user_instances, or the open file limit)");
+		else
+			rpc_fail_errno(call, -r, "watch");
+		return;
+	}
+	/* The first batch goes out on a later loop iteration, after this. */
+	rpc_on_cancel(call, watch_cancel, wc);
+}
+
+struct watcher *svc_workspace_watcher(void)
+{
+	return ws_watcher;
+}
+
 /* ---- registration ---- */
 
 #define WS(name, kind, desc, fn)                                                         \
@@ -970,10 +1135,20 @@ static struct rpc_method ws_methods[] = {
 	WS("Lseek", RPC_UNARY, lseek_request, do_lseek),
 	WS("Upload", RPC_CLIENT_STREAM, upload_chunk, do_upload),
 	WS("Download", RPC_SERVER_STREAM, download_request, do_download),
+	WS("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
+	{"/wsbridge.v1.Workspace/Watch", RPC_SERVER_STREAM, RPC_ON_LOOP,
+	 &wsbridge__v1__watch_request__descriptor, false, do_watch, NULL},
 };
 
 int svc_workspace_register(struct rpc_server *s, struct agentd *ad)
 {
+	if (!ws_watcher && ad->loop) {
+		/* cheap: nothing is watched before the first Watch call */
+		int r = watch_new(ad->loop, &ad->root, ad->root_path, NULL, &ws_watcher);
+
+		if (r < 0)
+			return r;
+	}
 	for (size_t i = 0; i < sizeof(ws_methods) / sizeof(ws_methods[0]); i++) {
 		int r;
 

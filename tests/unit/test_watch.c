@@ -1,0 +1,787 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * Unit tests of agentd/watch.c on a real libuv loop and real inotify, on a
+ * mkdtemp tree, without gRPC: a collecting subscriber stands in for the
+ * Watch call (it acknowledges each batch on a later loop iteration, as
+ * rpc_send's completion does).
+ *
+ * Covered: READY first; create/modify/delete/rename of files and
+ * directories; a nested new directory whose entries were made before its
+ * watch existed; a renamed directory reporting changes under its new name;
+ * RENAME_EXCHANGE of two directories; a directory renamed over an empty one;
+ * moves out of and into the root;
+ * coalescing of changes; symlinks never followed; a slow subscriber skipped
+ * ahead with OVERFLOW (tiny queue bound); the kernel queue overflowing
+ * (rebuild, OVERFLOW); the watch limit; stop at the last unsubscribe;
+ * shutdown ending every subscriber.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "watch.h"
+
+struct ev {
+	enum watch_kind kind;
+	char *path;
+	char *from;
+	bool is_dir;
+};
+
+struct collector {
+	struct watch_sub *sub;
+	struct ev *evs;
+	size_t n, cap;
+	size_t batches;
+	size_t max_batch;   /* most events in one batch */
+	bool manual;        /* do not acknowledge batches (a stalled client) */
+	bool out;           /* a batch is unacknowledged */
+	bool ended;
+	int end_err;
+	uv_timer_t ack;
+};
+
+struct fixture {
+	uv_loop_t loop;
+	char root_path[64];
+	char out_path[64]; /* a directory outside the root */
+	struct resolve_root root;
+	struct watcher *w;
+	struct collector c;
+	uv_timer_t tick;
+};
+
+static const char *kind_name(enum watch_kind k)
+{
+	static const char *const n[] = {"CHANGED", "CREATED", "DELETED",
+					"MOVED",   "OVERFLOW", "READY"};
+
+	return (unsigned)k < 6 ? n[k] : "?";
+}
+
+/* ---- the collecting subscriber ---- */
+
+static void on_ack(uv_timer_t *t)
+{
+	struct collector *c = t->data;
+
+	if (c->out && !c->manual && c->sub) {
+		c->out = false;
+		watch_sub_done(c->sub);
+	}
+}
+
+static int col_deliver(struct watch_sub *sub, const struct watch_event *e, size_t n, void *arg)
+{
+	struct collector *c = arg;
+
+	assert_ptr_equal(sub, c->sub);
+	assert_false(c->out); /* one batch at a time */
+	assert_true(n >= 1);
+	for (size_t i = 0; i < n; i++) {
+		struct ev *x;
+
+		if (c->n == c->cap) {
+			c->cap = c->cap ? c->cap * 2 : 64;
+			c->evs = realloc(c->evs, c->cap * sizeof(*c->evs));
+			assert_non_null(c->evs);
+		}
+		x = &c->evs[c->n++];
+		x->kind = e[i].kind;
+		assert_non_null(e[i].path);
+		assert_int_equal(strlen(e[i].path), e[i].path_len);
+		x->path = strdup(e[i].path);
+		x->from = e[i].from ? strdup(e[i].from) : NULL;
+		x->is_dir = e[i].is_dir;
+		if (e[i].kind == WATCH_MOVED)
+			assert_non_null(e[i].from);
+	}
+	c->batches++;
+	if (n > c->max_batch)
+		c->max_batch = n;
+	c->out = true;
+	uv_timer_start(&c->ack, on_ack, 0, 0);
+	return 0;
+}
+
+static void col_end(struct watch_sub *sub, int err, void *arg)
+{
+	struct collector *c = arg;
+
+	c->ended = true;
+	c->end_err = err;
+	c->sub = NULL;
+}
+
+static const struct watch_sub_ops col_ops = {col_deliver, col_end};
+
+static void col_clear(struct collector *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		free(c->evs[i].path);
+		free(c->evs[i].from);
+	}
+	c->n = 0;
+}
+
+static void col_dump(const struct collector *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		print_message("  %s%s '%s'%s%s%s\n", kind_name(c->evs[i].kind),
+			      c->evs[i].is_dir ? "(dir)" : "", c->evs[i].path,
+			      c->evs[i].from ? " from '" : "", c->evs[i].from ? c->evs[i].from : "",
+			      c->evs[i].from ? "'" : "");
+}
+
+/* Index of the first event of @p kind on @p path (and @p from if not NULL)
+ * at or after @p start, or -1. */
+static long col_find(const struct collector *c, size_t start, enum watch_kind kind,
+		     const char *path, const char *from)
+{
+	for (size_t i = start; i < c->n; i++) {
+		const struct ev *x = &c->evs[i];
+
+		if (x->kind != kind || (path && strcmp(x->path, path) != 0))
+			continue;
+		if (from && (!x->from || strcmp(x->from, from) != 0))
+			continue;
+		return (long)i;
+	}
+	return -1;
+}
+
+static size_t col_count(const struct collector *c, enum watch_kind kind, const char *path)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->n; i++)
+		if (c->evs[i].kind == kind && (!path || strcmp(c->evs[i].path, path) == 0))
+			k++;
+	return k;
+}
+
+/* ---- loop helpers ---- */
+
+static void on_tick(uv_timer_t *t)
+{
+}
+
+static uint64_t now_ms(struct fixture *f)
+{
+	uv_update_time(&f->loop);
+	return uv_now(&f->loop);
+}
+
+/* Run the loop for @p ms milliseconds. */
+static void run_for(struct fixture *f, unsigned ms)
+{
+	uint64_t end = now_ms(f) + ms;
+
+	while (now_ms(f) < end)
+		uv_run(&f->loop, UV_RUN_ONCE);
+}
+
+/* Run the loop until an event of @p kind on @p path arrives (then a little
+ * more, so that what follows it in the same batch arrives too). */
+static long wait_for(struct fixture *f, enum watch_kind kind, const char *path, const char *from)
+{
+	uint64_t end = now_ms(f) + 5000;
+	long i;
+
+	while ((i = col_find(&f->c, 0, kind, path, from)) < 0 && now_ms(f) < end)
+		uv_run(&f->loop, UV_RUN_ONCE);
+	if (i < 0) {
+		print_message("no %s '%s' among:\n", kind_name(kind), path ? path : "*");
+		col_dump(&f->c);
+		fail();
+	}
+	run_for(f, 30);
+	return i;
+}
+
+#define expect(f, kind, path) wait_for((f), (kind), (path), NULL)
+
+/* ---- tree helpers ---- */
+
+static void pathf(struct fixture *f, char *buf, size_t size, const char *rel)
+{
+	snprintf(buf, size, "%s/%s", f->root_path, rel);
+}
+
+static void mkdir_at(struct fixture *f, const char *rel)
+{
+	char p[512];
+
+	pathf(f, p, sizeof(p), rel);
+	assert_int_equal(mkdir(p, 0755), 0);
+}
+
+static void write_at(struct fixture *f, const char *rel, const char *data)
+{
+	char p[512];
+	int fd;
+
+	pathf(f, p, sizeof(p), rel);
+	fd = open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, strlen(data)), (ssize_t)strlen(data));
+	close(fd);
+}
+
+static void rename_at(struct fixture *f, const char *a, const char *b)
+{
+	char p[512], q[512];
+
+	pathf(f, p, sizeof(p), a);
+	pathf(f, q, sizeof(q), b);
+	assert_int_equal(rename(p, q), 0);
+}
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(p);
+}
+
+static void rm_rf(const char *p)
+{
+	nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- fixture ---- */
+
+static int setup_cfg(void **state, const struct watch_config *cfg)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	assert_int_equal(uv_loop_init(&f->loop), 0);
+	strcpy(f->root_path, "/tmp/wsb-watch-XXXXXX");
+	assert_non_null(mkdtemp(f->root_path));
+	strcpy(f->out_path, "/tmp/wsb-watch-out-XXXXXX");
+	assert_non_null(mkdtemp(f->out_path));
+	assert_int_equal(resolve_root_open(f->root_path, &f->root), 0);
+	assert_int_equal(watch_new(&f->loop, &f->root, f->root_path, cfg, &f->w), 0);
+	uv_timer_init(&f->loop, &f->c.ack);
+	f->c.ack.data = &f->c;
+	uv_timer_init(&f->loop, &f->tick);
+	uv_timer_start(&f->tick, on_tick, 5, 5); /* UV_RUN_ONCE returns at least this often */
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_cfg(state, NULL);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	watch_free(f->w);
+	uv_close((uv_handle_t *)&f->c.ack, NULL);
+	uv_close((uv_handle_t *)&f->tick, NULL);
+	uv_run(&f->loop, UV_RUN_DEFAULT);
+	assert_int_equal(uv_loop_close(&f->loop), 0); /* every handle closed */
+	close(f->root.fd);
+	col_clear(&f->c);
+	free(f->c.evs);
+	rm_rf(f->root_path);
+	rm_rf(f->out_path);
+	free(f);
+	return 0;
+}
+
+/* Subscribe and wait for READY, which must be the very first event. */
+static void subscribe_ready(struct fixture *f)
+{
+	assert_int_equal(watch_subscribe(f->w, &col_ops, &f->c, &f->c.sub), 0);
+	assert_int_equal(expect(f, WATCH_READY, ""), 0);
+	col_clear(&f->c);
+}
+
+/* ---- tests ---- */
+
+static void test_ready_first(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	mkdir_at(f, "a");
+	mkdir_at(f, "a/b");
+	write_at(f, "a/b/file", "x");
+	watch_get_stats(f->w, &st);
+	assert_false(st.running); /* lazy: nothing before the first subscriber */
+	subscribe_ready(f);
+	watch_get_stats(f->w, &st);
+	assert_true(st.running);
+	assert_true(st.ready);
+	assert_int_equal(st.watches, 3); /* root, a, a/b */
+	assert_int_equal(st.subscribers, 1);
+	/* a second subscriber gets its own READY at once */
+	{
+		struct collector c2 = {0};
+
+		uv_timer_init(&f->loop, &c2.ack);
+		c2.ack.data = &c2;
+		assert_int_equal(watch_subscribe(f->w, &col_ops, &c2, &c2.sub), 0);
+		run_for(f, 30);
+		assert_int_equal(c2.n, 1);
+		assert_int_equal(c2.evs[0].kind, WATCH_READY);
+		watch_unsubscribe(c2.sub);
+		uv_close((uv_handle_t *)&c2.ack, NULL);
+		run_for(f, 10);
+		col_clear(&c2);
+		free(c2.evs);
+	}
+	assert_int_equal(f->c.n, 0); /* nothing happened */
+}
+
+static void test_file_lifecycle(void **state)
+{
+	struct fixture *f = *state;
+	char p[512];
+	long i;
+
+	subscribe_ready(f);
+	write_at(f, "f", "hello");
+	i = expect(f, WATCH_CREATED, "f");
+	assert_false(f->c.evs[i].is_dir);
+	col_clear(&f->c);
+
+	write_at(f, "f", " world");
+	expect(f, WATCH_CHANGED, "f");
+	col_clear(&f->c);
+
+	pathf(f, p, sizeof(p), "f");
+	assert_int_equal(chmod(p, 0600), 0);
+	expect(f, WATCH_CHANGED, "f");
+	col_clear(&f->c);
+
+	rename_at(f, "f", "g");
+	i = expect(f, WATCH_MOVED, "g");
+	assert_string_equal(f->c.evs[i].from, "f");
+	assert_false(f->c.evs[i].is_dir);
+	assert_int_equal(col_count(&f->c, WATCH_DELETED, NULL), 0);
+	col_clear(&f->c);
+
+	pathf(f, p, sizeof(p), "g");
+	assert_int_equal(unlink(p), 0);
+	expect(f, WATCH_DELETED, "g");
+}
+
+static void test_dir_lifecycle(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char p[512];
+	long i;
+
+	subscribe_ready(f);
+	mkdir_at(f, "d");
+	i = expect(f, WATCH_CREATED, "d");
+	assert_true(f->c.evs[i].is_dir);
+	col_clear(&f->c);
+
+	write_at(f, "d/x", "1");
+	expect(f, WATCH_CREATED, "d/x");
+	col_clear(&f->c);
+
+	rename_at(f, "d", "e");
+	i = expect(f, WATCH_MOVED, "e");
+	assert_string_equal(f->c.evs[i].from, "d");
+	assert_true(f->c.evs[i].is_dir);
+	col_clear(&f->c);
+
+	pathf(f, p, sizeof(p), "e/x");
+	assert_int_equal(unlink(p), 0);
+	expect(f, WATCH_DELETED, "e/x");
+	pathf(f, p, sizeof(p), "e");
+	assert_int_equal(rmdir(p), 0);
+	i = expect(f, WATCH_DELETED, "e");
+	assert_true(f->c.evs[i].is_dir);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 1); /* only the root is left */
+}
+
+static void test_nested_new_dir(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	subscribe_ready(f);
+	/* all made before the loop runs: n1's entries exist before any watch
+	 * on n1 can, so only the walk of n1 can find them */
+	mkdir_at(f, "n1");
+	mkdir_at(f, "n1/n2");
+	mkdir_at(f, "n1/n2/n3");
+	write_at(f, "n1/n2/n3/file", "x");
+	write_at(f, "n1/top", "x");
+	expect(f, WATCH_CREATED, "n1");
+	expect(f, WATCH_CREATED, "n1/n2");
+	expect(f, WATCH_CREATED, "n1/n2/n3");
+	expect(f, WATCH_CREATED, "n1/n2/n3/file");
+	expect(f, WATCH_CREATED, "n1/top");
+	assert_true(f->c.evs[col_find(&f->c, 0, WATCH_CREATED, "n1/n2", NULL)].is_dir);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 4);
+	col_clear(&f->c);
+	/* and the deepest one is watched now */
+	write_at(f, "n1/n2/n3/file", "more");
+	expect(f, WATCH_CHANGED, "n1/n2/n3/file");
+}
+
+static void test_renamed_dir_reports_new_path(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	mkdir_at(f, "d1");
+	mkdir_at(f, "d1/sub");
+	mkdir_at(f, "other");
+	subscribe_ready(f);
+	rename_at(f, "d1", "other/d2");
+	expect(f, WATCH_MOVED, "other/d2");
+	assert_string_equal(f->c.evs[col_find(&f->c, 0, WATCH_MOVED, NULL, NULL)].from, "d1");
+	col_clear(&f->c);
+	write_at(f, "other/d2/sub/x", "1");
+	expect(f, WATCH_CREATED, "other/d2/sub/x");
+	assert_int_equal(col_find(&f->c, 0, WATCH_CREATED, "d1/sub/x", NULL), -1);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 4); /* root, other, d2, sub: relinked, not re-added */
+}
+
+static void test_exchange_dirs(void **state)
+{
+	struct fixture *f = *state;
+	char p[512], q[512];
+
+	mkdir_at(f, "a");
+	mkdir_at(f, "a/in_a");
+	mkdir_at(f, "b");
+	mkdir_at(f, "b/in_b");
+	subscribe_ready(f);
+	pathf(f, p, sizeof(p), "a");
+	pathf(f, q, sizeof(q), "b");
+	if (renameat2(AT_FDCWD, p, AT_FDCWD, q, RENAME_EXCHANGE) < 0)
+		skip();
+	expect(f, WATCH_MOVED, "b");
+	expect(f, WATCH_MOVED, "a");
+	col_clear(&f->c);
+	/* in_b now lives under a, in_a under b */
+	write_at(f, "a/in_b/x", "1");
+	write_at(f, "b/in_a/y", "1");
+	expect(f, WATCH_CREATED, "a/in_b/x");
+	expect(f, WATCH_CREATED, "b/in_a/y");
+}
+
+static void test_rename_over_empty_dir(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	mkdir_at(f, "x");
+	mkdir_at(f, "x/inner");
+	mkdir_at(f, "y");
+	subscribe_ready(f);
+	rename_at(f, "x", "y"); /* replaces the empty y */
+	expect(f, WATCH_MOVED, "y");
+	run_for(f, 50); /* past the pair timer: the old y is dropped */
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 3); /* root, y (was x), y/inner */
+	col_clear(&f->c);
+	write_at(f, "y/inner/f", "1");
+	expect(f, WATCH_CREATED, "y/inner/f");
+}
+
+static void test_move_out_and_in(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char p[512], q[512];
+	long i;
+
+	mkdir_at(f, "leaving");
+	mkdir_at(f, "leaving/deep");
+	subscribe_ready(f);
+	pathf(f, p, sizeof(p), "leaving");
+	snprintf(q, sizeof(q), "%s/left", f->out_path);
+	assert_int_equal(rename(p, q), 0);
+	i = expect(f, WATCH_DELETED, "leaving");
+	assert_true(f->c.evs[i].is_dir);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 1);
+	col_clear(&f->c);
+
+	/* changes out there are not ours */
+	snprintf(q, sizeof(q), "%s/left/deep/z", f->out_path);
+	close(open(q, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	run_for(f, 50);
+	assert_int_equal(f->c.n, 0);
+
+	/* moving it back in: CREATED for it and, from its walk, its contents */
+	snprintf(q, sizeof(q), "%s/left", f->out_path);
+	pathf(f, p, sizeof(p), "back");
+	assert_int_equal(rename(q, p), 0);
+	expect(f, WATCH_CREATED, "back");
+	expect(f, WATCH_CREATED, "back/deep");
+	expect(f, WATCH_CREATED, "back/deep/z");
+	col_clear(&f->c);
+	write_at(f, "back/deep/z", "now watched");
+	expect(f, WATCH_CHANGED, "back/deep/z");
+}
+
+static void test_coalescing(void **state)
+{
+	struct fixture *f = *state;
+	char p[512], q[512];
+	int a, b;
+
+	write_at(f, "f", "");
+	write_at(f, "g", "");
+	subscribe_ready(f);
+	pathf(f, p, sizeof(p), "f");
+	pathf(f, q, sizeof(q), "g");
+	a = open(p, O_WRONLY | O_CLOEXEC);
+	b = open(q, O_WRONLY | O_CLOEXEC);
+	assert_true(a >= 0 && b >= 0);
+	/* interleaved, so the kernel cannot merge them; all before one read */
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(write(a, "x", 1), 1);
+		assert_int_equal(write(b, "y", 1), 1);
+	}
+	close(a);
+	close(b);
+	expect(f, WATCH_CHANGED, "f");
+	expect(f, WATCH_CHANGED, "g");
+	run_for(f, 50);
+	if (col_count(&f->c, WATCH_CHANGED, "f") != 1 || col_count(&f->c, WATCH_CHANGED, "g") != 1)
+		col_dump(&f->c);
+	assert_int_equal(col_count(&f->c, WATCH_CHANGED, "f"), 1);
+	assert_int_equal(col_count(&f->c, WATCH_CHANGED, "g"), 1);
+	col_clear(&f->c);
+
+	/* a new file written right away: CREATED covers the writes */
+	pathf(f, p, sizeof(p), "h");
+	a = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(write(a, "z", 1), 1);
+	close(a);
+	expect(f, WATCH_CREATED, "h");
+	run_for(f, 30);
+	assert_int_equal(col_count(&f->c, WATCH_CHANGED, "h"), 0);
+	assert_int_equal(f->c.n, 1);
+}
+
+static void test_symlink_not_followed(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char p[512], q[512];
+
+	snprintf(q, sizeof(q), "%s/sub", f->out_path);
+	assert_int_equal(mkdir(q, 0755), 0);
+	pathf(f, p, sizeof(p), "ln");
+	assert_int_equal(symlink(f->out_path, p), 0);
+	subscribe_ready(f);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 1);
+	snprintf(q, sizeof(q), "%s/sub/x", f->out_path);
+	close(open(q, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	run_for(f, 50);
+	assert_int_equal(f->c.n, 0);
+}
+
+static void test_batches_bounded(void **state)
+{
+	struct fixture *f = *state;
+	char name[64];
+
+	char p[512];
+	size_t len = 0;
+
+	subscribe_ready(f);
+	for (int i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "file-with-a-longish-name-%05d", i);
+		len = strlen(name);
+		pathf(f, p, sizeof(p), name);
+		close(open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	}
+	expect(f, WATCH_CREATED, "file-with-a-longish-name-02999");
+	assert_int_equal(col_count(&f->c, WATCH_CREATED, NULL), 3000);
+	assert_int_equal(col_count(&f->c, WATCH_CHANGED, NULL), 0); /* coalesced */
+	/* 3000 * (30 + 16) bytes do not fit one 64 KiB batch */
+	assert_true(f->c.batches >= 3);
+	assert_true(f->c.max_batch * (len + 16) <= WATCH_BATCH_BYTES_DEFAULT);
+}
+
+static int setup_tiny_queue(void **state)
+{
+	struct watch_config cfg = {.max_queue = 5};
+
+	return setup_cfg(state, &cfg);
+}
+
+static void test_slow_subscriber_overflow(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char name[32];
+
+	subscribe_ready(f);
+	f->c.manual = true; /* stalls: the next batch stays unacknowledged */
+	write_at(f, "first", "x");
+	expect(f, WATCH_CREATED, "first");
+	assert_true(f->c.out);
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		write_at(f, name, "x");
+	}
+	run_for(f, 50);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.sub_overflows, 1);
+	assert_true(st.queued <= 5); /* dropped, not grown */
+	col_clear(&f->c);
+	/* the client catches up: OVERFLOW first, then the present */
+	f->c.manual = false;
+	uv_timer_start(&f->c.ack, on_ack, 0, 0);
+	expect(f, WATCH_OVERFLOW, "");
+	assert_int_equal(f->c.evs[0].kind, WATCH_OVERFLOW);
+	assert_int_equal(col_count(&f->c, WATCH_CREATED, NULL), 0);
+	col_clear(&f->c);
+	write_at(f, "after", "x");
+	expect(f, WATCH_CREATED, "after");
+}
+
+static void test_kernel_queue_overflow(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	long maxq = 0;
+	char name[32], p[512];
+	FILE *fp = fopen("/proc/sys/fs/inotify/max_queued_events", "r");
+
+	if (fp) {
+		if (fscanf(fp, "%ld", &maxq) != 1)
+			maxq = 0;
+		fclose(fp);
+	}
+	if (maxq <= 0 || maxq > 70000)
+		skip(); /* too many files to make */
+	mkdir_at(f, "many");
+	subscribe_ready(f);
+	/* 2 events per file (IN_CREATE, IN_CLOSE_WRITE), none read meanwhile */
+	for (long i = 0; i < maxq / 2 + 200; i++) {
+		snprintf(name, sizeof(name), "many/%ld", i);
+		pathf(f, p, sizeof(p), name);
+		close(open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	}
+	expect(f, WATCH_OVERFLOW, "");
+	run_for(f, 200);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.resyncs, 1);
+	assert_true(st.ready);
+	assert_int_equal(st.watches, 2);
+	/* the second OVERFLOW: the rebuilt watch is complete */
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 2);
+	col_clear(&f->c);
+	write_at(f, "many/7", "x");
+	expect(f, WATCH_CHANGED, "many/7");
+}
+
+static int setup_two_watches(void **state)
+{
+	struct watch_config cfg = {.max_watches = 2};
+
+	return setup_cfg(state, &cfg);
+}
+
+static void test_watch_limit(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	mkdir_at(f, "a");
+	subscribe_ready(f);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 2);
+	assert_int_equal(st.limit_hits, 0);
+	mkdir_at(f, "b");
+	expect(f, WATCH_CREATED, "b");
+	expect(f, WATCH_OVERFLOW, "");
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 2);
+	assert_int_equal(st.limit_hits, 1);
+}
+
+static void test_stop_and_restart(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	subscribe_ready(f);
+	watch_unsubscribe(f->c.sub);
+	f->c.sub = NULL;
+	f->c.out = false;
+	run_for(f, 20);
+	watch_get_stats(f->w, &st);
+	assert_false(st.running);
+	assert_int_equal(st.watches, 0);
+	assert_int_equal(st.subscribers, 0);
+	write_at(f, "unseen", "x");
+	subscribe_ready(f);
+	write_at(f, "seen", "x");
+	expect(f, WATCH_CREATED, "seen");
+	assert_int_equal(col_find(&f->c, 0, WATCH_CREATED, "unseen", NULL), -1);
+}
+
+static void test_shutdown(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_sub *s2;
+
+	subscribe_ready(f);
+	watch_shutdown(f->w);
+	assert_true(f->c.ended);
+	assert_int_equal(f->c.end_err, 0);
+	assert_int_equal(watch_subscribe(f->w, &col_ops, &f->c, &s2), -ESHUTDOWN);
+	watch_shutdown(f->w); /* idempotent */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_ready_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_lifecycle, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_lifecycle, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nested_new_dir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_renamed_dir_reports_new_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exchange_dirs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rename_over_empty_dir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_move_out_and_in, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_coalescing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_symlink_not_followed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batches_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slow_subscriber_overflow, setup_tiny_queue,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_kernel_queue_overflow, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_watch_limit, setup_two_watches, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
