@@ -334,12 +334,28 @@ static void reap_child(pid_t pid)
 
 static int chan_new(struct wsc *c, struct wsc_chan **ret)
 {
-	grpc_arg arg = {
-		.type = GRPC_ARG_INTEGER,
-		.key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-		.value.integer = c->max_recv > INT_MAX ? INT_MAX : (int)c->max_recv,
+	/*
+	 * Reconnect backoff: gRPC waits up to 120 s between connection
+	 * attempts by default (doc/connection-backoff.md), so a mount would
+	 * stay broken long after agentd is back. Start at 250 ms and retry at
+	 * least every 500 ms (+-20% jitter) instead; MIN_RECONNECT_BACKOFF is
+	 * gRPC's minimum connect timeout (5 s).
+	 */
+	grpc_arg arg[] = {
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+		  .value.integer = c->max_recv > INT_MAX ? INT_MAX : (int)c->max_recv },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+		  .value.integer = 250 },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+		  .value.integer = 500 },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+		  .value.integer = 5000 },
 	};
-	grpc_channel_args args = { .num_args = 1, .args = &arg };
+	grpc_channel_args args = { .num_args = sizeof(arg) / sizeof(arg[0]), .args = arg };
 	grpc_channel_credentials *creds;
 	struct wsc_chan *ch;
 	int r;
@@ -349,7 +365,7 @@ static int chan_new(struct wsc *c, struct wsc_chan **ret)
 		return -ENOMEM;
 	ch->refs = 1;
 	if (c->exec_cmd) {
-		int fd;
+		int fd = -1;
 
 		r = spawn_exec(c->exec_cmd, &fd, &ch->pid);
 		if (r < 0) {

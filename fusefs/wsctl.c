@@ -2,17 +2,22 @@
 /**
  * @file
  * wsctl: the host command line for a wsbridge workspace. Runs commands in the
- * sandbox (Exec.Start) and moves files (Workspace.Upload/Download and the
- * path RPCs), through the client adapter in client.h.
+ * sandbox (Exec.Start, Attach, List, Signal, Wait, WriteStdin, Resize) and
+ * moves files (Workspace.Upload/Download and the path RPCs), through the
+ * client adapter in client.h.
  *
- * Threads: the main thread does all the work. SIGINT, SIGTERM and SIGHUP are
- * blocked in every thread and taken by one signal thread (sigwait), which
- * cancels the running stream (agentd then kills an exec'd process group, an
- * upload leaves no temp file, a download removes its local temp file) or,
- * when no stream runs or on a second signal, exits 128+N at once. At the
- * end main sends it SIGUSR2 and joins it. g_sig.lock guards g_sig.active,
- * so a stream is never cancelled after it was freed. SIGPIPE is ignored:
- * a closed stdout shows as EPIPE, and exec/cat then exit 141 (128+SIGPIPE).
+ * Threads: the main thread does the work. SIGINT, SIGTERM, SIGHUP and
+ * SIGWINCH are blocked in every thread and taken by one signal thread
+ * (sigwait), which cancels the running stream (an exec without --detach asks
+ * for kill_on_detach, so agentd then kills the command's tree; an upload
+ * leaves no temp file, a download removes its local temp file) or, when no
+ * stream runs or on a second signal, exits 128+N at once (restoring the
+ * terminal). For exec -t it also turns SIGWINCH into Exec.Resize. At the end
+ * main sends it SIGUSR2 and joins it. g_sig.lock guards g_sig.active, so a
+ * stream is never cancelled after it was freed. exec -i/-t run one more
+ * thread that reads stdin and sends it with Exec.WriteStdin; main stops it
+ * through a wake pipe. SIGPIPE is ignored: a closed stdout shows as EPIPE,
+ * and exec/cat then exit 141 (128+SIGPIPE).
  *
  * Exit status: a file command exits 0, 1 on failure, 2 on a usage error.
  * exec exits with the command's status, 128+N when a signal N killed it, 124
@@ -34,8 +39,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,10 +64,16 @@
 #define M_UPLOAD M_WS "Upload"
 #define M_DOWNLOAD M_WS "Download"
 #define M_EXEC "/wsbridge.v1.Exec/Start"
+#define M_ATTACH "/wsbridge.v1.Exec/Attach"
+#define M_WRITE_STDIN "/wsbridge.v1.Exec/WriteStdin"
+#define M_RESIZE "/wsbridge.v1.Exec/Resize"
+#define M_SIGNAL "/wsbridge.v1.Exec/Signal"
+#define M_LIST "/wsbridge.v1.Exec/List"
+#define M_WAIT "/wsbridge.v1.Exec/Wait"
 #define M_HEALTH "/grpc.health.v1.Health/Check"
 
 #define CHUNK ((size_t)1024 * 1024)              /* data per message, bytes */
-#define STDIN_MAX ((size_t)4 * 1024 * 1024 - 65536) /* exec -i limit, bytes */
+#define STDIN_CHUNK ((size_t)256 * 1024) /* exec -i: most stdin per WriteStdin, bytes */
 #define DEFAULT_ADDR "127.0.0.1:9000"
 
 enum {
@@ -80,6 +94,21 @@ static struct {
 	struct wsc_stream *active; /* protected by lock */
 	atomic_int sig;            /* first signal taken, or 0 */
 } g_sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* exec -t: the local terminal's mode before raw mode. */
+static struct {
+	struct termios saved;
+	atomic_bool raw;
+} g_tty;
+
+/* exec -t: the process SIGWINCH resizes (0: none); lock held during a resize. */
+static struct {
+	pthread_mutex_t lock;
+	uint64_t id;
+} g_winch = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void raw_off(void);
+static void winch_forward(void);
 
 /* ---- messages ---- */
 
@@ -163,6 +192,10 @@ static void *signal_thread(void *arg)
 			continue;
 		if (sig == SIGUSR2)
 			break; /* main is done: see stop_signal_thread() */
+		if (sig == SIGWINCH) {
+			winch_forward();
+			continue;
+		}
 		pthread_mutex_lock(&g_sig.lock);
 		(void)atomic_compare_exchange_strong(&g_sig.sig, &first, sig);
 		s = g_sig.active;
@@ -170,8 +203,10 @@ static void *signal_thread(void *arg)
 			wsc_stream_cancel(s);
 		pthread_mutex_unlock(&g_sig.lock);
 		/* Nothing to clean up, or asked twice: go now. */
-		if (!s || first != 0)
+		if (!s || first != 0) {
+			raw_off();
 			_exit(128 + sig);
+		}
 	}
 	return NULL;
 }
@@ -564,7 +599,7 @@ fail:
 	return r;
 }
 
-/* ---- exec ---- */
+/* ---- exec, attach, ps, kill, wait ---- */
 
 static int exec_error_exit(const struct wsc_status *st)
 {
@@ -578,29 +613,314 @@ static int exec_error_exit(const struct wsc_status *st)
 	}
 }
 
+/* wsctl's exit status for a remote exit: as timeout(1) and the shell. */
+static int exit_code_of(const Wsbridge__V1__ExecExit *ex)
+{
+	if (ex->timed_out)
+		return EXIT_TIMEDOUT;
+	if (ex->signal > 0)
+		return 128 + (ex->signal & 0x7f);
+	return ex->code & 0xff;
+}
+
+/* The local terminal's size, from stdin, stdout or stderr; false if none. */
+static bool term_size(unsigned *rows, unsigned *cols)
+{
+	struct winsize ws;
+	int fd;
+
+	for (fd = 0; fd < 3; fd++) {
+		if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col) {
+			*rows = ws.ws_row;
+			*cols = ws.ws_col;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Raw mode of the local terminal (exec -t), restored at the end. */
+static void raw_on(void)
+{
+	struct termios t;
+
+	if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &g_tty.saved) < 0)
+		return;
+	t = g_tty.saved;
+	cfmakeraw(&t);
+	if (tcsetattr(STDIN_FILENO, TCSADRAIN, &t) == 0)
+		atomic_store(&g_tty.raw, true);
+}
+
+static void raw_off(void)
+{
+	if (atomic_exchange(&g_tty.raw, false))
+		(void)tcsetattr(STDIN_FILENO, TCSADRAIN, &g_tty.saved);
+}
+
+/* Forward SIGWINCH as Exec.Resize of process @p id (0: stop). Waits for a
+ * resize in flight, so that none runs once this returns with 0. */
+static void winch_target(uint64_t id)
+{
+	pthread_mutex_lock(&g_winch.lock);
+	g_winch.id = id;
+	pthread_mutex_unlock(&g_winch.lock);
+}
+
+/* In the signal thread: the terminal changed size. */
+static void winch_forward(void)
+{
+	Wsbridge__V1__ResizeRequest req = WSBRIDGE__V1__RESIZE_REQUEST__INIT;
+	Wsbridge__V1__ProcessRef ref = WSBRIDGE__V1__PROCESS_REF__INIT;
+	struct wsc_status st;
+	unsigned rows, cols;
+
+	pthread_mutex_lock(&g_winch.lock);
+	if (g_winch.id && term_size(&rows, &cols)) {
+		ref.id = g_winch.id;
+		req.process = &ref;
+		req.rows = rows;
+		req.cols = cols;
+		if (wsc_unary_ex(g_client, M_RESIZE, &req.base, &wsbridge__v1__empty__descriptor, NULL,
+				 5000, &st) < 0 && g_verbose)
+			msg("resize: %s (%s)", st.msg, wsb_status_name(st.code));
+	}
+	pthread_mutex_unlock(&g_winch.lock);
+}
+
+/* exec -i / -t: a thread reads stdin and sends it with Exec.WriteStdin, in
+ * chunks as they come, then EOF. Stopped through a wake pipe. */
+struct stdin_fwd {
+	uint64_t id;
+	int wake[2];
+	pthread_t th;
+	bool running;
+};
+
+static void *stdin_thread(void *arg)
+{
+	struct stdin_fwd *fw = arg;
+	Wsbridge__V1__StdinRequest req = WSBRIDGE__V1__STDIN_REQUEST__INIT;
+	Wsbridge__V1__ProcessRef ref = WSBRIDGE__V1__PROCESS_REF__INIT;
+	uint8_t *buf = malloc(STDIN_CHUNK);
+	struct wsc_status st;
+	ssize_t n;
+
+	if (!buf)
+		return NULL;
+	ref.id = fw->id;
+	req.process = &ref;
+	for (;;) {
+		struct pollfd pfd[2] = {
+			{ .fd = STDIN_FILENO, .events = POLLIN },
+			{ .fd = fw->wake[0], .events = POLLIN },
+		};
+
+		if (poll(pfd, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pfd[1].revents)
+			break; /* the command ended */
+		n = read(STDIN_FILENO, buf, STDIN_CHUNK);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0) {
+			msg("exec: reading stdin: %s", strerror(errno));
+			n = 0; /* send EOF */
+		}
+		req.data.data = buf;
+		req.data.len = (size_t)n;
+		req.eof = n == 0;
+		/* No deadline: a command that does not read yet holds the
+		 * write back, which is the flow control we want. */
+		if (wsc_unary_ex(g_client, M_WRITE_STDIN, &req.base, &wsbridge__v1__empty__descriptor,
+				 NULL, 0, &st) < 0) {
+			/* FAILED_PRECONDITION: it closed its stdin or exited. */
+			if (g_verbose || st.code != WSB_FAILED_PRECONDITION)
+				msg("exec: stdin: %s (%s)", st.msg, wsb_status_name(st.code));
+			break;
+		}
+		if (n == 0)
+			break;
+	}
+	free(buf);
+	return NULL;
+}
+
+static int stdin_fwd_start(struct stdin_fwd *fw, uint64_t id)
+{
+	int r;
+
+	fw->id = id;
+	if (pipe2(fw->wake, O_CLOEXEC) < 0)
+		return -errno;
+	r = pthread_create(&fw->th, NULL, stdin_thread, fw);
+	if (r) {
+		close(fw->wake[0]);
+		close(fw->wake[1]);
+		return -r;
+	}
+	fw->running = true;
+	return 0;
+}
+
+static void stdin_fwd_stop(struct stdin_fwd *fw)
+{
+	if (!fw->running)
+		return;
+	(void)!write(fw->wake[1], "x", 1);
+	(void)pthread_join(fw->th, NULL);
+	close(fw->wake[0]);
+	close(fw->wake[1]);
+	fw->running = false;
+}
+
+/* What a stream of ExecEvents told. */
+struct evstate {
+	bool started;
+	uint64_t id;
+	bool exited;
+	Wsbridge__V1__ExecExit ex;
+	int out_err;            /* writing stdout failed: -errno */
+	struct stdin_fwd *fwd;  /* start forwarding stdin on started */
+	bool winch;             /* forward SIGWINCH on started */
+};
+
+/*
+ * Read ExecEvents from @p s until the stream ends: output to stdout and
+ * stderr, lost bytes reported on stderr. Returns what wsc_stream_recv last
+ * returned (0 at a clean end, -err with @p st filled).
+ */
+static int read_events(struct wsc_stream *s, struct evstate *es, struct wsc_status *st)
+{
+	Wsbridge__V1__ExecEvent *ev;
+	ProtobufCMessage *m;
+	int r;
+
+	for (;;) {
+		r = wsc_stream_recv(s, &wsbridge__v1__exec_event__descriptor, &m, st);
+		if (r <= 0)
+			return r;
+		ev = (Wsbridge__V1__ExecEvent *)m;
+		switch (ev->event_case) {
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED:
+			if (!ev->started || es->started)
+				break;
+			es->started = true;
+			es->id = ev->started->id;
+			if (g_verbose)
+				msg("%s: process %" PRIu64 ", pid %" PRIu32, g_cmd, ev->started->id,
+				    ev->started->pid);
+			if (es->winch)
+				winch_target(es->id);
+			if (es->fwd && stdin_fwd_start(es->fwd, es->id) < 0)
+				msg("exec: cannot forward stdin");
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDOUT:
+			if (!es->out_err && ev->stdout && ev->stdout->data.len)
+				es->out_err = write_all(STDOUT_FILENO, ev->stdout->data.data,
+							ev->stdout->data.len);
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDERR:
+			if (ev->stderr && ev->stderr->data.len)
+				(void)write_all(STDERR_FILENO, ev->stderr->data.data,
+						ev->stderr->data.len);
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_LOST:
+			if (ev->lost)
+				msg("%s: %" PRIu64 " bytes of %s lost at offset %" PRIu64
+				    " (no longer in agentd's journal; see agentd --journal-size)",
+				    g_cmd, ev->lost->bytes, ev->lost->stderr ? "stderr" : "stdout",
+				    ev->lost->offset);
+			break;
+		case WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED:
+			if (ev->exited) {
+				es->ex = *ev->exited;
+				es->exited = true;
+			}
+			break;
+		default:
+			break;
+		}
+		protobuf_c_message_free_unpacked(m, NULL);
+		if (es->out_err) {
+			/* Our stdout is gone: stop, as a pipe would. */
+			wsc_stream_cancel(s);
+			st->code = WSB_CANCELLED;
+			return -ECANCELED;
+		}
+	}
+}
+
+/* wsctl's exit status at the end of an exec or attach stream. */
+static int events_exit(const char *what, int r, const struct evstate *es,
+		       const struct wsc_status *st, bool need_exit)
+{
+	if (es->out_err == -EPIPE)
+		return 128 + SIGPIPE;
+	if (es->out_err) {
+		msg("%s: writing stdout: %s", g_cmd, strerror(-es->out_err));
+		return EXIT_EXEC_FAIL;
+	}
+	if (interrupted())
+		return 128 + interrupted();
+	if (r < 0) {
+		report(what, st);
+		return exec_error_exit(st);
+	}
+	if (!es->exited) {
+		if (!need_exit)
+			return 0;
+		msg("%s %s: the server ended the call without an exit status", g_cmd, q(what));
+		return EXIT_EXEC_FAIL;
+	}
+	return exit_code_of(&es->ex);
+}
+
+/* Parse seconds for --timeout and --idle-timeout into ms. */
+static uint32_t parse_seconds_ms(const char *opt, const char *arg)
+{
+	char *end;
+	double sec;
+	uint32_t ms;
+
+	errno = 0;
+	sec = strtod(arg, &end);
+	if (errno || end == arg || *end || !(sec >= 0) || sec * 1000.0 > UINT32_MAX)
+		usage_error("exec: %s wants seconds (0 to %u), not %s", opt, UINT32_MAX / 1000, q(arg));
+	ms = (uint32_t)(sec * 1000.0);
+	return sec > 0 && ms == 0 ? 1 : ms;
+}
+
 static int cmd_exec(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "cwd", required_argument, NULL, 'C' },
 		{ "env", required_argument, NULL, 'e' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "idle-timeout", required_argument, NULL, 'I' },
+		{ "tag", required_argument, NULL, 'g' },
 		{ "shell", no_argument, NULL, 's' },
 		{ "stdin", no_argument, NULL, 'i' },
+		{ "tty", no_argument, NULL, 't' },
+		{ "detach", no_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{}
 	};
 	Wsbridge__V1__ExecRequest req = WSBRIDGE__V1__EXEC_REQUEST__INIT;
 	ProtobufCBinaryData *env = NULL, *args = NULL;
-	Wsbridge__V1__ExecExit ex = WSBRIDGE__V1__EXEC_EXIT__INIT;
-	bool shell = false, with_stdin = false, exited = false;
+	bool shell = false, with_stdin = false, tty = false;
+	struct evstate es = { 0 };
+	struct stdin_fwd fwd = { 0 };
 	struct wsc_stream *s = NULL;
 	struct wsc_status st;
-	uint8_t *in = NULL;
 	size_t n_env = 0;
-	int c, r, code, out_err = 0;
+	int c, r, code;
 
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "+ie:C:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+ite:C:d", opts, NULL)) != -1) {
 		switch (c) {
 		case 'C':
 			req.cwd = bin(optarg);
@@ -619,28 +939,31 @@ static int cmd_exec(int argc, char **argv)
 			env[n_env++] = bin(optarg);
 			break;
 		}
-		case 'T': {
-			char *end;
-			double sec;
-
-			errno = 0;
-			sec = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(sec >= 0) || sec * 1000.0 > UINT32_MAX)
-				usage_error("exec: --timeout wants seconds (0 to %u), not %s",
-					    UINT32_MAX / 1000, q(optarg));
-			req.timeout_ms = (uint32_t)(sec * 1000.0);
-			if (sec > 0 && req.timeout_ms == 0)
-				req.timeout_ms = 1;
+		case 'T':
+			req.timeout_ms = parse_seconds_ms("--timeout", optarg);
 			break;
-		}
+		case 'I':
+			req.idle_timeout_ms = parse_seconds_ms("--idle-timeout", optarg);
+			break;
+		case 'g':
+			req.tag = optarg;
+			break;
 		case 's':
 			shell = true;
 			break;
 		case 'i':
 			with_stdin = true;
 			break;
+		case 't':
+			tty = true;
+			break;
+		case 'd':
+			req.detach = true;
+			break;
 		case 'h':
-			printf("Usage: wsctl exec [--cwd DIR] [--env KEY=VALUE]... [--timeout SEC] [-i] -- PROG [ARG]...\n"
+			printf("Usage: wsctl exec [--cwd DIR] [--env KEY=VALUE]... [--timeout SEC]\n"
+			       "                  [--idle-timeout SEC] [--tag NAME] [-i] [-t] [--detach]\n"
+			       "                  -- PROG [ARG]...\n"
 			       "       wsctl exec --shell [OPTIONS] -- 'SCRIPT' [ARG]...\n");
 			return 0;
 		default:
@@ -651,6 +974,8 @@ static int cmd_exec(int argc, char **argv)
 	argv += optind;
 	if (argc < 1)
 		usage_error("exec: no command given");
+	if (req.detach && (with_stdin || tty))
+		usage_error("exec: --detach cannot forward stdin (-i, -t): it returns at once");
 
 	if (shell) {
 		req.shell = bin(argv[0]);
@@ -680,29 +1005,27 @@ static int cmd_exec(int argc, char **argv)
 	}
 	req.n_env = n_env;
 	req.env = env;
+	/* Without --detach the command lives as long as this call: Ctrl-C,
+	 * SIGTERM, a closed stdout or a lost connection end the call, and
+	 * agentd then kills the command's tree (KilledBy DETACHED). */
+	req.kill_on_detach = !req.detach;
+	if (tty) {
+		const char *term = getenv("TERM");
+		unsigned rows, cols;
 
+		req.pty = true;
+		if (term_size(&rows, &cols)) {
+			req.rows = rows;
+			req.cols = cols;
+		}
+		if (term && *term && !strchr(term, '='))
+			req.term = bin(term);
+		with_stdin = true; /* keys, Ctrl-C included, go to the remote terminal */
+		es.winch = true;
+	}
 	if (with_stdin) {
-		ssize_t n;
-
-		in = malloc(STDIN_MAX + 1);
-		if (!in) {
-			report_errno(NULL, ENOMEM);
-			code = EXIT_EXEC_FAIL;
-			goto out;
-		}
-		n = read_full(STDIN_FILENO, in, STDIN_MAX + 1);
-		if (n < 0) {
-			msg("exec: reading stdin: %s", strerror((int)-n));
-			code = EXIT_EXEC_FAIL;
-			goto out;
-		}
-		if ((size_t)n > STDIN_MAX) {
-			msg("exec: stdin is larger than the -i limit of %zu bytes", STDIN_MAX);
-			code = EXIT_EXEC_FAIL;
-			goto out;
-		}
-		req.stdin.data = in;
-		req.stdin.len = (size_t)n;
+		req.stdin_open = true;
+		es.fwd = &fwd;
 	}
 
 	r = wsc_stream_open(g_client, M_EXEC, &req.base, 0, &s, &st);
@@ -712,70 +1035,276 @@ static int cmd_exec(int argc, char **argv)
 		goto out;
 	}
 	set_active(s);
-	for (;;) {
-		Wsbridge__V1__ExecEvent *ev;
-		ProtobufCMessage *m;
-
-		r = wsc_stream_recv(s, &wsbridge__v1__exec_event__descriptor, &m, &st);
-		if (r <= 0)
-			break;
-		ev = (Wsbridge__V1__ExecEvent *)m;
-		switch (ev->event_case) {
-		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED:
-			if (g_verbose && ev->started)
-				msg("exec: started pid %" PRIu32, ev->started->pid);
-			break;
-		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDOUT:
-			if (!out_err && ev->stdout && ev->stdout->data.len)
-				out_err = write_all(STDOUT_FILENO, ev->stdout->data.data, ev->stdout->data.len);
-			break;
-		case WSBRIDGE__V1__EXEC_EVENT__EVENT_STDERR:
-			if (ev->stderr && ev->stderr->data.len)
-				(void)write_all(STDERR_FILENO, ev->stderr->data.data, ev->stderr->data.len);
-			break;
-		case WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED:
-			if (ev->exited) {
-				ex = *ev->exited;
-				exited = true;
-			}
-			break;
-		default:
-			break;
-		}
-		protobuf_c_message_free_unpacked(m, NULL);
-		if (out_err) {
-			/* Our stdout is gone: stop the command, as a pipe would. */
-			wsc_stream_cancel(s);
-			break;
-		}
-	}
+	if (tty)
+		raw_on();
+	r = read_events(s, &es, &st);
 	set_active(NULL);
-
-	if (out_err == -EPIPE) {
-		code = 128 + SIGPIPE;
-	} else if (out_err) {
-		msg("exec: writing stdout: %s", strerror(-out_err));
-		code = EXIT_EXEC_FAIL;
-	} else if (interrupted()) {
-		code = 128 + interrupted();
-	} else if (r < 0) {
-		report(argv[0], &st);
-		code = exec_error_exit(&st);
-	} else if (!exited) {
-		msg("exec %s: the server ended the call without an exit status", q(argv[0]));
-		code = EXIT_EXEC_FAIL;
-	} else if (ex.timed_out) {
-		code = EXIT_TIMEDOUT;
-	} else if (ex.signal > 0) {
-		code = 128 + (ex.signal & 0x7f);
-	} else {
-		code = ex.code & 0xff;
+	winch_target(0);
+	stdin_fwd_stop(&fwd);
+	raw_off();
+	if (req.detach && es.started && r == 0 && !interrupted()) {
+		printf("%" PRIu64 "\n", es.id);
+		code = 0;
+		goto out;
 	}
+	code = events_exit(argv[0], r, &es, &st, true);
 out:
 	wsc_stream_free(s);
-	free(in);
 	free(args);
 	free(env);
+	return code;
+}
+
+/* A process named on the command line: a number is an id, else a tag. */
+static void parse_ref(const char *arg, Wsbridge__V1__ProcessRef *ref)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!*arg)
+		usage_error("%s: an empty process id or tag", g_cmd);
+	if (arg[strspn(arg, "0123456789")] == '\0') {
+		errno = 0;
+		v = strtoull(arg, &end, 10);
+		if (errno || v == 0)
+			usage_error("%s: bad process id %s", g_cmd, q(arg));
+		ref->id = v;
+	} else {
+		ref->tag = (char *)arg;
+	}
+}
+
+static int cmd_attach(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "from", required_argument, NULL, 'f' },
+		{ "stderr-from", required_argument, NULL, 'F' },
+		{ "no-follow", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	Wsbridge__V1__AttachRequest req = WSBRIDGE__V1__ATTACH_REQUEST__INIT;
+	Wsbridge__V1__ProcessRef ref = WSBRIDGE__V1__PROCESS_REF__INIT;
+	struct evstate es = { 0 };
+	struct wsc_stream *s = NULL;
+	struct wsc_status st;
+	int c, r, code;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+		case 'F': {
+			char *end;
+			unsigned long long v;
+
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-')
+				usage_error("attach: --%s wants a byte offset, not %s",
+					    c == 'f' ? "from" : "stderr-from", q(optarg));
+			if (c == 'f')
+				req.stdout_offset = v;
+			else
+				req.stderr_offset = v;
+			break;
+		}
+		case 'n':
+			req.no_follow = true;
+			break;
+		case 'h':
+			printf("Usage: wsctl attach [--from OFFSET] [--stderr-from OFFSET] [--no-follow] ID|TAG\n");
+			return 0;
+		default:
+			usage_error("attach: bad option");
+		}
+	}
+	if (argc - optind != 1)
+		usage_error("attach: name one process (ID or TAG)");
+	parse_ref(argv[optind], &ref);
+	req.process = &ref;
+	r = wsc_stream_open(g_client, M_ATTACH, &req.base, 0, &s, &st);
+	if (r < 0) {
+		report(argv[optind], &st);
+		code = exec_error_exit(&st);
+		goto out;
+	}
+	set_active(s);
+	r = read_events(s, &es, &st);
+	set_active(NULL);
+	code = events_exit(argv[optind], r, &es, &st, !req.no_follow);
+out:
+	wsc_stream_free(s);
+	return code;
+}
+
+/* "exit 3", "signal SIGKILL", "timeout", for ps. */
+static void state_text(const Wsbridge__V1__ProcessInfo *pi, char *buf, size_t size)
+{
+	const Wsbridge__V1__ExecExit *ex = pi->exit;
+	const char *abbrev;
+
+	if (pi->state != WSBRIDGE__V1__PROCESS_STATE__EXITED || !ex) {
+		snprintf(buf, size, "running");
+		return;
+	}
+	if (ex->killed_by == WSBRIDGE__V1__KILLED_BY__TIMEOUT)
+		snprintf(buf, size, "timeout");
+	else if (ex->killed_by == WSBRIDGE__V1__KILLED_BY__IDLE_TIMEOUT)
+		snprintf(buf, size, "idle-timeout");
+	else if (ex->signal > 0 && (abbrev = sigabbrev_np(ex->signal)))
+		snprintf(buf, size, "SIG%s", abbrev);
+	else if (ex->signal > 0)
+		snprintf(buf, size, "signal %d", ex->signal);
+	else
+		snprintf(buf, size, "exit %d", ex->code);
+}
+
+/* An argv for display: words joined by spaces, quoted when needed. */
+static void print_argv(const Wsbridge__V1__ProcessInfo *pi)
+{
+	for (size_t i = 0; i < pi->n_argv; i++) {
+		const ProtobufCBinaryData *a = &pi->argv[i];
+		char *e = wsb_escape(a->data, a->len, 200);
+		bool plain = a->len > 0;
+
+		for (size_t k = 0; plain && k < a->len; k++)
+			plain = strchr("\"'\\ \t\n$`;&|<>()*?[]{}#~", a->data[k]) == NULL;
+		if (plain) {
+			printf("%s%s", i ? " " : "", e ? e : "?");
+		} else {
+			printf("%s'", i ? " " : "");
+			for (const char *p = e ? e : "?"; *p; p++)
+				if (*p == '\'')
+					fputs("'\\''", stdout);
+				else
+					putchar(*p);
+			putchar('\'');
+		}
+		free(e);
+	}
+	putchar('\n');
+}
+
+static int cmd_ps(int argc, char **argv)
+{
+	Wsbridge__V1__ListRequest req = WSBRIDGE__V1__LIST_REQUEST__INIT;
+	Wsbridge__V1__ListReply *rep;
+	ProtobufCMessage *m;
+	struct wsc_status st;
+	int r;
+
+	if (argc != 1)
+		usage_error("ps: takes no arguments");
+	r = wsc_unary(g_client, M_LIST, &req.base, &wsbridge__v1__list_reply__descriptor, &m, &st);
+	if (r < 0) {
+		report(NULL, &st);
+		return EXIT_FAILURE;
+	}
+	rep = (Wsbridge__V1__ListReply *)m;
+	printf("%-6s %-8s %-14s %-19s %-16s %s\n", "ID", "PID", "STATE", "STARTED", "TAG", "COMMAND");
+	for (size_t i = 0; i < rep->n_processes; i++) {
+		const Wsbridge__V1__ProcessInfo *pi = rep->processes[i];
+		char state[40], started[32] = "-", *tag;
+		time_t t = (time_t)(pi->start_time_ns / 1000000000);
+		struct tm tm;
+
+		state_text(pi, state, sizeof(state));
+		if (pi->start_time_ns > 0 && localtime_r(&t, &tm))
+			strftime(started, sizeof(started), "%Y-%m-%d %H:%M:%S", &tm);
+		tag = wsb_escape(pi->tag ? pi->tag : "", pi->tag ? strlen(pi->tag) : 0, 64);
+		printf("%-6" PRIu64 " %-8" PRIu32 " %-14s %-19s %-16s ", pi->id, pi->pid, state, started,
+		       tag && *tag ? tag : "-");
+		free(tag);
+		print_argv(pi);
+	}
+	protobuf_c_message_free_unpacked(m, NULL);
+	return 0;
+}
+
+/* A signal by number or name ("TERM", "SIGTERM", "15"); -1 if unknown. */
+static int parse_signal(const char *s)
+{
+	char *end;
+	long v;
+
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		v = strtol(s, &end, 10);
+		return errno || *end || v <= 0 || v >= NSIG ? -1 : (int)v;
+	}
+	if (strncasecmp(s, "SIG", 3) == 0)
+		s += 3;
+	for (int sig = 1; sig < NSIG; sig++) {
+		const char *a = sigabbrev_np(sig);
+
+		if (a && strcasecmp(a, s) == 0)
+			return sig;
+	}
+	return -1;
+}
+
+static int cmd_kill(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "signal", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{}
+	};
+	Wsbridge__V1__SignalRequest req = WSBRIDGE__V1__SIGNAL_REQUEST__INIT;
+	Wsbridge__V1__ProcessRef ref = WSBRIDGE__V1__PROCESS_REF__INIT;
+	struct wsc_status st;
+	int c, sig = SIGTERM;
+
+	optind = 0;
+	while ((c = getopt_long(argc, argv, "+s:", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			sig = parse_signal(optarg);
+			if (sig < 0)
+				usage_error("kill: unknown signal %s", q(optarg));
+			break;
+		case 'h':
+			printf("Usage: wsctl kill [-s SIGNAL] ID|TAG\n");
+			return 0;
+		default:
+			usage_error("kill: bad option");
+		}
+	}
+	if (argc - optind != 1)
+		usage_error("kill: name one process (ID or TAG)");
+	parse_ref(argv[optind], &ref);
+	req.process = &ref;
+	req.signal = sig;
+	if (wsc_unary(g_client, M_SIGNAL, &req.base, &wsbridge__v1__empty__descriptor, NULL, &st) < 0) {
+		report(argv[optind], &st);
+		return EXIT_FAILURE;
+	}
+	return 0;
+}
+
+static int cmd_wait(int argc, char **argv)
+{
+	Wsbridge__V1__WaitRequest req = WSBRIDGE__V1__WAIT_REQUEST__INIT;
+	Wsbridge__V1__ProcessRef ref = WSBRIDGE__V1__PROCESS_REF__INIT;
+	Wsbridge__V1__ProcessInfo *pi;
+	ProtobufCMessage *m;
+	struct wsc_status st;
+	int code;
+
+	if (argc != 2)
+		usage_error("wait: name one process (ID or TAG)");
+	parse_ref(argv[1], &ref);
+	req.process = &ref;
+	/* No deadline: it waits as long as the command runs. */
+	if (wsc_unary_ex(g_client, M_WAIT, &req.base, &wsbridge__v1__process_info__descriptor, &m, 0,
+			 &st) < 0) {
+		report(argv[1], &st);
+		return exec_error_exit(&st);
+	}
+	pi = (Wsbridge__V1__ProcessInfo *)m;
+	code = pi->exit ? exit_code_of(pi->exit) : EXIT_EXEC_FAIL;
+	protobuf_c_message_free_unpacked(m, NULL);
 	return code;
 }
 
@@ -1756,9 +2285,20 @@ static void help(void)
 	       "  -V, --version          show the version\n"
 	       "\n"
 	       "Commands (remote paths are relative to the workspace root):\n"
-	       "  exec [--cwd DIR] [--env K=V]... [--timeout SEC] [-i] [--shell] -- PROG [ARG]...\n"
-	       "                         run a command; -i sends wsctl's stdin to it (else it\n"
-	       "                         reads EOF); --shell runs /bin/sh -c PROG with ARGs as $1..\n"
+	       "  exec [--cwd DIR] [--env K=V]... [--timeout SEC] [--idle-timeout SEC]\n"
+	       "       [--tag NAME] [-i] [-t] [--detach] [--shell] -- PROG [ARG]...\n"
+	       "                         run a command; -i streams wsctl's stdin to it (else it\n"
+	       "                         reads EOF); -t runs it on a terminal (raw mode here,\n"
+	       "                         window size followed; implies -i); --detach prints its\n"
+	       "                         id and leaves it running; --idle-timeout ends it after\n"
+	       "                         SEC without output; --shell runs /bin/sh -c PROG with\n"
+	       "                         ARGs as $1..\n"
+	       "  attach [--from OFFSET] [--stderr-from OFFSET] [--no-follow] ID|TAG\n"
+	       "                         replay a command's output from a byte offset, then\n"
+	       "                         follow it to its exit\n"
+	       "  ps                     list commands, running and recently exited\n"
+	       "  kill [-s SIGNAL] ID|TAG  signal a command's whole tree (default TERM)\n"
+	       "  wait ID|TAG            wait for a command to end; exit with its status\n"
 	       "  cat PATH...            write remote files to stdout\n"
 	       "  get REMOTE LOCAL       download (LOCAL '-' = stdout); written to a temp file\n"
 	       "                         and renamed, holes kept\n"
@@ -1771,9 +2311,10 @@ static void help(void)
 	       "  health                 print the server's health (exit 0 if SERVING)\n"
 	       "\n"
 	       "Exit status: 0 ok, 1 a command failed, 2 usage error.\n"
-	       "exec: the command's status; 128+N if killed by signal N; 124 if --timeout\n"
-	       "expired; 127 program or cwd not found; 126 cannot run it; 125 other failure.\n"
-	       "Interrupted by signal N (Ctrl-C): 128+N; a running command is killed.\n");
+	       "exec, attach, wait: the command's status; 128+N if killed by signal N; 124 if\n"
+	       "a timeout expired; 127 program, cwd or process not found; 126 cannot run it;\n"
+	       "125 other failure. Interrupted by signal N (Ctrl-C): 128+N; exec (without\n"
+	       "--detach) then kills the command, attach leaves it running.\n");
 }
 
 static char *read_token(const char *file)
@@ -1803,8 +2344,10 @@ static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
 } commands[] = {
-	{ "exec", cmd_exec }, { "cat", cmd_cat },     { "get", cmd_get },     { "put", cmd_put },
-	{ "ls", cmd_ls },     { "stat", cmd_stat },   { "mkdir", cmd_mkdir }, { "rm", cmd_rm },
+	{ "exec", cmd_exec }, { "attach", cmd_attach }, { "ps", cmd_ps },
+	{ "kill", cmd_kill }, { "wait", cmd_wait },     { "cat", cmd_cat },
+	{ "get", cmd_get },   { "put", cmd_put },       { "ls", cmd_ls },
+	{ "stat", cmd_stat }, { "mkdir", cmd_mkdir },   { "rm", cmd_rm },
 	{ "mv", cmd_mv },     { "health", cmd_health },
 };
 
@@ -1897,6 +2440,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGHUP);
 	sigaddset(&sigs, SIGUSR2);
+	sigaddset(&sigs, SIGWINCH);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	r = pthread_create(&th, NULL, signal_thread, &sigs);
 	if (r) {

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Stop the agentd that deploy/local/up.sh started (SIGTERM: it drains calls).
+# Unmount the workspace and stop the agentd that deploy/local/up.sh started
+# (SIGTERM: it drains calls).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 state=${WSB_BUILD:-$top/build}/local
+if [[ -f $state/mnt ]]; then
+	mnt=$(cat "$state/mnt")
+	if mountpoint -q "$mnt"; then
+		fusermount3 -u "$mnt" || fusermount3 -uz "$mnt"
+		echo "==> unmounted $mnt"
+	fi
+	rm -f "$state/mnt"
+fi
 [[ -f $state/agentd.pid ]] || { echo "no agentd started by up.sh" >&2; exit 0; }
 pid=$(cat "$state/agentd.pid")
 if kill -0 "$pid" 2>/dev/null; then

@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # The local path, in one step: install the Debian 12 packages wsbridge needs,
-# build it with meson into build/, and start agentd on a small sample
-# workspace (./workspace, created if missing) on 127.0.0.1:9000, in the
-# background. Prints how to use it; deploy/local/down.sh stops it.
+# build it with meson into build/, start agentd on a small sample workspace
+# (./workspace, created if missing) on 127.0.0.1:9000 in the background, and
+# mount it with wsfs on ./mnt. Prints how to use it; deploy/local/down.sh
+# unmounts and stops it.
 #
-# Environment: WSB_WORKSPACE (default ./workspace), WSB_LISTEN (default
-# 127.0.0.1:9000), WSB_BUILD (default ./build), WSB_SKIP_INSTALL=1 to skip apt.
+# Environment: WSB_WORKSPACE (default ./workspace), WSB_MOUNT (default ./mnt),
+# WSB_LISTEN (default 127.0.0.1:9000), WSB_BUILD (default ./build),
+# WSB_SKIP_INSTALL=1 to skip apt.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,12 +17,13 @@ cd "$top"
 build=${WSB_BUILD:-$top/build}
 workspace=${WSB_WORKSPACE:-$top/workspace}
 listen=${WSB_LISTEN:-127.0.0.1:9000}
+mnt=${WSB_MOUNT:-$top/mnt}
 state=$build/local
 packages=(build-essential meson ninja-build pkg-config
 	libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
 	libfuse3-dev fuse3 libcmocka-dev bats
 	python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc
-	socat git python3-yaml python3-jsonschema shellcheck)
+	socat git vim-tiny python3-yaml python3-jsonschema shellcheck)
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -77,17 +80,26 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 "${wsctl[@]}" health
-say "the workspace, as agentd serves it:"
-"${wsctl[@]}" ls -l /hello
-say "a command run in it:"
-"${wsctl[@]}" exec --cwd hello -- sh -c 'cc -o hello hello.c && ./hello'
+
+say "mounting it on $mnt"
+mkdir -p "$mnt"
+if mountpoint -q "$mnt"; then
+	fusermount3 -u "$mnt"
+fi
+"$build/fusefs/wsfs" "$listen" "$mnt"
+echo "$mnt" >"$state/mnt"
+say "the workspace through the mount:"
+ls -l "$mnt/hello"
+say "a command run in the workspace writes a file; the mount sees it:"
+"${wsctl[@]}" exec --cwd hello -- sh -c 'cc -o hello hello.c && ./hello > out.txt'
+cat "$mnt/hello/out.txt"
 
 cat <<EOT
 
-agentd is running (pid $(cat "$state/agentd.pid"), log $state/agentd.log).
-Try:
+agentd is running (pid $(cat "$state/agentd.pid"), log $state/agentd.log),
+and its workspace is mounted on $mnt. Try:
+  cd $mnt && ls -la && git init demo          # any tool works on the mount
   export WSBRIDGE_ADDR=$listen PATH=$build/fusefs:\$PATH
-  wsctl ls /            wsctl cat hello/hello.c        wsctl exec -- ls -la
-  wsctl put FILE dst    wsctl get hello/hello.c out.c  wsctl health
+  wsctl exec -- ls -la      wsctl cat hello/hello.c      wsctl put FILE dst
 Stop it with: deploy/local/down.sh
 EOT

@@ -1,0 +1,2341 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsfs's FUSE low-level operations (libfuse 3 fuse_lowlevel_ops): each
+ * request becomes one or a few synchronous unary RPCs of
+ * wsbridge.v1.Workspace (proto/wsbridge.proto) through the client adapter
+ * (client.h). Runs on libfuse's worker threads (fuse_session_loop_mt); no
+ * handler sends a kernel notification (those come from watch.c's thread).
+ *
+ * Naming: nodeids come from node.h's table; a node's wire path is built on
+ * each request. Attributes are the server's, so st_ino is the pod's inode.
+ *
+ * Open files: fi->fh points to a struct wsfs_file holding agentd's handle,
+ * which keeps an unlinked or renamed file usable until release. When agentd
+ * answers EBADF for a handle it no longer knows (it restarted, or an --exec
+ * transport started a new agentd), the file is reopened by its node's path
+ * if that is safe (same server inode; never with O_TRUNC/O_CREAT/O_EXCL) and
+ * fails with EIO from then on if not.
+ *
+ * Caching: no writeback cache (writes reach agentd before write(2) returns,
+ * so close leaves nothing buffered); kernel entry/attribute timeouts, longer
+ * while the watch stream is live; FOPEN_KEEP_CACHE only when the file's
+ * (ino, size, mtime) are what this mount saw last. POSIX and BSD locks are
+ * not implemented, so the kernel keeps them locally (per mount).
+ *
+ * Interrupts are ignored (no fuse_req_interrupt_func): a request always runs
+ * to its RPC's end, bounded by rpc_timeout, so flush/fsync/close never fail
+ * with EINTR.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/falloc.h>
+#include <linux/fs.h>
+
+#include "fs.h"
+#include "wsbridge.pb-c.h"
+#include "wsb.h"
+
+#define M(name) "/wsbridge.v1.Workspace/" name
+
+/** Largest Read/Write per RPC, bytes (proto: "at most 1 MiB"). */
+#define CHUNK_MAX ((size_t)1024 * 1024)
+/** Entries asked per ReadDir page (the server's cap). */
+#define READDIR_PAGE 4096u
+/** Largest xattr value / name list accepted, bytes (XATTR_SIZE_MAX/LIST_MAX). */
+#define XATTR_MAX ((size_t)64 * 1024)
+
+/* An open file (fi->fh). */
+struct wsfs_file {
+	struct node_fh link; /* the node's list; refcount */
+	pthread_mutex_t lock;
+	uint64_t sh;   /* agentd's handle; under lock */
+	uint64_t gen;  /* conn_gen when sh was obtained; under lock */
+	bool broken;   /* could not be reopened safely: EIO; under lock */
+	uint64_t ino;  /* server inode at open */
+	Wsbridge__V1__Access access;
+	bool append;
+	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
+	struct wsfs_file *prev, *next; /* fs_files list */
+};
+
+/* An open directory (fi->fh of opendir): a window of the listing. */
+struct wsfs_dirent {
+	char *name; /* NUL-terminated */
+	size_t len;
+	struct stat st;
+	uint64_t seq; /* inval_seq when fetched */
+};
+
+struct wsfs_dir {
+	pthread_mutex_t lock;
+	struct wsfs_dirent *ents;
+	size_t n, cap;
+	uint64_t base;  /* listing index of ents[0]; 0 = ".", 1 = "..", 2.. = entries */
+	int64_t cookie; /* server offset after the last fetched entry */
+	bool eof;
+};
+
+/* Every open file, for the final Release at exit. */
+static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsfs_file *fs_files;
+
+static struct wsfs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* ---- errors ---- */
+
+/*
+ * The errno to hand the kernel for a failed call (@r < 0). Keeps the
+ * server's exact errno, except: ENOSYS would disable the operation for the
+ * mount's life in the kernel (fuse_lowlevel.h), so it becomes EOPNOTSUPP;
+ * EINTR/ECANCELED never reach a caller (no interrupts); local decode
+ * failures are EIO; EXDEV (a path escaping the root) is EACCES unless
+ * @allow_exdev (rename/link across mounts in the pod).
+ */
+static int errno_out(int r, bool allow_exdev)
+{
+	int e = r < 0 ? -r : r;
+
+	if (e <= 0 || e >= 4096)
+		return EIO;
+	switch (e) {
+	case ENOSYS:
+		return EOPNOTSUPP;
+	case EINTR:
+	case ECANCELED:
+	case EPROTO:
+	case EBADMSG:
+		return EIO;
+	case EXDEV:
+		return allow_exdev ? EXDEV : EACCES;
+	default:
+		return e;
+	}
+}
+
+static void reply_err(fuse_req_t req, int r)
+{
+	fuse_reply_err(req, errno_out(r, false));
+}
+
+/* ---- connection state ---- */
+
+void wsfs_conn_ok(struct wsfs *fs)
+{
+	if (atomic_load(&fs->conn_down) && atomic_exchange(&fs->conn_down, false)) {
+		atomic_fetch_add(&fs->conn_gen, 1);
+		wsb_notice("agentd answers again");
+	}
+}
+
+void wsfs_conn_failed(struct wsfs *fs, int code)
+{
+	bool was_down = atomic_exchange(&fs->conn_down, true);
+	bool reconnect = fs->cfg.exec_transport && code == WSB_UNAVAILABLE;
+
+	if (!was_down)
+		wsb_warn("agentd is unreachable (%s); calls fail at once until it answers again",
+			 wsb_status_name(code));
+	pthread_mutex_lock(&fs->mon_lock);
+	if (reconnect && !fs->want_reconnect) {
+		fs->want_reconnect = true;
+		was_down = false;
+	}
+	/* The monitor probes (and reconnects) instead of waiting on a watch
+	 * stream that may hang as long as agentd does. */
+	if (!was_down && fs->watch)
+		wsc_stream_cancel(fs->watch);
+	pthread_cond_signal(&fs->mon_cond);
+	pthread_mutex_unlock(&fs->mon_lock);
+}
+
+/*
+ * One unary call with the mount's deadline. Returns 0 or -errno (the
+ * server's exact errno, else one mapped from the status by client.c).
+ *
+ * While agentd is known to be unreachable (a call failed with UNAVAILABLE
+ * or DEADLINE_EXCEEDED from gRPC itself), calls fail at once with ENOTCONN
+ * instead of each waiting out its deadline; the monitor thread probes every
+ * WSFS_PROBE_MS and ends that state. A deadline gRPC enforced is EIO: the
+ * call may or may not have taken effect.
+ */
+static int rpc(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
+	       const ProtobufCMessageDescriptor *desc, void *ret_reply)
+{
+	struct wsc_status st;
+	int r;
+
+	if (atomic_load(&fs->conn_down)) {
+		wsb_debug("%s: agentd is unreachable: ENOTCONN", method);
+		return -ENOTCONN;
+	}
+	r = wsc_unary_ex(fs->client, method, req, desc, (ProtobufCMessage **)ret_reply,
+			 fs->cfg.rpc_timeout_ms, &st);
+	if (r == 0) {
+		wsfs_conn_ok(fs);
+		return 0;
+	}
+	if (!st.has_errno && (st.code == WSB_UNAVAILABLE || st.code == WSB_DEADLINE_EXCEEDED)) {
+		wsfs_conn_failed(fs, st.code);
+		if (st.code == WSB_DEADLINE_EXCEEDED)
+			r = -EIO;
+	} else if (st.has_errno) {
+		wsfs_conn_ok(fs);
+	}
+	wsb_debug("%s: %s (%s): %s", method, strerror(-r), wsb_status_name(st.code), st.msg);
+	return r;
+}
+
+static void free_reply(void *msg)
+{
+	if (msg)
+		protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+/* ---- attributes ---- */
+
+static struct timespec ts_of_ns(int64_t ns)
+{
+	struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+
+	if (ts.tv_nsec < 0) {
+		ts.tv_nsec += 1000000000;
+		ts.tv_sec--;
+	}
+	return ts;
+}
+
+/*
+ * Convert a server Attr to a struct stat. -EIO for a missing Attr or a file
+ * type the kernel would reject (it marks such an inode bad).
+ */
+static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (!a)
+		return -EIO;
+	switch (a->mode & S_IFMT) {
+	case S_IFREG:
+	case S_IFDIR:
+	case S_IFLNK:
+	case S_IFIFO:
+	case S_IFSOCK:
+	case S_IFCHR:
+	case S_IFBLK:
+		break;
+	default:
+		return -EIO;
+	}
+	st->st_ino = a->ino;
+	st->st_mode = a->mode;
+	st->st_nlink = a->nlink;
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_rdev = a->rdev;
+	st->st_size = a->size > INT64_MAX ? INT64_MAX : (off_t)a->size;
+	st->st_blocks = a->blocks > INT64_MAX ? INT64_MAX : (blkcnt_t)a->blocks;
+	st->st_blksize = a->blksize ? a->blksize : 4096;
+	st->st_atim = ts_of_ns(a->atime_ns);
+	st->st_mtim = ts_of_ns(a->mtime_ns);
+	st->st_ctim = ts_of_ns(a->ctime_ns);
+	return 0;
+}
+
+static int64_t ns_of_ts(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+static struct node_seen seen_of(const struct stat *st)
+{
+	return (struct node_seen){
+		.valid = true,
+		.ino = st->st_ino,
+		.size = (uint64_t)st->st_size,
+		.mtime_ns = ns_of_ts(&st->st_mtim),
+	};
+}
+
+/* Kernel cache timeouts for a reply whose RPC started at inval_seq @seq0. */
+struct ttl {
+	double entry, attr, negative;
+};
+
+static struct ttl ttl_for(struct wsfs *fs, uint64_t seq0, const struct stat *st)
+{
+	const struct wsfs_config *c = &fs->cfg;
+	bool live = c->watch_timeout > 0 && atomic_load(&fs->watch_live) &&
+		    atomic_load(&fs->inval_seq) == seq0;
+	struct ttl t = { c->entry_timeout, c->attr_timeout, 0 };
+
+	if (live) {
+		if (c->watch_timeout > t.entry)
+			t.entry = c->watch_timeout;
+		/* inotify reports a change under one name only: other hard
+		 * links of a file would stay stale. */
+		if (c->watch_timeout > t.attr && !(st && !S_ISDIR(st->st_mode) && st->st_nlink > 1))
+			t.attr = c->watch_timeout;
+	}
+	if (c->negative_timeout >= 0)
+		t.negative = c->negative_timeout;
+	else
+		t.negative = live ? t.entry : 0;
+	return t;
+}
+
+static uint64_t seq_now(struct wsfs *fs)
+{
+	return atomic_load(&fs->inval_seq);
+}
+
+/* ---- paths ---- */
+
+/* Path of @ino into *ret; a detached node gives -ESTALE. */
+static int path_of(struct wsfs *fs, fuse_ino_t ino, char **ret, size_t *len)
+{
+	return node_path(fs->nodes, ino, ret, len);
+}
+
+/* Path of @name in @parent. A detached parent (removed directory) is ENOENT. */
+static int child_path(struct wsfs *fs, fuse_ino_t parent, const char *name, char **ret,
+		      size_t *len)
+{
+	size_t n = strlen(name);
+	int r;
+
+	if (n > NODE_NAME_MAX)
+		return -ENAMETOOLONG;
+	r = node_child_path(fs->nodes, parent, name, n, ret, len);
+	if (r == -ESTALE)
+		return -ENOENT;
+	return r;
+}
+
+static ProtobufCBinaryData bin(const char *s, size_t len)
+{
+	return (ProtobufCBinaryData){ .len = len, .data = (uint8_t *)s };
+}
+
+/* ---- entries ---- */
+
+/*
+ * Reply to a request that created or found @name in @parent with server
+ * attributes @st: count one lookup and send the entry. The lookup is taken
+ * back if the reply cannot be delivered (the request was interrupted).
+ */
+static void reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
+			const struct stat *st, uint64_t seq0)
+{
+	struct fuse_entry_param e;
+	struct ttl t = ttl_for(fs, seq0, st);
+	uint64_t id;
+	int r;
+
+	r = node_lookup(fs->nodes, parent, name, strlen(name), st->st_ino, st->st_mode,
+			(uint32_t)st->st_nlink, &id);
+	if (r < 0) {
+		reply_err(req, r == -ESTALE ? -ENOENT : r);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = id;
+	e.attr = *st;
+	e.attr_timeout = t.attr;
+	e.entry_timeout = t.entry;
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		node_forget(fs->nodes, id, 1);
+}
+
+/* Reply with an AttrReply that created @name in @parent. */
+static void reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
+			  Wsbridge__V1__AttrReply *rep, uint64_t seq0)
+{
+	struct stat st;
+	int r = attr_to_stat(rep->attr, &st);
+
+	if (r < 0)
+		reply_err(req, r);
+	else
+		reply_entry(req, fs, parent, name, &st, seq0);
+}
+
+/*
+ * End the own change wsfs_self_begin() announced on @path: @r is the RPC's
+ * result, @a the attributes in its reply (may be NULL).
+ */
+static void self_end_attr(struct wsfs *fs, const char *path, size_t len, int r,
+			  const Wsbridge__V1__Attr *a)
+{
+	struct stat st;
+
+	wsfs_self_end(fs, path, len, r == 0, r == 0 && a && attr_to_stat(a, &st) == 0 ? &st : NULL);
+}
+
+/* ---- open files ---- */
+
+static struct wsfs_file *file_of(struct fuse_file_info *fi)
+{
+	return (struct wsfs_file *)(uintptr_t)fi->fh;
+}
+
+static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct stat *st,
+				  Wsbridge__V1__Access access, bool append)
+{
+	struct wsfs_file *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	pthread_mutex_init(&f->lock, NULL);
+	f->sh = sh;
+	f->gen = atomic_load(&fs->conn_gen);
+	f->ino = st->st_ino;
+	f->access = access;
+	f->append = append;
+	pthread_mutex_lock(&files_lock);
+	f->next = fs_files;
+	if (fs_files)
+		fs_files->prev = f;
+	fs_files = f;
+	pthread_mutex_unlock(&files_lock);
+	return f;
+}
+
+/*
+ * Give agentd handle @sh back. One that cannot reach agentd now (it is
+ * unreachable) is queued and released by the monitor once agentd answers
+ * again, so that a network blip does not leak agentd's handles (its table is
+ * bounded); after an agentd restart that Release is a harmless EBADF.
+ */
+static void release_handle(struct wsfs *fs, uint64_t sh)
+{
+	Wsbridge__V1__HandleRequest q = WSBRIDGE__V1__HANDLE_REQUEST__INIT;
+	int r;
+
+	if (!sh)
+		return;
+	q.handle = sh;
+	r = rpc(fs, M("Release"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	if (r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down))) {
+		pthread_mutex_lock(&fs->mon_lock);
+		if (fs->n_pending == fs->cap_pending && fs->cap_pending < WSFS_PENDING_MAX) {
+			size_t cap = fs->cap_pending ? 2 * fs->cap_pending : 64;
+			uint64_t *a = realloc(fs->pending, cap * sizeof(*a));
+
+			if (a) {
+				fs->pending = a;
+				fs->cap_pending = cap;
+			}
+		}
+		if (fs->n_pending < fs->cap_pending)
+			fs->pending[fs->n_pending++] = sh;
+		pthread_mutex_unlock(&fs->mon_lock);
+	}
+}
+
+void wsfs_release_pending(struct wsfs *fs)
+{
+	uint64_t *a;
+	size_t n;
+
+	pthread_mutex_lock(&fs->mon_lock);
+	a = fs->pending;
+	n = fs->n_pending;
+	fs->pending = NULL;
+	fs->n_pending = fs->cap_pending = 0;
+	pthread_mutex_unlock(&fs->mon_lock);
+	if (n)
+		wsb_info("releasing %zu handle(s) closed while agentd was unreachable", n);
+	for (size_t i = 0; i < n; i++)
+		release_handle(fs, a[i]);
+	free(a);
+}
+
+/* Release agentd's handle and free @f (which nothing references). */
+static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
+{
+	pthread_mutex_lock(&files_lock);
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		fs_files = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	pthread_mutex_unlock(&files_lock);
+	release_handle(fs, f->sh);
+	release_handle(fs, f->sh_pos);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+/* Drop one reference; the last one releases the handle. */
+static void file_put(struct wsfs *fs, struct wsfs_file *f)
+{
+	if (node_fh_put(fs->nodes, &f->link))
+		file_destroy(fs, f);
+}
+
+/*
+ * agentd said EBADF for handle @failed of @f: unless another thread already
+ * did, open the file again by its node's path. Safe only when the path still
+ * names the same server inode; the open is never replayed with O_TRUNC,
+ * O_CREAT or O_EXCL. An unlinked file or another inode makes @f broken (EIO
+ * for good). Returns 0 (retry with f->sh) or -errno.
+ */
+static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
+{
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	uint64_t gen = atomic_load(&fs->conn_gen);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->broken) {
+		r = -EIO;
+		goto out;
+	}
+	if (f->sh != failed) {
+		r = 0; /* reopened meanwhile */
+		goto out;
+	}
+	if (f->gen == gen) {
+		/* Lost without a failure seen: agentd restarted between calls. */
+		gen = atomic_fetch_add(&fs->conn_gen, 1) + 1;
+	}
+	r = path_of(fs, f->link.nodeid, &path, &len);
+	if (r < 0) {
+		wsb_warn("an open file (server inode %" PRIu64 ") was lost by agentd and has "
+			 "no name any more: I/O on it fails with EIO",
+			 f->ino);
+		f->broken = true;
+		r = -EIO;
+		goto out;
+	}
+	q.path = bin(path, len);
+	q.access = f->access;
+	q.append = f->append;
+	q.nofollow = true;
+	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	if (r == -ENOENT || r == -ELOOP || r == -ENOTDIR) {
+		f->broken = true;
+		r = -EIO;
+	}
+	if (r < 0)
+		goto out;
+	if (!rep->attr || rep->attr->ino != f->ino) {
+		release_handle(fs, rep->handle);
+		f->broken = true;
+		r = -EIO;
+	} else {
+		f->sh = rep->handle;
+		f->gen = gen;
+		wsb_notice("reopened a file that agentd had lost (generation %" PRIu64 ")", gen);
+	}
+out:
+	if (r == -EIO && f->broken) {
+		char *esc = path ? wsb_escape(path, strlen(path), 200) : NULL;
+
+		wsb_warn("cannot reopen '%s' safely after agentd lost its handle: EIO",
+			 esc ? esc : "?");
+		free(esc);
+	}
+	pthread_mutex_unlock(&f->lock);
+	free(path);
+	free_reply(rep);
+	return r;
+}
+
+/* Current handle of @f into *sh; -EIO if @f is broken. */
+static int file_handle(struct wsfs_file *f, uint64_t *sh)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->broken)
+		r = -EIO;
+	else
+		*sh = f->sh;
+	pthread_mutex_unlock(&f->lock);
+	return r;
+}
+
+/* Does agentd still know handle @sh? 1 yes, 0 no (EBADF), or -errno. */
+static int handle_alive(struct wsfs *fs, uint64_t sh)
+{
+	Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+	int r;
+
+	q.handle = sh;
+	r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, NULL);
+	if (r == 0)
+		return 1;
+	return r == -EBADF ? 0 : r;
+}
+
+/* An open file and where its handle goes in a request. */
+struct hslot {
+	struct wsfs_file *f;
+	uint64_t *field;
+};
+
+/*
+ * A call on one or two open files' handles: fills each slot's handle field,
+ * calls, and when agentd answers EBADF because it lost a handle, reopens
+ * (file_reopen) and calls once more.
+ */
+static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *method,
+		    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+		    void *ret_reply)
+{
+	uint64_t used[2];
+	int r;
+
+	for (int attempt = 0;; attempt++) {
+		bool reopened = false;
+
+		for (size_t i = 0; i < n; i++) {
+			r = file_handle(slots[i].f, &used[i]);
+			if (r < 0)
+				return r;
+			*slots[i].field = used[i];
+		}
+		r = rpc(fs, method, req, desc, ret_reply);
+		if (r != -EBADF || attempt > 0)
+			return r;
+		for (size_t i = 0; i < n; i++) {
+			int a = handle_alive(fs, used[i]);
+
+			if (a < 0)
+				return a;
+			if (a == 0) {
+				a = file_reopen(fs, slots[i].f, used[i]);
+				if (a < 0)
+					return a;
+				reopened = true;
+			}
+		}
+		if (!reopened)
+			return -EBADF; /* a genuine EBADF (wrong access mode) */
+	}
+}
+
+/* fstat through @f's handle (SetAttr that sets nothing). */
+static int file_stat(struct wsfs *fs, struct wsfs_file *f, struct stat *st)
+{
+	Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	struct hslot s = { f, &q.handle };
+	int r;
+
+	r = file_rpc(fs, &s, 1, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+	if (r == 0)
+		r = attr_to_stat(rep->attr, st);
+	free_reply(rep);
+	return r;
+}
+
+/* ---- init / destroy ---- */
+
+static void ws_init(void *userdata, struct fuse_conn_info *conn)
+{
+	unsigned want = FUSE_CAP_ASYNC_READ | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_READDIRPLUS |
+			FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_PARALLEL_DIROPS |
+			FUSE_CAP_ATOMIC_O_TRUNC;
+
+	struct wsfs *fs = userdata;
+
+	conn->want |= want & conn->capable;
+	atomic_store(&fs->expire_only, (conn->capable & FUSE_CAP_EXPIRE_ONLY) != 0);
+	/*
+	 * No writeback cache: sshfs dropped it for data loss on append with a
+	 * remote writer (fuse-clients.md A.2). No POSIX/BSD lock support: the
+	 * kernel then keeps locks locally, per mount. Invalidation is by
+	 * timeouts, AUTO_INVAL_DATA and the watch stream.
+	 */
+	conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_POSIX_LOCKS |
+				  FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_EXPLICIT_INVAL_DATA |
+				  FUSE_CAP_HANDLE_KILLPRIV | FUSE_CAP_POSIX_ACL |
+				  FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_NO_OPEN_SUPPORT |
+				  FUSE_CAP_NO_OPENDIR_SUPPORT | FUSE_CAP_EXPORT_SUPPORT |
+				  FUSE_CAP_DONT_MASK);
+	conn->max_write = (unsigned)CHUNK_MAX;
+	conn->max_readahead = (unsigned)CHUNK_MAX;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	conn->time_gran = 1;
+	wsb_info("FUSE protocol %u.%u, capable %#x, want %#x, max_write %u", conn->proto_major,
+		 conn->proto_minor, conn->capable, conn->want, conn->max_write);
+}
+
+/* ---- lookup / forget / getattr ---- */
+
+static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	struct stat st;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = child_path(fs, parent, name, &path, &len);
+	if (r < 0)
+		goto out;
+	q.path = bin(path, len);
+	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
+	if (r == 0)
+		r = attr_to_stat(rep->attr, &st);
+out:
+	if (r == 0) {
+		reply_entry(req, fs, parent, name, &st, seq0);
+	} else if (r == -ENOENT) {
+		struct ttl t = ttl_for(fs, seq0, NULL);
+
+		/* Removed in the pod: the name no longer holds what we knew. */
+		node_unlink(fs->nodes, parent, name, strlen(name));
+
+		if (t.negative > 0) {
+			struct fuse_entry_param e;
+
+			memset(&e, 0, sizeof(e));
+			e.entry_timeout = t.negative;
+			fuse_reply_entry(req, &e);
+		} else {
+			fuse_reply_err(req, ENOENT);
+		}
+	} else {
+		reply_err(req, r);
+	}
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	node_forget(FS(req)->nodes, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void ws_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct wsfs *fs = FS(req);
+
+	for (size_t i = 0; i < count; i++)
+		node_forget(fs->nodes, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+/*
+ * Attributes of node @ino: through an open file when it has one (fstat: right
+ * for an unlinked or replaced open file), else by path, lstat. A path that
+ * now names another kind of file is ESTALE, so that the VFS looks the name
+ * up again (it retries once with LOOKUP_REVAL).
+ */
+static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, struct stat *st)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct node_fh *link;
+	struct node_info info;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	if (fi && fi->fh)
+		return file_stat(fs, file_of(fi), st);
+	link = node_fh_get(fs->nodes, ino);
+	if (link) {
+		struct wsfs_file *f = (struct wsfs_file *)link;
+
+		r = file_stat(fs, f, st);
+		file_put(fs, f);
+		if (r != -EIO)
+			return r;
+		/* broken: fall back to the path */
+	}
+	for (unsigned tries = 0;; tries++) {
+		r = node_info(fs->nodes, ino, &info);
+		if (r < 0)
+			return r;
+		r = path_of(fs, ino, &path, &len);
+		if (r < 0)
+			return r;
+		q.path = bin(path, len);
+		r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
+		if (r == 0)
+			r = attr_to_stat(rep->attr, st);
+		/* A hard link removed in the pod: try the file's other names. */
+		if (r != -ENOENT || tries >= 8 || node_drop_first_name(fs->nodes, ino) < 0)
+			break;
+		free(path);
+		path = NULL;
+		free_reply(rep);
+		rep = NULL;
+	}
+	if (r == 0) {
+		if (ino == NODE_ROOT_ID) {
+			if (info.ino != st->st_ino)
+				node_set_ino(fs->nodes, ino, st->st_ino, st->st_mode);
+		} else if (info.mode != (st->st_mode & S_IFMT)) {
+			/* Another kind of file: the kernel would mark its inode
+			 * bad; ESTALE makes the VFS look the name up again. */
+			r = -ESTALE;
+		}
+		/* Another file of the same kind (renamed over it in the pod):
+		 * stat(2) of the name gets what the name holds now; the next
+		 * lookup gives the name a new node. */
+	}
+	free(path);
+	free_reply(rep);
+	return r;
+}
+
+static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	uint64_t seq0 = seq_now(fs);
+	struct stat st;
+	int r = node_stat(fs, ino, fi, &st);
+
+	if (r < 0) {
+		reply_err(req, r);
+		return;
+	}
+	fuse_reply_attr(req, &st, ttl_for(fs, seq0, &st).attr);
+}
+
+/*
+ * access(2). wsfs checks no permissions itself (agentd's own checks decide
+ * every open and change, as the pod's user), so F_OK, R_OK and W_OK succeed
+ * for a name that exists. X_OK follows the kernel's rule for exec on FUSE
+ * (fs/fuse/dir.c fuse_permission): a non-directory needs some execute bit,
+ * which is what access(2) gives root on a local file system.
+ */
+static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct wsfs *fs = FS(req);
+	struct stat st;
+	int r;
+
+	if (!(mask & X_OK)) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	r = node_stat(fs, ino, NULL, &st);
+	if (r < 0)
+		reply_err(req, r);
+	else
+		fuse_reply_err(req, S_ISDIR(st.st_mode) || (st.st_mode & 0111) ? 0 : EACCES);
+}
+
+/* ---- setattr ---- */
+
+static void set_time(Wsbridge__V1__TimeSpec *t, bool now, const struct timespec *ts)
+{
+	if (now) {
+		t->how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NOW;
+		t->now = true;
+	} else {
+		t->how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
+		t->ns = ns_of_ts(ts);
+	}
+}
+
+static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+	Wsbridge__V1__TimeSpec at = WSBRIDGE__V1__TIME_SPEC__INIT;
+	Wsbridge__V1__TimeSpec mt = WSBRIDGE__V1__TIME_SPEC__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	struct wsfs_file *f = NULL;
+	struct node_info info;
+	uint64_t seq0 = seq_now(fs);
+	struct stat st;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
+		q.mode = attr->st_mode & 07777;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__UID;
+		q.uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__GID;
+		q.gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (attr->st_size < 0) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
+		q.size = (uint64_t)attr->st_size;
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+		set_time(&at, to_set & FUSE_SET_ATTR_ATIME_NOW, &attr->st_atim);
+		q.atime = &at;
+	}
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+		set_time(&mt, to_set & FUSE_SET_ATTR_MTIME_NOW, &attr->st_mtim);
+		q.mtime = &mt;
+	}
+
+	r = node_info(fs->nodes, ino, &info);
+	if (r < 0)
+		goto out;
+	if (fi && fi->fh) {
+		f = file_of(fi);
+		node_fh_ref(fs->nodes, &f->link);
+	} else if (!info.attached) {
+		/* fchmod/fchown/futimens of an unlinked open file. */
+		struct node_fh *link = node_fh_get(fs->nodes, ino);
+
+		if (!link) {
+			r = -ESTALE;
+			goto out;
+		}
+		f = (struct wsfs_file *)link;
+	}
+	if (f) {
+		struct hslot s = { f, &q.handle };
+
+		if (path_of(fs, ino, &path, &len) == 0)
+			wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+		r = file_rpc(fs, &s, 1, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
+			     &rep);
+	} else {
+		r = path_of(fs, ino, &path, &len);
+		if (r < 0)
+			goto out;
+		q.path = bin(path, len);
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+		r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+	}
+	if (path)
+		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	if (r == 0)
+		r = attr_to_stat(rep->attr, &st);
+	if (r == 0 && S_ISREG(st.st_mode)) {
+		/* The kernel truncated its own pages; what it keeps matches. */
+		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
+			struct node_seen s = seen_of(&st);
+
+			node_seen_set(fs->nodes, ino, &s);
+		}
+	}
+out:
+	if (f)
+		file_put(fs, f);
+	if (r < 0)
+		reply_err(req, r);
+	else
+		fuse_reply_attr(req, &st, ttl_for(fs, seq0, &st).attr);
+	free(path);
+	free_reply(rep);
+}
+
+/* ---- symlinks, nodes, directories ---- */
+
+static void ws_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__ReadlinkReply *rep = NULL;
+	char *path = NULL, *target = NULL;
+	size_t len;
+	int r;
+
+	r = path_of(fs, ino, &path, &len);
+	if (r < 0)
+		goto out;
+	q.path = bin(path, len);
+	r = rpc(fs, M("Readlink"), &q.base, &wsbridge__v1__readlink_reply__descriptor, &rep);
+	if (r < 0)
+		goto out;
+	if (rep->target.len == 0 || rep->target.len >= PATH_MAX ||
+	    memchr(rep->target.data, '\0', rep->target.len)) {
+		r = -EIO;
+		goto out;
+	}
+	target = malloc(rep->target.len + 1);
+	if (!target) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memcpy(target, rep->target.data, rep->target.len);
+	target[rep->target.len] = '\0';
+out:
+	if (r < 0)
+		reply_err(req, r);
+	else
+		fuse_reply_readlink(req, target);
+	free(target);
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__MknodRequest q = WSBRIDGE__V1__MKNOD_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	(void)rdev; /* device nodes are refused by agentd (EPERM) */
+	r = child_path(fs, parent, name, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		q.mode = mode;
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
+		r = rpc(fs, M("Mknod"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	}
+	if (r < 0)
+		reply_err(req, r);
+	else
+		reply_created(req, fs, parent, name, rep, seq0);
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__MkdirRequest q = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = child_path(fs, parent, name, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		q.mode = mode & 07777;
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
+		r = rpc(fs, M("Mkdir"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	}
+	if (r < 0)
+		reply_err(req, r);
+	else
+		reply_created(req, fs, parent, name, rep, seq0);
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__SymlinkRequest q = WSBRIDGE__V1__SYMLINK_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = child_path(fs, parent, name, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		q.target = bin(link, strlen(link));
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
+		r = rpc(fs, M("Symlink"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	}
+	if (r < 0)
+		reply_err(req, r);
+	else
+		reply_created(req, fs, parent, name, rep, seq0);
+	free(path);
+	free_reply(rep);
+}
+
+static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const char *method)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = child_path(fs, parent, name, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
+		r = rpc(fs, method, &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		wsfs_self_end(fs, path, len, r == 0, NULL);
+	}
+	if (r == 0)
+		node_unlink(fs->nodes, parent, name, strlen(name));
+	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+	free(path);
+}
+
+static void ws_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	do_remove(req, parent, name, M("Unlink"));
+}
+
+static void ws_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	do_remove(req, parent, name, M("Rmdir"));
+}
+
+static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__RenameRequest q = WSBRIDGE__V1__RENAME_REQUEST__INIT;
+	char *from = NULL, *to = NULL;
+	size_t from_len, to_len;
+	int r;
+
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
+	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	r = child_path(fs, parent, name, &from, &from_len);
+	if (r == 0)
+		r = child_path(fs, newparent, newname, &to, &to_len);
+	if (r == 0) {
+		q.from = bin(from, from_len);
+		q.to = bin(to, to_len);
+		q.noreplace = flags & RENAME_NOREPLACE;
+		q.exchange = flags & RENAME_EXCHANGE;
+		{
+			unsigned both = WSFS_SELF_MOVED_FROM | WSFS_SELF_MOVED_TO;
+
+			wsfs_self_begin(fs, from, from_len,
+					q.exchange ? both : WSFS_SELF_MOVED_FROM);
+			wsfs_self_begin(fs, to, to_len, q.exchange ? both : WSFS_SELF_MOVED_TO);
+		}
+		r = rpc(fs, M("Rename"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		wsfs_self_end(fs, from, from_len, r == 0, NULL);
+		wsfs_self_end(fs, to, to_len, r == 0, NULL);
+	}
+	if (r == 0 && node_rename(fs->nodes, parent, name, strlen(name), newparent, newname,
+				  strlen(newname), flags & RENAME_EXCHANGE) < 0) {
+		/* Keep the table honest: forget both names; lookups rebind. */
+		node_unlink(fs->nodes, parent, name, strlen(name));
+		node_unlink(fs->nodes, newparent, newname, strlen(newname));
+	}
+	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
+	free(from);
+	free(to);
+}
+
+static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__LinkRequest q = WSBRIDGE__V1__LINK_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	char *from = NULL, *to = NULL;
+	size_t from_len, to_len;
+	int r;
+
+	r = path_of(fs, ino, &from, &from_len);
+	if (r == -ESTALE)
+		r = -ENOENT; /* an unlinked file cannot get a name back */
+	if (r == 0)
+		r = child_path(fs, newparent, newname, &to, &to_len);
+	if (r == 0) {
+		q.from = bin(from, from_len);
+		q.to = bin(to, to_len);
+		wsfs_self_begin(fs, from, from_len, WSFS_SELF_CHANGED);
+		wsfs_self_begin(fs, to, to_len, WSFS_SELF_CREATED);
+		r = rpc(fs, M("Link"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+		self_end_attr(fs, from, from_len, r, rep ? rep->attr : NULL);
+		self_end_attr(fs, to, to_len, r, rep ? rep->attr : NULL);
+	}
+	if (r < 0)
+		fuse_reply_err(req, errno_out(r, true));
+	else
+		reply_created(req, fs, newparent, newname, rep, seq0);
+	free(from);
+	free(to);
+	free_reply(rep);
+}
+
+/* ---- files ---- */
+
+static Wsbridge__V1__Access access_of(int flags)
+{
+	switch (flags & O_ACCMODE) {
+	case O_WRONLY:
+		return WSBRIDGE__V1__ACCESS__WRONLY;
+	case O_RDWR:
+		return WSBRIDGE__V1__ACCESS__RDWR;
+	default:
+		return WSBRIDGE__V1__ACCESS__RDONLY;
+	}
+}
+
+/*
+ * Register the file agentd opened (@rep) on node @id and fill @fi. Sets
+ * keep_cache when the contents are what this mount saw last. Returns 0 or
+ * -errno (the handle is released then).
+ */
+static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__OpenReply *rep,
+		       const struct stat *st, struct fuse_file_info *fi)
+{
+	struct wsfs_file *f;
+	struct node_info info;
+	struct node_seen now = seen_of(st);
+
+	f = file_new(fs, rep->handle, st, access_of(flags), flags & O_APPEND);
+	if (!f) {
+		release_handle(fs, rep->handle);
+		return -ENOMEM;
+	}
+	if (node_fh_add(fs->nodes, id, &f->link) < 0) {
+		f->link.refs = 0;
+		file_destroy(fs, f);
+		return -ESTALE;
+	}
+	/*
+	 * ws_flush does nothing (no writeback cache, no lock support), so a
+	 * read-only open skips the FLUSH round trip at close (FOPEN_NOFLUSH,
+	 * fuse_common.h noflush). A writable one keeps it: the kernel's
+	 * fuse_flush writes dirty pages of shared mmap writes back first.
+	 */
+	if (access_of(flags) == WSBRIDGE__V1__ACCESS__RDONLY)
+		fi->noflush = 1;
+	if (fi->direct_io) {
+		/* Another file than the node's (ws_open): its pages are not ours. */
+	} else if (node_info(fs->nodes, id, &info) == 0 && info.seen.valid &&
+		   info.seen.ino == now.ino && info.seen.size == now.size &&
+		   info.seen.mtime_ns == now.mtime_ns) {
+		fi->keep_cache = 1;
+		node_seen_set(fs->nodes, id, &now);
+	} else {
+		node_seen_set(fs->nodes, id, S_ISREG(st->st_mode) ? &now : NULL);
+	}
+	fi->fh = (uint64_t)(uintptr_t)f;
+	return 0;
+}
+
+static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	struct node_info info;
+	struct stat st;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = node_info(fs->nodes, ino, &info);
+	if (r == 0)
+		r = path_of(fs, ino, &path, &len);
+	if (r < 0)
+		goto out;
+	q.path = bin(path, len);
+	q.access = access_of(fi->flags);
+	q.truncate = fi->flags & O_TRUNC;
+	q.append = fi->flags & O_APPEND;
+	q.nofollow = true;
+	if (q.truncate)
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	if (q.truncate)
+		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	if (r == -ENOENT || r == -ELOOP) {
+		/* The name was removed or replaced by a symlink in the pod:
+		 * ESTALE makes the VFS look it up again (and create it, for
+		 * O_CREAT). */
+		r = -ESTALE;
+	}
+	if (r < 0)
+		goto out;
+	r = attr_to_stat(rep->attr, &st);
+	if (r == 0 && info.ino && info.mode != (st.st_mode & S_IFMT)) {
+		r = -ESTALE; /* another kind of file under this name now */
+	} else if (r == 0 && info.ino && info.ino != st.st_ino) {
+		/*
+		 * The name was replaced (rename over it) after the kernel looked
+		 * it up. open(2) gets the file the name holds now, as on a
+		 * local file system; but the kernel's inode still has the old
+		 * file's size and pages, so this open bypasses the page cache
+		 * (FOPEN_DIRECT_IO) rather than serve a clamped or stale read.
+		 * (ESTALE would make the VFS look up once more, which a writer
+		 * renaming in a loop defeats.)
+		 */
+		fi->direct_io = 1;
+		fi->keep_cache = 0;
+	}
+	if (r == 0)
+		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
+	else
+		release_handle(fs, rep->handle);
+out:
+	if (r < 0) {
+		reply_err(req, r);
+	} else if (fuse_reply_open(req, fi) == -ENOENT) {
+		/* open(2) was interrupted: nobody will release this. */
+		file_put(fs, file_of(fi));
+	}
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	struct fuse_entry_param e;
+	uint64_t seq0 = seq_now(fs);
+	uint64_t id = 0;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	memset(&e, 0, sizeof(e));
+	r = child_path(fs, parent, name, &path, &len);
+	if (r < 0)
+		goto out;
+	q.path = bin(path, len);
+	q.access = access_of(fi->flags);
+	q.create = true;
+	q.exclusive = fi->flags & O_EXCL;
+	q.truncate = fi->flags & O_TRUNC;
+	q.append = fi->flags & O_APPEND;
+	q.nofollow = true;
+	q.mode = mode & 07777;
+	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
+	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	if (r == -ELOOP && !(fi->flags & O_NOFOLLOW))
+		r = -ESTALE; /* a symlink appeared in the pod: let the VFS follow it */
+	if (r < 0)
+		goto out;
+	r = attr_to_stat(rep->attr, &e.attr);
+	if (r == 0)
+		r = node_lookup(fs->nodes, parent, name, strlen(name), e.attr.st_ino,
+				e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
+	if (r < 0) {
+		release_handle(fs, rep->handle);
+		if (r == -ESTALE)
+			r = -ENOENT;
+		goto out;
+	}
+	r = file_opened(fs, id, fi->flags, rep, &e.attr, fi);
+	if (r < 0) {
+		node_forget(fs->nodes, id, 1);
+		goto out;
+	}
+	{
+		struct ttl t = ttl_for(fs, seq0, &e.attr);
+
+		e.ino = id;
+		e.attr_timeout = t.attr;
+		e.entry_timeout = t.entry;
+	}
+out:
+	if (r < 0) {
+		reply_err(req, r);
+	} else if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+		file_put(fs, file_of(fi));
+		node_forget(fs->nodes, id, 1);
+	}
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	struct wsfs_file *f = file_of(fi);
+	Wsbridge__V1__ReadRequest q = WSBRIDGE__V1__READ_REQUEST__INIT;
+	Wsbridge__V1__ReadReply *rep = NULL;
+	struct hslot s = { f, &q.handle };
+	char *buf = NULL;
+	size_t got = 0;
+	int r;
+
+	(void)ino;
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (size <= CHUNK_MAX) {
+		/* The common case: one RPC, replied from its buffer. */
+		q.offset = (uint64_t)off;
+		q.size = (uint32_t)size;
+		r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor,
+			     &rep);
+		if (r < 0)
+			reply_err(req, r);
+		else
+			fuse_reply_buf(req, (const char *)rep->data.data,
+				       rep->data.len < size ? rep->data.len : size);
+		free_reply(rep);
+		return;
+	}
+	buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r = 0;
+	while (got < size) {
+		size_t want = size - got < CHUNK_MAX ? size - got : CHUNK_MAX;
+		size_t n;
+
+		q.offset = (uint64_t)off + got;
+		q.size = (uint32_t)want;
+		rep = NULL;
+		r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor,
+			     &rep);
+		if (r < 0)
+			break;
+		n = rep->data.len < want ? rep->data.len : want;
+		memcpy(buf + got, rep->data.data, n);
+		got += n;
+		free_reply(rep);
+		rep = NULL;
+		if (n < want)
+			break;
+	}
+	if (r < 0 && got == 0)
+		reply_err(req, r);
+	else
+		fuse_reply_buf(req, buf, got);
+	free_reply(rep);
+	free(buf);
+}
+
+/*
+ * A handle of @f's file without O_APPEND (opened once, by path, checked to
+ * be the same server inode), for the kernel's writeback of mmap'ed pages
+ * (FUSE_WRITE_CACHE, fi->writepage), which may pick any writable open file
+ * of the inode: such a write has an offset and must not go to the end.
+ * @failed: a handle agentd no longer knows, to be replaced. Returns 0 with
+ * *ret, or -errno (-EIO when the file has no name or another inode).
+ */
+static int file_pos_handle(struct wsfs *fs, struct wsfs_file *f, uint64_t failed, uint64_t *ret)
+{
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	char *path = NULL;
+	size_t len;
+	int r = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->sh_pos && f->sh_pos != failed)
+		goto out;
+	f->sh_pos = 0;
+	r = path_of(fs, f->link.nodeid, &path, &len);
+	if (r < 0) {
+		r = -EIO;
+		goto out;
+	}
+	q.path = bin(path, len);
+	q.access = WSBRIDGE__V1__ACCESS__WRONLY;
+	q.nofollow = true;
+	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	if (r == -ENOENT || r == -ELOOP)
+		r = -EIO;
+	if (r == 0 && (!rep->attr || rep->attr->ino != f->ino)) {
+		release_handle(fs, rep->handle);
+		r = -EIO;
+	}
+	if (r == 0)
+		f->sh_pos = rep->handle;
+out:
+	if (r == 0)
+		*ret = f->sh_pos;
+	pthread_mutex_unlock(&f->lock);
+	free(path);
+	free_reply(rep);
+	return r;
+}
+
+/* One Write at an offset through file_pos_handle(); once more after EBADF. */
+static int write_pos(struct wsfs *fs, struct wsfs_file *f, Wsbridge__V1__WriteRequest *q,
+		     Wsbridge__V1__WriteReply **rep)
+{
+	uint64_t failed = 0;
+	int r;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		r = file_pos_handle(fs, f, failed, &q->handle);
+		if (r < 0)
+			return r;
+		r = rpc(fs, M("Write"), &q->base, &wsbridge__v1__write_reply__descriptor, rep);
+		if (r != -EBADF)
+			return r;
+		failed = q->handle;
+	}
+	return r;
+}
+
+static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	struct wsfs_file *f = file_of(fi);
+	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
+	struct hslot s = { f, &q.handle };
+	size_t done = 0;
+	struct stat st;
+	bool have_st = false;
+	char *path = NULL;
+	size_t len = 0;
+	int r = 0;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	/* Detached (unlinked) files have no path and no echo to expect. */
+	if (path_of(fs, ino, &path, &len) == 0)
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	while (done < size) {
+		Wsbridge__V1__WriteReply *rep = NULL;
+		size_t want = size - done < CHUNK_MAX ? size - done : CHUNK_MAX;
+		size_t n;
+
+		q.offset = (uint64_t)off + done;
+		q.data = bin(buf + done, want);
+		if (fi->writepage && f->append)
+			r = write_pos(fs, f, &q, &rep);
+		else
+			r = file_rpc(fs, &s, 1, M("Write"), &q.base,
+				     &wsbridge__v1__write_reply__descriptor, &rep);
+		if (r < 0)
+			break;
+		n = rep->written < want ? rep->written : want;
+		done += n;
+		have_st = attr_to_stat(rep->attr, &st) == 0;
+		free_reply(rep);
+		if (n < want)
+			break;
+	}
+	if (path) {
+		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
+		free(path);
+	}
+	if (have_st && S_ISREG(st.st_mode)) {
+		/* Our own write: the kernel's pages hold it (write-through). */
+		struct node_seen now = seen_of(&st);
+
+		node_seen_set(fs->nodes, ino, &now);
+	}
+	if (r < 0 && done == 0)
+		reply_err(req, r);
+	else
+		fuse_reply_write(req, done);
+}
+
+static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	/* Every write already reached agentd: nothing is buffered here. */
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void ws_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	struct wsfs_file *f = file_of(fi);
+
+	char *path = NULL;
+	size_t len = 0;
+
+	fuse_reply_err(req, 0);
+	if (!f)
+		return;
+	/* Closing a writable handle is an IN_CLOSE_WRITE (CHANGED) echo. */
+	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY && path_of(fs, ino, &path, &len) == 0)
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	file_put(fs, f);
+	if (path) {
+		wsfs_self_end(fs, path, len, true, NULL);
+		free(path);
+	}
+}
+
+static void ws_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__FsyncRequest q = WSBRIDGE__V1__FSYNC_REQUEST__INIT;
+	struct hslot s = { file_of(fi), &q.handle };
+	int r;
+
+	(void)ino;
+	q.datasync = datasync != 0;
+	r = file_rpc(fs, &s, 1, M("Fsync"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+}
+
+/* ---- directories ---- */
+
+static void dir_clear(struct wsfs_dir *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->ents[i].name);
+	d->n = 0;
+}
+
+static void dir_reset(struct wsfs_dir *d)
+{
+	dir_clear(d);
+	d->base = 2;
+	d->cookie = 0;
+	d->eof = false;
+}
+
+/* Drop buffered entries before listing index @idx (already consumed). */
+static void dir_drop_before(struct wsfs_dir *d, uint64_t idx)
+{
+	size_t k;
+
+	if (idx <= d->base)
+		return;
+	k = idx - d->base;
+	if (k > d->n)
+		k = d->n;
+	for (size_t i = 0; i < k; i++)
+		free(d->ents[i].name);
+	memmove(d->ents, d->ents + k, (d->n - k) * sizeof(*d->ents));
+	d->n -= k;
+	d->base += k;
+}
+
+/* Fetch the next page of directory @ino into @d. */
+static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
+{
+	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
+	Wsbridge__V1__ReadDirReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = path_of(fs, ino, &path, &len);
+	if (r == -ESTALE)
+		r = -ENOENT; /* a removed directory */
+	if (r < 0)
+		return r;
+	q.path = bin(path, len);
+	q.offset = d->cookie;
+	q.max_entries = READDIR_PAGE;
+	r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
+	free(path);
+	if (r < 0)
+		return r;
+	if (rep->n_entries > READDIR_PAGE * 4) {
+		r = -EIO;
+		goto out;
+	}
+	if (d->cap < d->n + rep->n_entries) {
+		size_t cap = d->n + rep->n_entries;
+		struct wsfs_dirent *a = realloc(d->ents, cap * sizeof(*a));
+
+		if (!a) {
+			r = -ENOMEM;
+			goto out;
+		}
+		d->ents = a;
+		d->cap = cap;
+	}
+	for (size_t i = 0; i < rep->n_entries; i++) {
+		Wsbridge__V1__DirEntry *de = rep->entries[i];
+		struct wsfs_dirent *e = &d->ents[d->n];
+
+		if (!de)
+			continue;
+		/* Names with '/' or NUL, ".", "..": skipped (node.h). */
+		if (!node_name_ok((const char *)de->name.data, de->name.len))
+			continue;
+		if (attr_to_stat(de->attr, &e->st) < 0)
+			continue; /* vanished between readdir and lstat */
+		e->name = malloc(de->name.len + 1);
+		if (!e->name) {
+			r = -ENOMEM;
+			goto out;
+		}
+		memcpy(e->name, de->name.data, de->name.len);
+		e->name[de->name.len] = '\0';
+		e->len = de->name.len;
+		e->seq = seq0;
+		d->n++;
+	}
+	if (rep->n_entries == 0 || rep->eof) {
+		d->eof = true;
+	} else {
+		int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
+
+		/* A cookie that does not move would list forever. */
+		if (next == d->cookie)
+			d->eof = true;
+		d->cookie = next;
+	}
+out:
+	free_reply(rep);
+	return r;
+}
+
+static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wsfs_dir *d = calloc(1, sizeof(*d));
+
+	(void)ino;
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	dir_reset(d);
+	fi->fh = (uint64_t)(uintptr_t)d;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		pthread_mutex_destroy(&d->lock);
+		free(d->ents);
+		free(d);
+	}
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct wsfs *fs = FS(req);
+	struct wsfs_dir *d = (struct wsfs_dir *)(uintptr_t)fi->fh;
+	uint64_t *ids = NULL;
+	struct node_info info;
+	size_t n_ids = 0, used = 0;
+	uint64_t idx;
+	char *buf;
+	int r = 0;
+
+	if (off < 0 || !d) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (size > CHUNK_MAX)
+		size = CHUNK_MAX;
+	buf = malloc(size ? size : 1);
+	/* At most one entry per 32 bytes (FUSE_NAME_OFFSET + padding). */
+	ids = plus ? malloc((size / 32 + 1) * sizeof(*ids)) : NULL;
+	if (!buf || (plus && !ids)) {
+		free(buf);
+		free(ids);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (node_info(fs->nodes, ino, &info) < 0)
+		memset(&info, 0, sizeof(info));
+	pthread_mutex_lock(&d->lock);
+	idx = (uint64_t)off;
+	if (idx == 0)
+		dir_reset(d); /* (re)start: a fresh listing */
+	else if (idx < d->base && idx >= 2)
+		dir_reset(d); /* seekdir backwards: list again and skip */
+	dir_drop_before(d, idx);
+	for (;;) {
+		struct fuse_entry_param e;
+		struct stat dot;
+		const char *name;
+		const struct stat *st;
+		uint64_t seq = 0;
+		size_t need;
+
+		if (idx < 2) {
+			memset(&dot, 0, sizeof(dot));
+			dot.st_mode = S_IFDIR;
+			/* d_ino 0 may be skipped by readdir(3): never give it. */
+			dot.st_ino = idx == 0 ? info.ino : info.parent_ino;
+			if (!dot.st_ino)
+				dot.st_ino = info.ino ? info.ino : ino;
+			name = idx == 0 ? "." : "..";
+			st = &dot;
+		} else {
+			while (idx >= d->base + d->n && !d->eof) {
+				dir_drop_before(d, idx);
+				r = dir_fetch(fs, ino, d);
+				if (r < 0)
+					break;
+			}
+			if (r < 0 || idx >= d->base + d->n)
+				break;
+			name = d->ents[idx - d->base].name;
+			st = &d->ents[idx - d->base].st;
+			seq = d->ents[idx - d->base].seq;
+		}
+		if (!plus) {
+			need = fuse_add_direntry(req, buf + used, size - used, name, st,
+						 (off_t)(idx + 1));
+			if (need > size - used)
+				break;
+		} else {
+			memset(&e, 0, sizeof(e));
+			e.attr = *st;
+			need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
+			if (need > size - used)
+				break;
+			if (idx >= 2) {
+				/* Counts as a lookup (FUSE protocol: readdirplus). */
+				struct ttl t = ttl_for(fs, seq, st);
+				uint64_t id;
+
+				if (node_lookup(fs->nodes, ino, name, strlen(name), st->st_ino,
+						st->st_mode, (uint32_t)st->st_nlink, &id) == 0) {
+					e.ino = id;
+					e.attr_timeout = t.attr;
+					e.entry_timeout = t.entry;
+					ids[n_ids++] = id;
+				}
+			}
+			fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+					       (off_t)(idx + 1));
+		}
+		used += need;
+		idx++;
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (r < 0 && used == 0) {
+		reply_err(req, r);
+	} else if (fuse_reply_buf(req, buf, used) == -ENOENT) {
+		/* Not delivered: those lookups never reached the kernel. */
+		for (size_t i = 0; i < n_ids; i++)
+			node_forget(fs->nodes, ids[i], 1);
+	}
+	free(buf);
+	free(ids);
+}
+
+static void ws_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void ws_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void ws_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wsfs_dir *d = (struct wsfs_dir *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	if (d) {
+		dir_clear(d);
+		free(d->ents);
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+	}
+	fuse_reply_err(req, 0);
+}
+
+/* fsync of a directory: agentd has no directory handles open, so open one. */
+static void ws_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__FsyncRequest fq = WSBRIDGE__V1__FSYNC_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	(void)fi;
+	r = path_of(fs, ino, &path, &len);
+	if (r == -ESTALE)
+		r = 0; /* a removed directory: nothing left to sync */
+	else if (r == 0) {
+		q.path = bin(path, len);
+		q.access = WSBRIDGE__V1__ACCESS__RDONLY;
+		q.directory = true;
+		q.nofollow = true;
+		r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+		if (r == 0) {
+			fq.handle = rep->handle;
+			fq.datasync = datasync != 0;
+			r = rpc(fs, M("Fsync"), &fq.base, &wsbridge__v1__empty__descriptor, NULL);
+			release_handle(fs, rep->handle);
+		}
+	}
+	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__StatFsReply *rep = NULL;
+	struct statvfs sv;
+	char *path = NULL;
+	size_t len = 0;
+	int r;
+
+	if (path_of(fs, ino, &path, &len) < 0) {
+		path = NULL;
+		len = 0;
+	}
+	q.path = bin(path ? path : "", len);
+	r = rpc(fs, M("StatFs"), &q.base, &wsbridge__v1__stat_fs_reply__descriptor, &rep);
+	if (r < 0) {
+		reply_err(req, r);
+	} else {
+		memset(&sv, 0, sizeof(sv));
+		sv.f_bsize = rep->bsize;
+		sv.f_frsize = rep->frsize ? rep->frsize : rep->bsize;
+		sv.f_blocks = rep->blocks;
+		sv.f_bfree = rep->bfree;
+		sv.f_bavail = rep->bavail;
+		sv.f_files = rep->files;
+		sv.f_ffree = rep->ffree;
+		sv.f_favail = rep->ffree;
+		sv.f_namemax = rep->namemax ? rep->namemax : 255;
+		fuse_reply_statfs(req, &sv);
+	}
+	free(path);
+	free_reply(rep);
+}
+
+/* ---- xattrs ---- */
+
+/*
+ * security.* and system.* attributes (SELinux labels, file capabilities,
+ * POSIX ACLs) describe the pod's security, which means nothing on the host
+ * (wsfs does no permission checks of its own), and asking agentd for them
+ * would cost an RPC per file for `ls -l` (it reads security.selinux and
+ * system.posix_acl_access) and per write(2) (the kernel reads
+ * security.capability to drop privileges, fs/attr.c). They are answered
+ * here: EOPNOTSUPP, which ls also caches per filesystem. user.* and trusted.*
+ * go to agentd.
+ */
+static bool xattr_local(const char *name)
+{
+	return strncmp(name, "security.", 9) == 0 || strncmp(name, "system.", 7) == 0;
+}
+
+static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__SetXattrRequest q = WSBRIDGE__V1__SET_XATTR_REQUEST__INIT;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (xattr_local(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	r = path_of(fs, ino, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		q.name = bin(name, strlen(name));
+		q.value = bin(value, size);
+		q.create = flags & XATTR_CREATE;
+		q.replace = flags & XATTR_REPLACE;
+		r = rpc(fs, M("SetXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	}
+	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+	free(path);
+}
+
+static void ws_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__GetXattrRequest q = WSBRIDGE__V1__GET_XATTR_REQUEST__INIT;
+	Wsbridge__V1__GetXattrReply *rep = NULL;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	if (xattr_local(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	r = path_of(fs, ino, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		q.name = bin(name, strlen(name));
+		r = rpc(fs, M("GetXattr"), &q.base, &wsbridge__v1__get_xattr_reply__descriptor,
+			&rep);
+	}
+	if (r == 0 && rep->value.len > XATTR_MAX)
+		r = -E2BIG;
+	if (r < 0)
+		reply_err(req, r);
+	else if (size == 0)
+		fuse_reply_xattr(req, rep->value.len);
+	else if (rep->value.len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, (const char *)rep->value.data, rep->value.len);
+	free(path);
+	free_reply(rep);
+}
+
+/* A name from ListXattr that listxattr(2) shows: valid, and not local. */
+static bool xattr_name_listed(const ProtobufCBinaryData *nm)
+{
+	char name[256];
+
+	if (nm->len == 0 || nm->len > 255 || memchr(nm->data, '\0', nm->len))
+		return false;
+	memcpy(name, nm->data, nm->len);
+	name[nm->len] = '\0';
+	return !xattr_local(name);
+}
+
+static void ws_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__ListXattrReply *rep = NULL;
+	char *path = NULL, *buf = NULL;
+	size_t len, total = 0;
+	int r;
+
+	r = path_of(fs, ino, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		r = rpc(fs, M("ListXattr"), &q.base, &wsbridge__v1__list_xattr_reply__descriptor,
+			&rep);
+	}
+	if (r < 0)
+		goto out;
+	for (size_t i = 0; i < rep->n_names; i++) {
+		const ProtobufCBinaryData *nm = &rep->names[i];
+
+		if (!xattr_name_listed(nm))
+			continue;
+		total += nm->len + 1;
+	}
+	if (total > XATTR_MAX) {
+		r = -E2BIG;
+		goto out;
+	}
+	if (size == 0)
+		goto out;
+	if (total > size) {
+		r = -ERANGE;
+		goto out;
+	}
+	buf = malloc(total ? total : 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	total = 0;
+	for (size_t i = 0; i < rep->n_names; i++) {
+		const ProtobufCBinaryData *nm = &rep->names[i];
+
+		if (!xattr_name_listed(nm))
+			continue;
+		memcpy(buf + total, nm->data, nm->len);
+		total += nm->len;
+		buf[total++] = '\0';
+	}
+out:
+	if (r < 0)
+		reply_err(req, r);
+	else if (size == 0)
+		fuse_reply_xattr(req, total);
+	else
+		fuse_reply_buf(req, buf, total);
+	free(buf);
+	free(path);
+	free_reply(rep);
+}
+
+static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__RemoveXattrRequest q = WSBRIDGE__V1__REMOVE_XATTR_REQUEST__INIT;
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	if (xattr_local(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	r = path_of(fs, ino, &path, &len);
+	if (r == 0) {
+		q.path = bin(path, len);
+		q.name = bin(name, strlen(name));
+		r = rpc(fs, M("RemoveXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	}
+	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+	free(path);
+}
+
+/* ---- fallocate, lseek, copy_file_range ---- */
+
+static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+			 struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__FallocateRequest q = WSBRIDGE__V1__FALLOCATE_REQUEST__INIT;
+	struct hslot s = { file_of(fi), &q.handle };
+	int r;
+
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (offset < 0 || length <= 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	q.offset = (uint64_t)offset;
+	q.length = (uint64_t)length;
+	q.keep_size = mode & FALLOC_FL_KEEP_SIZE;
+	q.punch_hole = mode & FALLOC_FL_PUNCH_HOLE;
+	q.zero_range = mode & FALLOC_FL_ZERO_RANGE;
+	r = file_rpc(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	node_seen_set(fs->nodes, ino, NULL);
+	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+}
+
+static void ws_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__LseekRequest q = WSBRIDGE__V1__LSEEK_REQUEST__INIT;
+	Wsbridge__V1__LseekReply *rep = NULL;
+	struct hslot s = { file_of(fi), &q.handle };
+	int r;
+
+	(void)ino;
+	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
+		fuse_reply_err(req, EINVAL); /* SEEK_SET/CUR/END are the kernel's */
+		return;
+	}
+	q.offset = (uint64_t)off;
+	q.whence = whence == SEEK_DATA ? WSBRIDGE__V1__WHENCE__SEEK_DATA
+				       : WSBRIDGE__V1__WHENCE__SEEK_HOLE;
+	r = file_rpc(fs, &s, 1, M("Lseek"), &q.base, &wsbridge__v1__lseek_reply__descriptor, &rep);
+	if (r == 0 && rep->offset > INT64_MAX)
+		r = -EIO;
+	if (r < 0)
+		reply_err(req, r);
+	else
+		fuse_reply_lseek(req, (off_t)rep->offset);
+	free_reply(rep);
+}
+
+static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+			       struct fuse_file_info *fi_in, fuse_ino_t ino_out, off_t off_out,
+			       struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__CopyFileRangeRequest q = WSBRIDGE__V1__COPY_FILE_RANGE_REQUEST__INIT;
+	Wsbridge__V1__CopyFileRangeReply *rep = NULL;
+	struct hslot s[2] = { { file_of(fi_in), &q.handle_in }, { file_of(fi_out), &q.handle_out } };
+	int r;
+
+	(void)ino_in;
+	if (flags != 0 || off_in < 0 || off_out < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	q.offset_in = (uint64_t)off_in;
+	q.offset_out = (uint64_t)off_out;
+	q.length = len;
+	r = file_rpc(fs, s, 2, M("CopyFileRange"), &q.base,
+		     &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
+	node_seen_set(fs->nodes, ino_out, NULL);
+	if (r == -ENOSYS || r == -EOPNOTSUPP) {
+		/* agentd without CopyFileRange: ENOSYS makes the kernel copy
+		 * through read/write from now on (fuse_lowlevel.h). */
+		fuse_reply_err(req, ENOSYS);
+	} else if (r < 0) {
+		fuse_reply_err(req, errno_out(r, true));
+	} else {
+		fuse_reply_write(req, rep->copied < len ? rep->copied : len);
+	}
+	free_reply(rep);
+}
+
+const struct fuse_lowlevel_ops wsfs_ll_ops = {
+	.init = ws_init,
+	.lookup = ws_lookup,
+	.forget = ws_forget,
+	.forget_multi = ws_forget_multi,
+	.getattr = ws_getattr,
+	.setattr = ws_setattr,
+	.access = ws_access,
+	.readlink = ws_readlink,
+	.mknod = ws_mknod,
+	.mkdir = ws_mkdir,
+	.unlink = ws_unlink,
+	.rmdir = ws_rmdir,
+	.symlink = ws_symlink,
+	.rename = ws_rename,
+	.link = ws_link,
+	.open = ws_open,
+	.create = ws_create,
+	.read = ws_read,
+	.write = ws_write,
+	.flush = ws_flush,
+	.release = ws_release,
+	.fsync = ws_fsync,
+	.opendir = ws_opendir,
+	.readdir = ws_readdir,
+	.readdirplus = ws_readdirplus,
+	.releasedir = ws_releasedir,
+	.fsyncdir = ws_fsyncdir,
+	.statfs = ws_statfs,
+	.setxattr = ws_setxattr,
+	.getxattr = ws_getxattr,
+	.listxattr = ws_listxattr,
+	.removexattr = ws_removexattr,
+	.fallocate = ws_fallocate,
+	.lseek = ws_lseek,
+	.copy_file_range = ws_copy_file_range,
+};
+
+/* ---- setup ---- */
+
+int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
+{
+	struct wsfs *fs = calloc(1, sizeof(*fs));
+	int r;
+
+	if (!fs)
+		return -ENOMEM;
+	r = node_table_new(&fs->nodes);
+	if (r < 0) {
+		free(fs);
+		return r;
+	}
+	fs->cfg = *cfg;
+	fs->client = c;
+	atomic_init(&fs->conn_gen, 1);
+	atomic_init(&fs->conn_down, false);
+	atomic_init(&fs->inval_seq, 0);
+	atomic_init(&fs->watch_live, false);
+	atomic_init(&fs->expire_only, false);
+	pthread_mutex_init(&fs->mon_lock, NULL);
+	pthread_mutex_init(&fs->self_lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&fs->self_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	{
+		/* watch.c waits with CLOCK_MONOTONIC deadlines. */
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&fs->mon_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	*ret = fs;
+	return 0;
+}
+
+void wsfs_free(struct wsfs *fs)
+{
+	struct wsfs_file *f, *next;
+
+	if (!fs)
+		return;
+	wsfs_self_free(fs);
+	pthread_mutex_destroy(&fs->self_lock);
+	pthread_cond_destroy(&fs->self_cond);
+	if (!fs->client) {
+		node_table_free(fs->nodes);
+		pthread_mutex_destroy(&fs->mon_lock);
+		pthread_cond_destroy(&fs->mon_cond);
+		free(fs);
+		return;
+	}
+	/* Handles queued while agentd was unreachable, and files still open
+	 * (the session ended under them): give agentd its handles back. */
+	wsfs_release_pending(fs);
+	pthread_mutex_lock(&files_lock);
+	f = fs_files;
+	fs_files = NULL;
+	pthread_mutex_unlock(&files_lock);
+	for (; f; f = next) {
+		next = f->next;
+		release_handle(fs, f->sh);
+		release_handle(fs, f->sh_pos);
+		pthread_mutex_destroy(&f->lock);
+		free(f);
+	}
+	free(fs->pending);
+	node_table_free(fs->nodes);
+	pthread_mutex_destroy(&fs->mon_lock);
+	pthread_cond_destroy(&fs->mon_cond);
+	free(fs);
+}
+
+int wsfs_probe(struct wsfs *fs, char *msg, size_t size)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct wsc_status st;
+	struct stat sb;
+	int r;
+
+	q.path = bin("", 0);
+	q.follow = true;
+	r = wsc_unary_ex(fs->client, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor,
+			 (ProtobufCMessage **)&rep, fs->cfg.rpc_timeout_ms, &st);
+	if (r < 0) {
+		snprintf(msg, size, "%s (%s): %s", strerror(-r), wsb_status_name(st.code), st.msg);
+		return r;
+	}
+	r = attr_to_stat(rep->attr, &sb);
+	if (r == 0 && !S_ISDIR(sb.st_mode))
+		r = -ENOTDIR;
+	if (r < 0)
+		snprintf(msg, size, "the workspace root is not a directory");
+	else
+		node_set_ino(fs->nodes, NODE_ROOT_ID, sb.st_ino, sb.st_mode);
+	free_reply(rep);
+	return r;
+}

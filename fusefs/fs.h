@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsfs, the FUSE client of agentd's wsbridge.v1.Workspace service: the
+ * filesystem state shared by the FUSE request handlers (fs.c) and the
+ * connection monitor / watch-stream thread (watch.c), and their entry points.
+ * wsfs.c (main) parses options, connects, mounts and runs the session.
+ *
+ * Threads: libfuse's worker threads run the fuse_lowlevel_ops (fs.c); one
+ * monitor thread (watch.c) reads the Watch stream, sends the kernel cache
+ * invalidations (never from a request thread: libfuse
+ * doc/README.notifications, "deadlock") and re-runs an --exec transport.
+ */
+#ifndef WSFS_FS_H
+#define WSFS_FS_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 314
+#endif
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include <fuse_lowlevel.h>
+
+#include "client.h"
+#include "node.h"
+
+/** While agentd is unreachable, how often the monitor asks again, ms. */
+#define WSFS_PROBE_MS 250
+
+/** wsfs settings (wsfs.c fills them from -o options). */
+struct wsfs_config {
+	/** Kernel dentry cache timeout without a live watch stream, seconds. */
+	double entry_timeout;
+	/** Kernel attribute cache timeout without a live watch stream, seconds. */
+	double attr_timeout;
+	/** Negative dentry timeout, seconds; < 0 = automatic (0 without a live
+	 * watch stream, watch_timeout with one). */
+	double negative_timeout;
+	/** Entry and attribute timeout while the watch stream is live, seconds;
+	 * 0 = never longer than entry_timeout/attr_timeout. */
+	double watch_timeout;
+	/** Deadline of every RPC, milliseconds (> 0). */
+	uint32_t rpc_timeout_ms;
+	/** The transport is a command (wsc_options.exec_cmd): on UNAVAILABLE,
+	 * run it again with wsc_reconnect(). */
+	bool exec_transport;
+	/** Do not subscribe to the Watch stream. */
+	bool no_watch;
+};
+
+/*
+ * Own changes (watch.c): the kinds of Watch event one of this mount's own
+ * operations causes on a path. An event of a kind recorded for its path
+ * while the operation runs or within WSFS_SELF_WINDOW_NS after it ended is
+ * taken for that operation's own echo and does not invalidate what the
+ * kernel got in the operation's reply; a CHANGED event is skipped only when
+ * a Stat of the path still gives the attributes the last own reply gave
+ * (else it may be the pod's change). A pod-side change of the same kind
+ * racing an own one within the window is thus noticed by attributes
+ * (CHANGED) or bounded by the kernel's attribute/entry timeouts.
+ */
+enum wsfs_self_kind {
+	WSFS_SELF_CHANGED = 1u << 0,    /**< contents or attributes */
+	WSFS_SELF_CREATED = 1u << 1,    /**< the name appeared */
+	WSFS_SELF_DELETED = 1u << 2,    /**< the name went away */
+	WSFS_SELF_MOVED_FROM = 1u << 3, /**< renamed away from this name */
+	WSFS_SELF_MOVED_TO = 1u << 4,   /**< renamed to this name */
+};
+
+/** How long after an own operation its echo is expected, nanoseconds. */
+#define WSFS_SELF_WINDOW_NS 1000000000LL
+/** Hash buckets of the own-change table. */
+#define WSFS_SELF_BUCKETS 1024
+/** Most own-change records kept; beyond it changes are not recorded
+ * (their echoes then invalidate, as without the table). */
+#define WSFS_SELF_MAX 8192
+/** Longest the monitor waits for an own change in flight to end before it
+ * compares attributes for a CHANGED event, milliseconds. */
+#define WSFS_SELF_WAIT_MS 500
+
+struct wsfs_self;
+
+/** The mounted filesystem. Fields are shared by fs.c and watch.c. */
+struct wsfs {
+	struct wsfs_config cfg;
+	struct wsc *client;        /**< borrowed; outlives the wsfs */
+	struct node_table *nodes;
+	struct fuse_session *se;   /**< set before the session loop starts */
+
+	/** Connection generation: bumped when a transport failure ends
+	 * (agentd may have restarted: handles must be checked) or when
+	 * agentd forgot a handle. */
+	atomic_uint_fast64_t conn_gen;
+	/** A transport failure was seen and no call has succeeded since. */
+	atomic_bool conn_down;
+	/** Bumped by the monitor thread before it sends invalidations; a reply
+	 * computed across a bump gets the short (no-watch) timeouts. */
+	atomic_uint_fast64_t inval_seq;
+	/** The watch stream is subscribed (READY seen) and running. */
+	atomic_bool watch_live;
+	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */
+	atomic_bool expire_only;
+
+	/* Monitor thread (watch.c); protected by mon_lock. */
+	pthread_mutex_t mon_lock;
+	pthread_cond_t mon_cond;
+	pthread_t monitor;
+	bool monitor_started;
+	bool stopping;
+	bool want_reconnect;
+	struct wsc_stream *watch; /**< the running Watch call, for cancel */
+	/** agentd handles whose Release could not reach agentd; retried by the
+	 * monitor when it answers again (wsfs_release_pending). */
+	uint64_t *pending;
+	size_t n_pending, cap_pending;
+
+	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
+	pthread_mutex_t self_lock;
+	pthread_cond_t self_cond; /**< an own change ended (CLOCK_MONOTONIC waits) */
+	unsigned self_waiters;
+	struct wsfs_self *self_tab[WSFS_SELF_BUCKETS];
+	size_t n_self;
+};
+
+/** Most handles kept for a later Release (the rest are agentd's to leak). */
+#define WSFS_PENDING_MAX 65536
+
+/** The FUSE low-level operations (fs.c). userdata is the struct wsfs. */
+extern const struct fuse_lowlevel_ops wsfs_ll_ops;
+
+/**
+ * Create the filesystem state for client @p c (borrowed; may be NULL and set
+ * in ->client before the first request or probe) with settings @p cfg
+ * (copied). Starts no thread. Returns 0 and sets *ret, or -ENOMEM.
+ */
+int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret);
+
+/** Free @p fs (the monitor must be stopped). NULL is a no-op. */
+void wsfs_free(struct wsfs *fs);
+
+/**
+ * Stat the workspace root once, to check that agentd answers and to learn
+ * the root's server inode. On failure writes a message to @p msg (@p size
+ * bytes) and returns -errno. Any thread; before the session loop.
+ */
+int wsfs_probe(struct wsfs *fs, char *msg, size_t size);
+
+/**
+ * A call saw a transport failure (gRPC UNAVAILABLE or DEADLINE_EXCEEDED
+ * without agentd's errno trailer): mark the connection down (calls then fail
+ * at once with ENOTCONN until the monitor's probe succeeds), cancel the watch
+ * stream, and for an --exec transport (UNAVAILABLE) ask the monitor to run
+ * the command again. Any thread; never blocks on the network.
+ */
+void wsfs_conn_failed(struct wsfs *fs, int code);
+
+/** A call succeeded: end a "down" period, bumping conn_gen. Any thread. */
+void wsfs_conn_ok(struct wsfs *fs);
+
+/**
+ * Send the Releases queued while agentd was unreachable (fs->pending); any
+ * that fail the same way are queued again. Monitor thread, without mon_lock.
+ */
+void wsfs_release_pending(struct wsfs *fs);
+
+/**
+ * Start the monitor thread (watch.c): the Watch stream (unless
+ * cfg.no_watch) and reconnects. Returns 0 or -errno of pthread_create.
+ */
+int wsfs_monitor_start(struct wsfs *fs);
+
+/**
+ * Stop the monitor thread and join it, waiting at most @p ms milliseconds
+ * (it may be in a call to agentd, each bounded by rpc_timeout). Returns 0,
+ * or -ETIMEDOUT when it is still running: then @p fs and its client must
+ * not be freed (exit the process instead). Call before
+ * fuse_session_destroy().
+ */
+int wsfs_monitor_stop(struct wsfs *fs, unsigned ms);
+
+/**
+ * Drop every kernel dentry and attribute/page cache entry this mount knows
+ * (notify_inval_entry/inval_inode for each node). Monitor thread only: it
+ * must never run on a FUSE request thread (deadlock rule above).
+ */
+void wsfs_invalidate_all(struct wsfs *fs);
+
+/**
+ * An own operation that causes Watch events of @p kinds (enum
+ * wsfs_self_kind bits) on wire path @p path (@p len bytes) is about to be
+ * sent to agentd. Pair with wsfs_self_end() (same path) when its reply
+ * arrived or it failed. Any thread; takes self_lock only; never blocks on
+ * I/O. Out of memory or over WSFS_SELF_MAX records nothing (echoes then
+ * invalidate as before).
+ */
+void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kinds);
+
+/**
+ * The own operation wsfs_self_begin() announced on @p path (@p len bytes)
+ * ended: @p ok, it changed the file (its echoes are expected for
+ * WSFS_SELF_WINDOW_NS more); @p st, the file's attributes in its reply, or
+ * NULL (none in the reply). A failed operation (!@p ok) clears what @p path
+ * has recorded, so that nothing it did not cause is taken for an echo (a
+ * pod-side create that made an own O_EXCL create fail, say). Any thread.
+ */
+void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
+		   const struct stat *st);
+
+/** Free the own-change table of @p fs (no other call may run). */
+void wsfs_self_free(struct wsfs *fs);
+
+#endif /* WSFS_FS_H */

@@ -1,0 +1,1017 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsfs's nodeid table (node.h): chained hash tables under one mutex, of
+ * nodes by nodeid, of nodes by server inode (for hard links), and of names
+ * (struct link: parent nodeid + name bytes). The name table's hash is
+ * SipHash-2-4 with a random key, since names come from the workspace, which
+ * an untrusted agent controls (hash flooding).
+ *
+ * Runs on whichever thread calls: FUSE worker threads and the watch thread.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "node.h"
+
+struct node;
+
+/* One name of a node: (parent, name). A directory has at most one. */
+struct link {
+	struct node *node;
+	struct node *parent;
+	char *name; /* NUL-terminated */
+	size_t len;
+	uint64_t hash;
+	struct link *name_next; /* by_name chain */
+	struct link *next;      /* the node's names, most recently confirmed first */
+};
+
+struct node {
+	uint64_t id;
+	uint64_t nlookup;
+	unsigned refs;       /* links naming it as parent + registered open files */
+	struct link *links;  /* NULL for the root and for detached nodes */
+	unsigned n_links;
+	uint64_t ino;
+	uint32_t mode; /* S_IFMT bits */
+	bool in_ino;   /* in by_ino: a named non-directory */
+	struct node_seen seen;
+	struct node_fh *files; /* open files, most recent first */
+	unsigned n_files;
+	struct node *id_next;
+	struct node *ino_next;
+};
+
+struct node_table {
+	pthread_mutex_t lock;
+	struct node **by_id;
+	size_t id_cap; /* power of two */
+	size_t count;
+	struct node **by_ino;
+	size_t ino_cap; /* power of two */
+	size_t n_ino;
+	struct link **by_name;
+	size_t name_cap; /* power of two */
+	size_t n_named;
+	uint64_t next_id;
+	uint64_t k0, k1; /* SipHash key */
+	struct node *root;
+};
+
+/* ---- hashing ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                               \
+	do {                                                                   \
+		v0 += v1;                                                      \
+		v1 = ROTL(v1, 13);                                             \
+		v1 ^= v0;                                                      \
+		v0 = ROTL(v0, 32);                                             \
+		v2 += v3;                                                      \
+		v3 = ROTL(v3, 16);                                             \
+		v3 ^= v2;                                                      \
+		v0 += v3;                                                      \
+		v3 = ROTL(v3, 21);                                             \
+		v3 ^= v0;                                                      \
+		v2 += v1;                                                      \
+		v1 = ROTL(v1, 17);                                             \
+		v1 ^= v2;                                                      \
+		v2 = ROTL(v2, 32);                                             \
+	} while (0)
+
+/* SipHash-2-4 (Aumasson, Bernstein 2012) of the 8-byte @p parent followed by @p len bytes. */
+static uint64_t name_hash(const struct node_table *t, uint64_t parent, const char *s, size_t len)
+{
+	uint64_t v0 = 0x736f6d6570736575ULL ^ t->k0, v1 = 0x646f72616e646f6dULL ^ t->k1;
+	uint64_t v2 = 0x6c7967656e657261ULL ^ t->k0, v3 = 0x7465646279746573ULL ^ t->k1;
+	const unsigned char *p = (const unsigned char *)s;
+	size_t total = len + 8, i;
+	uint64_t m, b;
+
+	m = parent;
+	v3 ^= m;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= m;
+	for (i = 0; i + 8 <= len; i += 8) {
+		memcpy(&m, p + i, 8);
+		v3 ^= m;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m;
+	}
+	b = (uint64_t)total << 56;
+	for (size_t j = 0; i + j < len; j++)
+		b |= (uint64_t)p[i + j] << (8 * j);
+	v3 ^= b;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- hash tables (table lock held) ---- */
+
+/*
+ * Grow a chained table of @cap buckets to twice the size; @next_off is the
+ * offset of the chain pointer in an element and @key gives an element's
+ * bucket hash. On ENOMEM the table stays as it is (longer chains).
+ */
+static void grow(void ***tab, size_t *cap, size_t next_off, uint64_t (*key)(const void *))
+{
+	size_t ncap = *cap * 2;
+	void **a = calloc(ncap, sizeof(*a));
+
+	if (!a)
+		return;
+	for (size_t i = 0; i < *cap; i++) {
+		void *e = (*tab)[i], *next;
+
+		for (; e; e = next) {
+			size_t h = key(e) & (ncap - 1);
+
+			next = *(void **)((char *)e + next_off);
+			*(void **)((char *)e + next_off) = a[h];
+			a[h] = e;
+		}
+	}
+	free(*tab);
+	*tab = a;
+	*cap = ncap;
+}
+
+static uint64_t id_key(const void *e)
+{
+	return mix64(((const struct node *)e)->id);
+}
+
+static uint64_t ino_key(const void *e)
+{
+	return mix64(((const struct node *)e)->ino);
+}
+
+static uint64_t name_key(const void *e)
+{
+	return ((const struct link *)e)->hash;
+}
+
+static struct node *by_id(struct node_table *t, uint64_t id)
+{
+	struct node *n = t->by_id[mix64(id) & (t->id_cap - 1)];
+
+	while (n && n->id != id)
+		n = n->id_next;
+	return n;
+}
+
+static void id_insert(struct node_table *t, struct node *n)
+{
+	size_t h;
+
+	if (t->count >= t->id_cap)
+		grow((void ***)&t->by_id, &t->id_cap, offsetof(struct node, id_next), id_key);
+	h = mix64(n->id) & (t->id_cap - 1);
+	n->id_next = t->by_id[h];
+	t->by_id[h] = n;
+	t->count++;
+}
+
+static void id_remove(struct node_table *t, struct node *n)
+{
+	struct node **pp = &t->by_id[mix64(n->id) & (t->id_cap - 1)];
+
+	while (*pp && *pp != n)
+		pp = &(*pp)->id_next;
+	if (*pp) {
+		*pp = n->id_next;
+		t->count--;
+	}
+}
+
+static void ino_insert(struct node_table *t, struct node *n)
+{
+	size_t h;
+
+	if (n->in_ino || S_ISDIR(n->mode) || n->ino == 0)
+		return;
+	if (t->n_ino >= t->ino_cap)
+		grow((void ***)&t->by_ino, &t->ino_cap, offsetof(struct node, ino_next), ino_key);
+	h = mix64(n->ino) & (t->ino_cap - 1);
+	n->ino_next = t->by_ino[h];
+	t->by_ino[h] = n;
+	t->n_ino++;
+	n->in_ino = true;
+}
+
+static void ino_remove(struct node_table *t, struct node *n)
+{
+	struct node **pp;
+
+	if (!n->in_ino)
+		return;
+	pp = &t->by_ino[mix64(n->ino) & (t->ino_cap - 1)];
+	while (*pp && *pp != n)
+		pp = &(*pp)->ino_next;
+	if (*pp) {
+		*pp = n->ino_next;
+		t->n_ino--;
+	}
+	n->in_ino = false;
+}
+
+/* A named non-directory node with server inode @ino and type @mode. */
+static struct node *by_ino(struct node_table *t, uint64_t ino, uint32_t mode)
+{
+	struct node *n = t->by_ino[mix64(ino) & (t->ino_cap - 1)];
+
+	while (n && !(n->ino == ino && n->mode == mode))
+		n = n->ino_next;
+	return n;
+}
+
+static struct link *link_find(struct node_table *t, uint64_t parent, const char *name, size_t len)
+{
+	uint64_t h = name_hash(t, parent, name, len);
+	struct link *l = t->by_name[h & (t->name_cap - 1)];
+
+	while (l && !(l->hash == h && l->parent->id == parent && l->len == len &&
+		      memcmp(l->name, name, len) == 0))
+		l = l->name_next;
+	return l;
+}
+
+static void name_insert(struct node_table *t, struct link *l)
+{
+	size_t h;
+
+	if (t->n_named >= t->name_cap)
+		grow((void ***)&t->by_name, &t->name_cap, offsetof(struct link, name_next),
+		     name_key);
+	h = l->hash & (t->name_cap - 1);
+	l->name_next = t->by_name[h];
+	t->by_name[h] = l;
+	t->n_named++;
+}
+
+static void name_remove(struct node_table *t, struct link *l)
+{
+	struct link **pp = &t->by_name[l->hash & (t->name_cap - 1)];
+
+	while (*pp && *pp != l)
+		pp = &(*pp)->name_next;
+	if (*pp) {
+		*pp = l->name_next;
+		l->name_next = NULL;
+		t->n_named--;
+	}
+}
+
+/* ---- names and node life (table lock held) ---- */
+
+static bool attached(const struct node_table *t, const struct node *n)
+{
+	return n == t->root || n->links != NULL;
+}
+
+/* Make @l its node's first (preferred) name. */
+static void link_to_front(struct link *l)
+{
+	struct node *n = l->node;
+	struct link **pp = &n->links;
+
+	while (*pp && *pp != l)
+		pp = &(*pp)->next;
+	if (!*pp || pp == &n->links)
+		return;
+	*pp = l->next;
+	l->next = n->links;
+	n->links = l;
+}
+
+/*
+ * Give @n the name @name (a malloc'd NUL-terminated copy of @len bytes,
+ * owned from now on) in @p, as its first name, using the link @l
+ * (allocated by the caller).
+ */
+static void link_add(struct node_table *t, struct link *l, struct node *n, struct node *p,
+		     char *name, size_t len)
+{
+	l->node = n;
+	l->parent = p;
+	l->name = name;
+	l->len = len;
+	l->hash = name_hash(t, p->id, name, len);
+	l->next = n->links;
+	n->links = l;
+	n->n_links++;
+	p->refs++;
+	name_insert(t, l);
+	ino_insert(t, n);
+}
+
+/*
+ * Remove the name @l. Frees nothing but @l: the caller runs maybe_free()
+ * on the node and the parent when it is done.
+ */
+static void link_remove(struct node_table *t, struct link *l)
+{
+	struct node *n = l->node;
+	struct link **pp = &n->links;
+
+	while (*pp && *pp != l)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = l->next;
+	n->n_links--;
+	l->parent->refs--;
+	name_remove(t, l);
+	if (!n->links)
+		ino_remove(t, n); /* detached: never merged with a new name */
+	free(l->name);
+	free(l);
+}
+
+/* Move the name @l to @name (owned from now on) in @p. */
+static void link_move(struct node_table *t, struct link *l, struct node *p, char *name, size_t len)
+{
+	name_remove(t, l);
+	l->parent->refs--;
+	free(l->name);
+	l->parent = p;
+	l->name = name;
+	l->len = len;
+	l->hash = name_hash(t, p->id, name, len);
+	p->refs++;
+	name_insert(t, l);
+	link_to_front(l);
+}
+
+/* Free @n, and then its parents, while nothing holds them. */
+static void maybe_free(struct node_table *t, struct node *n)
+{
+	while (n && n != t->root && n->nlookup == 0 && n->refs == 0) {
+		struct node *next = NULL;
+
+		while (n->links) {
+			struct node *p = n->links->parent;
+
+			link_remove(t, n->links);
+			if (!next)
+				next = p;
+			else if (p != next)
+				maybe_free(t, p); /* another hard link's directory */
+		}
+		ino_remove(t, n);
+		id_remove(t, n);
+		free(n);
+		n = next;
+	}
+}
+
+/* Remove the name @l and free what nothing holds any more. */
+static void unname(struct node_table *t, struct link *l)
+{
+	struct node *n = l->node, *p = l->parent;
+
+	p->refs++; /* p outlives n's release */
+	link_remove(t, l);
+	maybe_free(t, n);
+	p->refs--;
+	maybe_free(t, p);
+}
+
+static char *name_dup(const char *name, size_t len)
+{
+	char *s = malloc(len + 1);
+
+	if (s) {
+		memcpy(s, name, len);
+		s[len] = '\0';
+	}
+	return s;
+}
+
+/* ---- public ---- */
+
+bool node_name_ok(const char *name, size_t len)
+{
+	if (!name || len == 0 || len > NODE_NAME_MAX)
+		return false;
+	if (memchr(name, '/', len) || memchr(name, '\0', len))
+		return false;
+	if (name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.')))
+		return false;
+	return true;
+}
+
+int node_table_new(struct node_table **ret)
+{
+	struct node_table *t = calloc(1, sizeof(*t));
+	uint64_t key[2];
+
+	if (!t)
+		return -ENOMEM;
+	t->id_cap = 64;
+	t->ino_cap = 64;
+	t->name_cap = 64;
+	t->by_id = calloc(t->id_cap, sizeof(*t->by_id));
+	t->by_ino = calloc(t->ino_cap, sizeof(*t->by_ino));
+	t->by_name = calloc(t->name_cap, sizeof(*t->by_name));
+	t->root = calloc(1, sizeof(*t->root));
+	if (!t->by_id || !t->by_ino || !t->by_name || !t->root) {
+		free(t->by_id);
+		free(t->by_ino);
+		free(t->by_name);
+		free(t->root);
+		free(t);
+		return -ENOMEM;
+	}
+	if (getrandom(key, sizeof(key), GRND_NONBLOCK) != (ssize_t)sizeof(key)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		key[0] = mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32));
+		key[1] = mix64(key[0] ^ (uint64_t)(uintptr_t)t ^ (uint64_t)ts.tv_sec);
+	}
+	t->k0 = key[0];
+	t->k1 = key[1];
+	pthread_mutex_init(&t->lock, NULL);
+	t->root->id = NODE_ROOT_ID;
+	t->root->nlookup = 1;
+	t->root->mode = S_IFDIR;
+	id_insert(t, t->root);
+	t->next_id = NODE_ROOT_ID + 1;
+	*ret = t;
+	return 0;
+}
+
+void node_table_free(struct node_table *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->name_cap; i++) {
+		struct link *l = t->by_name[i], *next;
+
+		for (; l; l = next) {
+			next = l->name_next;
+			free(l->name);
+			free(l);
+		}
+	}
+	for (size_t i = 0; i < t->id_cap; i++) {
+		struct node *n = t->by_id[i], *next;
+
+		for (; n; n = next) {
+			next = n->id_next;
+			free(n);
+		}
+	}
+	free(t->by_id);
+	free(t->by_ino);
+	free(t->by_name);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+size_t node_count(struct node_table *t)
+{
+	size_t n;
+
+	pthread_mutex_lock(&t->lock);
+	n = t->count;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t len, uint64_t ino,
+		uint32_t mode, uint32_t nlink, uint64_t *ret_id)
+{
+	struct node *p, *n = NULL, *fresh = NULL;
+	struct link *l, *nl = NULL;
+	char *copy = NULL;
+	int r = 0;
+
+	if (!node_name_ok(name, len))
+		return -EINVAL;
+	mode &= S_IFMT;
+	pthread_mutex_lock(&t->lock);
+	p = by_id(t, parent);
+	if (!p || !attached(t, p)) {
+		r = -ESTALE;
+		goto out;
+	}
+	l = link_find(t, parent, name, len);
+	if (l && l->node->ino == ino && l->node->mode == mode) {
+		/* The name still holds the same file. */
+		n = l->node;
+		link_to_front(l);
+		goto found;
+	}
+	copy = name_dup(name, len);
+	nl = calloc(1, sizeof(*nl));
+	fresh = calloc(1, sizeof(*fresh));
+	if (!copy || !nl || !fresh) {
+		r = -ENOMEM;
+		goto out;
+	}
+	p->refs++; /* pinned while names move */
+	if (l)
+		unname(t, l); /* the name now holds another file */
+	/* Another name of the same file (a hard link): the same node, so the
+	 * kernel shares one inode, its page cache and its nlink. Only for a
+	 * file with several links, and never with a detached node, so that a
+	 * reused inode number does not join an unrelated file. */
+	if (!S_ISDIR(mode) && nlink > 1 && ino)
+		n = by_ino(t, ino, mode);
+	if (!n) {
+		n = fresh;
+		fresh = NULL;
+		n->id = t->next_id++;
+		n->ino = ino;
+		n->mode = mode;
+		id_insert(t, n);
+	}
+	link_add(t, nl, n, p, copy, len);
+	nl = NULL;
+	copy = NULL;
+	p->refs--;
+found:
+	n->nlookup++;
+	*ret_id = n->id;
+out:
+	pthread_mutex_unlock(&t->lock);
+	free(copy);
+	free(nl);
+	free(fresh);
+	return r;
+}
+
+uint64_t node_forget(struct node_table *t, uint64_t id, uint64_t nlookup)
+{
+	struct node *n;
+	uint64_t left = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		if (n == t->root) {
+			/* The kernel never forgets the root (FUSE protocol). */
+			left = n->nlookup;
+		} else {
+			n->nlookup -= nlookup < n->nlookup ? nlookup : n->nlookup;
+			left = n->nlookup;
+			maybe_free(t, n);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return left;
+}
+
+/* Build the path of @n (by first names), plus "/name" when @name is not NULL. */
+static int build_path(struct node_table *t, struct node *n, const char *name, size_t name_len,
+		      char **ret, size_t *ret_len)
+{
+	size_t len = 0, depth = 0, pos;
+	struct node *m;
+	char *buf;
+
+	for (m = n; m != t->root; m = m->links->parent) {
+		if (!m->links)
+			return -ESTALE;
+		if (++depth > NODE_DEPTH_MAX)
+			return -ELOOP;
+		len += m->links->len + (len || name ? 1 : 0);
+	}
+	if (name)
+		len += name_len;
+	buf = malloc(len + 1);
+	if (!buf)
+		return -ENOMEM;
+	pos = len;
+	buf[pos] = '\0';
+	if (name) {
+		pos -= name_len;
+		memcpy(buf + pos, name, name_len);
+		if (pos)
+			buf[--pos] = '/';
+	}
+	for (m = n; m != t->root; m = m->links->parent) {
+		pos -= m->links->len;
+		memcpy(buf + pos, m->links->name, m->links->len);
+		if (pos)
+			buf[--pos] = '/';
+	}
+	*ret = buf;
+	if (ret_len)
+		*ret_len = len;
+	return 0;
+}
+
+int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
+{
+	struct node *n;
+	int r;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	r = n ? build_path(t, n, NULL, 0, ret, ret_len) : -ESTALE;
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+int node_child_path(struct node_table *t, uint64_t parent, const char *name, size_t len,
+		    char **ret, size_t *ret_len)
+{
+	struct node *n;
+	int r;
+
+	if (!node_name_ok(name, len))
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, parent);
+	r = n ? build_path(t, n, name, len, ret, ret_len) : -ESTALE;
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, size_t len)
+{
+	struct link *l;
+	uint64_t id = 0;
+
+	if (!node_name_ok(name, len))
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	l = link_find(t, parent, name, len);
+	if (l) {
+		id = l->node->id;
+		unname(t, l);
+	}
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
+int node_drop_first_name(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->n_links > 1) {
+		unname(t, n->links);
+		r = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+/* True when @anc is @n or one of its ancestors (by first names). */
+static bool is_ancestor(struct node_table *t, struct node *anc, struct node *n)
+{
+	for (size_t depth = 0; depth <= NODE_DEPTH_MAX; depth++) {
+		if (n == anc)
+			return true;
+		if (n == t->root || !n->links)
+			return false;
+		n = n->links->parent;
+	}
+	return false;
+}
+
+int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, size_t oldlen,
+		uint64_t newparent, const char *newname, size_t newlen, bool exchange)
+{
+	struct node *op, *np;
+	struct link *src, *dst;
+	char *s_name = NULL, *d_name = NULL;
+	int r = 0;
+
+	if (!node_name_ok(oldname, oldlen) || !node_name_ok(newname, newlen))
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	op = by_id(t, oldparent);
+	np = by_id(t, newparent);
+	if (!op || !np || !attached(t, op) || !attached(t, np)) {
+		r = -ESTALE;
+		goto out;
+	}
+	src = link_find(t, oldparent, oldname, oldlen);
+	dst = link_find(t, newparent, newname, newlen);
+	if (src == dst)
+		goto out; /* the same name, or both unknown */
+	if (src && dst && src->node == dst->node)
+		goto out; /* two links of one file: rename(2) does nothing */
+	if ((src && is_ancestor(t, src->node, np)) ||
+	    (exchange && dst && is_ancestor(t, dst->node, op))) {
+		r = -EINVAL;
+		goto out;
+	}
+	if (src) {
+		s_name = name_dup(newname, newlen);
+		if (!s_name) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+	if (exchange && dst) {
+		d_name = name_dup(oldname, oldlen);
+		if (!d_name) {
+			free(s_name);
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+	/* Both parents stay while names move. */
+	op->refs++;
+	np->refs++;
+	if (dst && !exchange) {
+		unname(t, dst);
+		dst = NULL;
+	}
+	if (src)
+		link_move(t, src, np, s_name, newlen);
+	if (dst)
+		link_move(t, dst, op, d_name, oldlen);
+	op->refs--;
+	np->refs--;
+	maybe_free(t, op);
+	if (np != op)
+		maybe_free(t, np);
+out:
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
+{
+	struct node *n;
+	int r = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (!n) {
+		r = -ESTALE;
+	} else {
+		ret->ino = n->ino;
+		ret->parent_ino = n == t->root ? n->ino : n->links ? n->links->parent->ino : 0;
+		ret->mode = n->mode;
+		ret->nlookup = n->nlookup;
+		ret->attached = attached(t, n);
+		ret->names = n->n_links;
+		ret->open_files = n->n_files;
+		ret->seen = n->seen;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+uint64_t node_by_ino(struct node_table *t, uint64_t ino)
+{
+	struct node *n;
+	uint64_t id = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n; n = n->ino_next) {
+		if (n->ino == ino) {
+			id = n->id;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
+int node_set_ino(struct node_table *t, uint64_t id, uint64_t ino, uint32_t mode)
+{
+	struct node *n;
+	int r = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		ino_remove(t, n);
+		n->ino = ino;
+		n->mode = mode & S_IFMT;
+		if (n->links)
+			ino_insert(t, n);
+	} else {
+		r = -ESTALE;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		if (s)
+			n->seen = *s;
+		else
+			memset(&n->seen, 0, sizeof(n->seen));
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f)
+{
+	struct node *n;
+	int r = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		f->nodeid = id;
+		f->refs = 1;
+		f->prev = NULL;
+		f->next = n->files;
+		if (n->files)
+			n->files->prev = f;
+		n->files = f;
+		n->n_files++;
+		n->refs++;
+	} else {
+		r = -ESTALE;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+struct node_fh *node_fh_get(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	struct node_fh *f = NULL;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->files) {
+		f = n->files;
+		f->refs++;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return f;
+}
+
+void node_fh_ref(struct node_table *t, struct node_fh *f)
+{
+	pthread_mutex_lock(&t->lock);
+	f->refs++;
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool node_fh_put(struct node_table *t, struct node_fh *f)
+{
+	struct node *n;
+	bool last;
+
+	pthread_mutex_lock(&t->lock);
+	last = --f->refs == 0;
+	if (last) {
+		n = by_id(t, f->nodeid);
+		if (n) {
+			if (f->prev)
+				f->prev->next = f->next;
+			else
+				n->files = f->next;
+			if (f->next)
+				f->next->prev = f->prev;
+			f->prev = f->next = NULL;
+			n->n_files--;
+			n->refs--;
+			maybe_free(t, n);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return last;
+}
+
+int node_resolve(struct node_table *t, const char *path, size_t len, uint64_t *ret_parent,
+		 uint64_t *ret_id, const char **ret_name, size_t *ret_name_len)
+{
+	const char *last = NULL;
+	size_t last_len = 0, i;
+	struct node *cur;
+
+	/* Find the last component first. */
+	for (i = 0; i < len;) {
+		size_t j = i;
+
+		while (j < len && path[j] != '/')
+			j++;
+		if (j > i && !(j - i == 1 && path[i] == '.')) {
+			last = path + i;
+			last_len = j - i;
+		}
+		i = j + 1;
+	}
+	if (!last || !node_name_ok(last, last_len))
+		return -EINVAL;
+
+	pthread_mutex_lock(&t->lock);
+	cur = t->root;
+	for (i = 0; cur && i < len;) {
+		size_t j = i;
+
+		while (j < len && path[j] != '/')
+			j++;
+		if (path + i == last)
+			break;
+		if (j > i && !(j - i == 1 && path[i] == '.')) {
+			struct link *l;
+
+			if (!node_name_ok(path + i, j - i)) {
+				pthread_mutex_unlock(&t->lock);
+				return -EINVAL;
+			}
+			l = link_find(t, cur->id, path + i, j - i);
+			cur = l ? l->node : NULL;
+		}
+		i = j + 1;
+	}
+	if (cur) {
+		struct link *l = link_find(t, cur->id, last, last_len);
+
+		*ret_parent = cur->id;
+		*ret_id = l ? l->node->id : 0;
+	} else {
+		*ret_parent = 0;
+		*ret_id = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	*ret_name = last;
+	*ret_name_len = last_len;
+	return 0;
+}
+
+int node_snapshot(struct node_table *t, struct node_ref **ret, size_t *ret_n)
+{
+	struct node_ref *a;
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	a = calloc(t->count + t->n_named + 1, sizeof(*a));
+	if (!a) {
+		pthread_mutex_unlock(&t->lock);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < t->id_cap; i++) {
+		for (struct node *m = t->by_id[i]; m; m = m->id_next) {
+			if (!m->links) {
+				a[n++].nodeid = m->id;
+				continue;
+			}
+			for (struct link *l = m->links; l; l = l->next) {
+				struct node_ref *r = &a[n];
+
+				r->nodeid = m->id;
+				r->name = name_dup(l->name, l->len);
+				if (!r->name) {
+					pthread_mutex_unlock(&t->lock);
+					node_snapshot_free(a, n);
+					return -ENOMEM;
+				}
+				r->parent = l->parent->id;
+				r->name_len = l->len;
+				n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	*ret = a;
+	*ret_n = n;
+	return 0;
+}
+
+void node_snapshot_free(struct node_ref *refs, size_t n)
+{
+	for (size_t i = 0; refs && i < n; i++)
+		free(refs[i].name);
+	free(refs);
+}

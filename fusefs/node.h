@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsfs's nodeid table: the FUSE nodeids this mount handed to the kernel, each
+ * standing for one file of the workspace known by one or more names (parent
+ * nodeid, name bytes), from which the node's wire path is built by walking
+ * up to the root.
+ *
+ * Model (FUSE protocol, libfuse fuse_lowlevel.h "lookup count"):
+ * - A node is added or found by node_lookup(), which counts one kernel lookup
+ *   (nlookup). node_forget() takes lookups back; a node is freed when its
+ *   lookup count is 0, no child names it as parent, and no open file (struct
+ *   node_fh) refers to it. The root (NODE_ROOT_ID) is never freed.
+ * - A name maps to the node of the server file it held when last looked up.
+ *   A lookup that finds the name bound to a node with another server inode or
+ *   file type removes that name from it and binds the name anew, so the
+ *   kernel sees a new nodeid for a replaced file.
+ * - Hard links share a node (so the kernel shares one inode, page cache and
+ *   nlink): a lookup of a non-directory whose nlink is above 1 joins the node
+ *   that already has a name for the same server inode. Paths use the node's
+ *   most recently confirmed name.
+ * - Detached nodes (every name unlinked, renamed over or replaced) have no
+ *   path; ops on them must go through an open file's server handle
+ *   (node_fh_get()).
+ * - Names are byte strings of 1..NODE_NAME_MAX bytes without '/' or NUL and
+ *   not "." or ".."; they are stored exactly (no normalisation).
+ *
+ * Nodeids are this table's own (a counter from 2), never reused.
+ *
+ * Thread safety: every function takes the table's mutex; any thread may call
+ * any function. Nothing here blocks on I/O.
+ */
+#ifndef WSFS_NODE_H
+#define WSFS_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/** Nodeid of the root directory (FUSE_ROOT_ID). */
+#define NODE_ROOT_ID 1
+
+/** Longest name accepted, bytes (FUSE_NAME_MAX in the kernel's fuse_i.h). */
+#define NODE_NAME_MAX 1024
+
+/** Deepest path built, components; deeper is -ELOOP (cannot happen normally). */
+#define NODE_DEPTH_MAX 4096
+
+struct node_table;
+
+/**
+ * Link an open file (fs.c's struct wsfs_file) to its node. Embedded in the
+ * open file; all fields are the table's (protected by its mutex).
+ */
+struct node_fh {
+	struct node_fh *prev, *next; /**< the node's list of open files */
+	uint64_t nodeid;
+	unsigned refs; /**< 1 for the kernel's open, +1 per node_fh_get() */
+};
+
+/**
+ * What this mount last saw of a file's contents, for FOPEN_KEEP_CACHE: the
+ * kernel's page cache may be kept at open only when (ino, size, mtime) still
+ * match (libfuse fuse_common.h, keep_cache).
+ */
+struct node_seen {
+	bool valid;
+	uint64_t ino;
+	uint64_t size;     /**< bytes */
+	int64_t mtime_ns;  /**< ns since the epoch */
+};
+
+/** A copy of one node's state (node_info()). */
+struct node_info {
+	uint64_t ino;     /**< server inode number; 0 = not known yet */
+	uint64_t parent_ino; /**< the parent's server inode; the root's own for the root, 0 if detached */
+	uint32_t mode;    /**< file type bits (S_IFMT) as last seen */
+	uint64_t nlookup; /**< kernel lookups outstanding */
+	bool attached;    /**< has a path (the root always has) */
+	unsigned names;   /**< names (hard links) known; 0 when detached or the root */
+	unsigned open_files;
+	struct node_seen seen;
+};
+
+/** One (parent, name) binding, as node_snapshot() returns it. */
+struct node_ref {
+	uint64_t nodeid;
+	uint64_t parent; /**< 0 for the root */
+	char *name;      /**< NUL-terminated copy; NULL for the root */
+	size_t name_len; /**< bytes */
+};
+
+/**
+ * Create a table holding only the root (nodeid NODE_ROOT_ID, lookup count 1,
+ * server inode unknown). Returns 0 and sets *ret, or -ENOMEM.
+ */
+int node_table_new(struct node_table **ret);
+
+/** Free the table and every node. No other call may run. NULL is a no-op. */
+void node_table_free(struct node_table *t);
+
+/** Number of nodes in the table, the root included. */
+size_t node_count(struct node_table *t);
+
+/**
+ * True when @p len bytes at @p name are a valid single name: 1..NODE_NAME_MAX
+ * bytes, no '/' or NUL, not "." or "..".
+ */
+bool node_name_ok(const char *name, size_t len);
+
+/**
+ * The kernel learnt the name @p name (@p len bytes) in directory @p parent,
+ * which is the server file with inode @p ino, type @p mode (S_IFMT bits;
+ * permission bits are ignored) and link count @p nlink: find the node bound
+ * to that name, or bind the name (to the node of another name of the same
+ * file when @p nlink > 1, else to a new node), and count one lookup (a FUSE
+ * lookup/create/mkdir/link/... reply, or a READDIRPLUS entry). A name bound
+ * to a node with another server inode or type is taken from that node first.
+ *
+ * @param ret_id the nodeid to give the kernel
+ * @return 0; -ESTALE when @p parent is not in the table or is detached;
+ *         -EINVAL for a bad name (node_name_ok()); -ENOMEM.
+ */
+int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t len, uint64_t ino,
+		uint32_t mode, uint32_t nlink, uint64_t *ret_id);
+
+/**
+ * FUSE forget: take back @p nlookup lookups of @p id (clamped at the count
+ * held), freeing the node when nothing else holds it. Unknown ids are
+ * ignored. Returns the lookups still held after the call.
+ */
+uint64_t node_forget(struct node_table *t, uint64_t id, uint64_t nlookup);
+
+/**
+ * The wire path of @p id: names joined with '/', relative to the root ("" for
+ * the root), in a malloc'd NUL-terminated buffer *ret (caller frees) of
+ * *ret_len bytes (may be NULL).
+ *
+ * @return 0; -ESTALE for an unknown or detached node; -ELOOP deeper than
+ *         NODE_DEPTH_MAX; -ENOMEM.
+ */
+int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len);
+
+/**
+ * The wire path of name @p name (@p len bytes) in directory @p parent, as
+ * node_path() gives it; -EINVAL for a bad name.
+ */
+int node_child_path(struct node_table *t, uint64_t parent, const char *name, size_t len,
+		    char **ret, size_t *ret_len);
+
+/**
+ * The name @p name in @p parent was removed (unlink, rmdir, or a lookup
+ * found it gone): take it from the node bound to it, if any (which is
+ * detached when that was its last name). Returns that node's id, or 0.
+ */
+uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, size_t len);
+
+/**
+ * The path of @p id (its first name) no longer exists on the server: drop
+ * that name if the node has another one, so that node_path() gives the
+ * next. Returns 0, or -ENOENT when the node has one name or none.
+ */
+int node_drop_first_name(struct node_table *t, uint64_t id);
+
+/**
+ * A successful rename(2) of @p oldname in @p oldparent to @p newname in
+ * @p newparent: the old name becomes the new one; the name the new one was
+ * is removed from its node, or, with @p exchange (RENAME_EXCHANGE), becomes
+ * the old name. Unknown names are fine (nothing to move); two names of one
+ * file stay as they are (rename(2) does nothing then).
+ *
+ * @return 0; -ESTALE when a parent is unknown or detached; -EINVAL for a bad
+ *         name or a move of a directory into itself; -ENOMEM.
+ */
+int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, size_t oldlen,
+		uint64_t newparent, const char *newname, size_t newlen, bool exchange);
+
+/**
+ * Copy node @p id's state to *ret. Returns 0 or -ESTALE for an unknown id.
+ */
+int node_info(struct node_table *t, uint64_t id, struct node_info *ret);
+
+/**
+ * The node that has a name for the non-directory server file with inode
+ * @p ino, or 0 (for the watch stream: a hard link made in the pod changes
+ * the nlink of a file known under another name).
+ */
+uint64_t node_by_ino(struct node_table *t, uint64_t ino);
+
+/**
+ * Set the server inode number and type of @p id (the root's, learnt from its
+ * first Stat). Returns 0 or -ESTALE.
+ */
+int node_set_ino(struct node_table *t, uint64_t id, uint64_t ino, uint32_t mode);
+
+/** Replace what this mount last saw of @p id's contents (@p s may be NULL: forget). */
+void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s);
+
+/**
+ * Register the open file @p f on node @p id with one reference (the open);
+ * the node is held until the last node_fh_put(). Returns 0 or -ESTALE.
+ */
+int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f);
+
+/**
+ * One open file of @p id, with a reference taken (node_fh_put() it), or NULL
+ * when the node has none. The most recently opened one is returned.
+ */
+struct node_fh *node_fh_get(struct node_table *t, uint64_t id);
+
+/** Take one more reference on @p f (which must hold one). */
+void node_fh_ref(struct node_table *t, struct node_fh *f);
+
+/**
+ * Drop a reference to @p f. When it was the last, @p f leaves its node's list
+ * (the node may be freed) and true is returned: the caller then owns @p f
+ * alone and releases it.
+ */
+bool node_fh_put(struct node_table *t, struct node_fh *f);
+
+/**
+ * Resolve wire path @p path (@p len bytes; empty, "." and extra '/'
+ * components are skipped) through the bindings this table knows, for the
+ * watch stream. *ret_id is the node bound to the whole path (0 if none);
+ * *ret_parent the node of its parent directory (0 if that is not known
+ * either); *ret_name and *ret_name_len: the last component, inside @p path.
+ * Returns 0; -EINVAL when the path names the root or holds a bad component.
+ */
+int node_resolve(struct node_table *t, const char *path, size_t len, uint64_t *ret_parent,
+		 uint64_t *ret_id, const char **ret_name, size_t *ret_name_len);
+
+/**
+ * Every name of every node, and every node without a name (detached, and
+ * the root) with parent 0 and no name: a malloc'd array *ret of *ret_n
+ * entries (caller frees with node_snapshot_free()).
+ * Returns 0 or -ENOMEM.
+ */
+int node_snapshot(struct node_table *t, struct node_ref **ret, size_t *ret_n);
+
+/** Free what node_snapshot() returned. */
+void node_snapshot_free(struct node_ref *refs, size_t n);
+
+#endif /* WSFS_NODE_H */

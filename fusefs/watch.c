@@ -1,0 +1,809 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsfs's monitor thread: reads agentd's Watch stream and turns its events
+ * into kernel cache invalidations (fuse_lowlevel_notify_inval_entry /
+ * _inval_inode), re-subscribes after the stream ends, probes agentd while it
+ * is unreachable (calls fail at once meanwhile, fs.c rpc()), and for an
+ * --exec transport runs the command again (wsc_reconnect) when calls fail
+ * with UNAVAILABLE. The only thread that sends notifications: libfuse's
+ * doc/README.notifications forbids them on a request thread (deadlock).
+ *
+ * Until agentd implements Watch (UNIMPLEMENTED), nothing is pushed and the
+ * kernel caches expire by their timeouts; the subscription is retried every
+ * minute.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fs.h"
+#include "wsbridge.pb-c.h"
+#include "wsb.h"
+
+/** Wait between Watch subscriptions after one ended, milliseconds. */
+#define WATCH_RETRY_MS 1000
+/** Wait before asking again after Watch was UNIMPLEMENTED, milliseconds. */
+#define WATCH_UNIMPLEMENTED_RETRY_MS 60000
+/** Shortest interval between two reconnects of an --exec transport, ms. */
+#define RECONNECT_MIN_MS 1000
+
+/*
+ * Make the kernel look (parent, name) up again. Where the kernel can (FUSE
+ * 7.38, FUSE_CAP_EXPIRE_ONLY) the dentry is only expired, not unhashed: an
+ * open file's /proc/PID/fd link then does not read "(deleted)" while its name
+ * still exists, and a dentry that is still right stays with its nodeid.
+ */
+static void inval_entry(struct wsfs *fs, uint64_t parent, const char *name, size_t len)
+{
+	char buf[NODE_NAME_MAX + 1];
+	int r = -ENOSYS;
+
+	/* libfuse sends len + 1 bytes: the name must end with a NUL. */
+	if (len > NODE_NAME_MAX)
+		return;
+	atomic_fetch_add(&fs->inval_seq, 1);
+	memcpy(buf, name, len);
+	buf[len] = '\0';
+	if (atomic_load(&fs->expire_only))
+		r = fuse_lowlevel_notify_expire_entry(fs->se, parent, buf, len,
+						      FUSE_LL_EXPIRE_ONLY);
+	if (r == -ENOSYS)
+		r = fuse_lowlevel_notify_inval_entry(fs->se, parent, buf, len);
+
+	if (r < 0 && r != -ENOENT)
+		wsb_debug("notify_inval_entry(%llu): %s", (unsigned long long)parent, strerror(-r));
+}
+
+/* @off < 0: attributes only; else attributes and the page cache from @off (0 = all). */
+static void inval_inode(struct wsfs *fs, uint64_t id, off_t off)
+{
+	int r;
+
+	atomic_fetch_add(&fs->inval_seq, 1);
+	r = fuse_lowlevel_notify_inval_inode(fs->se, id, off, 0);
+
+	if (r < 0 && r != -ENOENT)
+		wsb_debug("notify_inval_inode(%llu): %s", (unsigned long long)id, strerror(-r));
+}
+
+void wsfs_invalidate_all(struct wsfs *fs)
+{
+	struct node_ref *refs;
+	size_t n;
+
+	atomic_fetch_add(&fs->inval_seq, 1);
+	if (node_snapshot(fs->nodes, &refs, &n) < 0) {
+		inval_inode(fs, NODE_ROOT_ID, 0);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		node_seen_set(fs->nodes, refs[i].nodeid, NULL);
+		inval_inode(fs, refs[i].nodeid, 0);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (refs[i].name)
+			inval_entry(fs, refs[i].parent, refs[i].name, refs[i].name_len);
+	node_snapshot_free(refs, n);
+}
+
+/* Contents or attributes of @path changed. */
+static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path)
+{
+	uint64_t parent, id;
+	const char *name;
+	size_t len;
+
+	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
+			 &len) < 0) {
+		/* The root itself (or a path we cannot name). */
+		inval_inode(fs, NODE_ROOT_ID, 0);
+		return;
+	}
+	if (id) {
+		node_seen_set(fs->nodes, id, NULL);
+		inval_inode(fs, id, 0);
+	}
+}
+
+/* @path appeared or went away (created, deleted, one end of a move). */
+static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
+{
+	uint64_t parent, id;
+	const char *name;
+	size_t len;
+
+	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
+			 &len) < 0)
+		return;
+	if (parent) {
+		inval_entry(fs, parent, name, len);
+		inval_inode(fs, parent, -1); /* its mtime, nlink */
+	}
+	if (id) {
+		node_seen_set(fs->nodes, id, NULL);
+		inval_inode(fs, id, 0);
+	}
+}
+
+/** Most new names per batch that are stat'ed for hard links (each one RPC). */
+#define LINK_CHECKS_MAX 32
+
+/*
+ * A non-directory appeared at @path: if it is another name of a file this
+ * mount knows (a hard link made in the pod), that file's nlink changed but
+ * inotify reports only the new name, so drop the known node's attributes.
+ * Costs one Stat; the monitor thread is not a FUSE request thread.
+ */
+static void check_link(struct wsfs *fs, const ProtobufCBinaryData *path)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct wsc_status st;
+	uint64_t id;
+
+	if (atomic_load(&fs->conn_down))
+		return;
+	q.path = *path;
+	if (wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
+			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
+			 fs->cfg.rpc_timeout_ms, &st) < 0)
+		return;
+	if (rep->attr && rep->attr->nlink > 1 && (rep->attr->mode & S_IFMT) != S_IFDIR) {
+		id = node_by_ino(fs->nodes, rep->attr->ino);
+		if (id)
+			inval_inode(fs, id, -1);
+	}
+	protobuf_c_message_free_unpacked(&rep->base, NULL);
+}
+
+/* ---- own changes ---- */
+
+static struct timespec deadline_in(unsigned ms);
+
+/* Attributes compared to tell an own change's echo from the pod's change. */
+struct self_attr {
+	uint64_t ino, size, nlink;
+	int64_t mtime_ns, ctime_ns;
+	uint32_t mode, uid, gid;
+};
+
+struct wsfs_self {
+	struct wsfs_self *next;
+	uint64_t hash;
+	unsigned kinds;       /* enum wsfs_self_kind bits recorded */
+	unsigned inflight;    /* operations begun and not ended */
+	uint64_t gen;         /* bumped by each wsfs_self_begin() */
+	int64_t until_ns;     /* CLOCK_MONOTONIC end of the window */
+	bool has_attr;
+	struct self_attr attr; /* of the last own reply that had attributes */
+	size_t len;
+	char path[];
+};
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* FNV-1a. */
+static uint64_t self_hash(const char *p, size_t len)
+{
+	uint64_t h = 14695981039346656037ULL;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= (unsigned char)p[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+static bool self_live(const struct wsfs_self *e, int64_t now)
+{
+	return e->inflight > 0 || now < e->until_ns;
+}
+
+/* Find @path's record (self_lock held), dropping dead ones in its chain. */
+static struct wsfs_self *self_find(struct wsfs *fs, const char *path, size_t len, uint64_t h,
+				   int64_t now)
+{
+	struct wsfs_self **pp = &fs->self_tab[h % WSFS_SELF_BUCKETS], *e, *found = NULL;
+
+	while ((e = *pp)) {
+		if (e->hash == h && e->len == len && memcmp(e->path, path, len) == 0) {
+			found = e;
+		} else if (!self_live(e, now)) {
+			*pp = e->next;
+			free(e);
+			fs->n_self--;
+			continue;
+		}
+		pp = &e->next;
+	}
+	return found;
+}
+
+/* Drop every dead record (self_lock held). */
+static void self_sweep(struct wsfs *fs, int64_t now)
+{
+	for (size_t b = 0; b < WSFS_SELF_BUCKETS; b++) {
+		struct wsfs_self **pp = &fs->self_tab[b], *e;
+
+		while ((e = *pp)) {
+			if (!self_live(e, now)) {
+				*pp = e->next;
+				free(e);
+				fs->n_self--;
+			} else {
+				pp = &e->next;
+			}
+		}
+	}
+}
+
+void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kinds)
+{
+	uint64_t h = self_hash(path, len);
+	int64_t now = mono_ns();
+	struct wsfs_self *e;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, path, len, h, now);
+	if (e && !self_live(e, now)) {
+		/* A new period: what was recorded before is over. */
+		e->kinds = 0;
+		e->has_attr = false;
+	}
+	if (!e) {
+		if (fs->n_self >= WSFS_SELF_MAX)
+			self_sweep(fs, now);
+		if (fs->n_self >= WSFS_SELF_MAX)
+			goto out;
+		e = calloc(1, sizeof(*e) + len);
+		if (!e)
+			goto out;
+		memcpy(e->path, path, len);
+		e->len = len;
+		e->hash = h;
+		e->next = fs->self_tab[h % WSFS_SELF_BUCKETS];
+		fs->self_tab[h % WSFS_SELF_BUCKETS] = e;
+		fs->n_self++;
+	}
+	/*
+	 * A name's events alternate between appearing and going away: an own
+	 * removal means a later CREATED is not an echo of an earlier own
+	 * create (the pod made the name again), and the other way round. An
+	 * echo of the earlier operation still on its way then invalidates,
+	 * which is only a wasted lookup.
+	 */
+	if (kinds & (WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM)) {
+		e->kinds &= ~(unsigned)(WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO | WSFS_SELF_CHANGED);
+		e->has_attr = false;
+	}
+	if (kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO))
+		e->kinds &= ~(unsigned)(WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM);
+	e->kinds |= kinds;
+	e->inflight++;
+	e->gen++;
+out:
+	pthread_mutex_unlock(&fs->self_lock);
+}
+
+static void self_attr_of(const struct stat *st, struct self_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->ino = st->st_ino;
+	a->size = (uint64_t)st->st_size;
+	a->nlink = st->st_nlink;
+	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+	a->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+	a->mode = st->st_mode;
+	a->uid = st->st_uid;
+	a->gid = st->st_gid;
+}
+
+void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
+		   const struct stat *st)
+{
+	uint64_t h = self_hash(path, len);
+	int64_t now = mono_ns();
+	struct wsfs_self *e;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, path, len, h, now);
+	if (e && e->inflight > 0) {
+		e->inflight--;
+		if (!ok) {
+			e->kinds = 0;
+			e->has_attr = false;
+		} else if (st) {
+			self_attr_of(st, &e->attr);
+			e->has_attr = true;
+		}
+		if (ok)
+			e->until_ns = now + WSFS_SELF_WINDOW_NS;
+		if (e->inflight == 0 && fs->self_waiters)
+			pthread_cond_broadcast(&fs->self_cond);
+	}
+	pthread_mutex_unlock(&fs->self_lock);
+}
+
+void wsfs_self_free(struct wsfs *fs)
+{
+	for (size_t b = 0; b < WSFS_SELF_BUCKETS; b++) {
+		struct wsfs_self *e = fs->self_tab[b], *next;
+
+		for (; e; e = next) {
+			next = e->next;
+			free(e);
+		}
+		fs->self_tab[b] = NULL;
+	}
+	fs->n_self = 0;
+}
+
+/*
+ * Is an event of @kind on @path the echo of an own operation? With @attr,
+ * also copies the record's attributes (*has_attr tells whether it has any);
+ * with @wait, first waits (at most WSFS_SELF_WAIT_MS) until no own
+ * operation on @path is in flight, so that they are its reply's.
+ */
+static bool self_match_wait(struct wsfs *fs, const ProtobufCBinaryData *path, unsigned kind,
+			    struct self_attr *attr, bool *has_attr, bool wait, uint64_t *gen)
+{
+	const char *p = (const char *)path->data;
+	size_t len = path->len;
+	uint64_t h = self_hash(p, len);
+	int64_t now = mono_ns();
+	struct timespec until = deadline_in(WSFS_SELF_WAIT_MS);
+	struct wsfs_self *e;
+	bool hit = false;
+
+	/* agentd's paths are relative, without "./" or extra '/'; own
+	 * records use node_path()'s form, the same. */
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, p, len, h, now);
+	while (wait && e && e->inflight > 0 && (e->kinds & kind)) {
+		int r;
+
+		fs->self_waiters++;
+		r = pthread_cond_timedwait(&fs->self_cond, &fs->self_lock, &until);
+		fs->self_waiters--;
+		now = mono_ns();
+		e = self_find(fs, p, len, h, now);
+		if (r == ETIMEDOUT) {
+			e = NULL; /* unsure */
+			break;
+		}
+	}
+	if (e && self_live(e, now) && (e->kinds & kind)) {
+		hit = true;
+		if (attr) {
+			*attr = e->attr;
+			*has_attr = e->has_attr;
+		}
+		if (gen)
+			*gen = e->gen;
+	}
+	pthread_mutex_unlock(&fs->self_lock);
+	return hit;
+}
+
+/*
+ * An event on @path that was not an own echo: whatever comes next there
+ * within the window may be the pod's too, so stop taking events for echoes.
+ */
+static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path)
+{
+	const char *p = (const char *)path->data;
+	struct wsfs_self *e;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, p, path->len, self_hash(p, path->len), mono_ns());
+	if (e) {
+		e->kinds = 0;
+		e->has_attr = false;
+	}
+	pthread_mutex_unlock(&fs->self_lock);
+}
+
+/* self_match_wait() without waiting. */
+static bool self_match(struct wsfs *fs, const ProtobufCBinaryData *path, unsigned kind,
+		       struct self_attr *attr, bool *has_attr)
+{
+	return self_match_wait(fs, path, kind, attr, has_attr, false, NULL);
+}
+
+/*
+ * A CHANGED event on @path, which an own operation changed lately: is the
+ * file still as that operation's reply left it? One Stat, on this (the
+ * monitor) thread. False when unsure (then invalidate).
+ */
+static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	struct self_attr want, now;
+	uint64_t gen, gen2;
+	bool has = false, same = false;
+
+	/* An own operation that began during the Stat may have been seen half
+	 * done (agentd's SetAttr is several syscalls): ask again, once. */
+	for (unsigned tries = 0; tries < 2 && !same; tries++) {
+		Wsbridge__V1__StatReply *rep = NULL;
+		struct wsc_status st;
+
+		if (!self_match_wait(fs, path, WSFS_SELF_CHANGED, &want, &has, true, &gen) ||
+		    !has || atomic_load(&fs->conn_down))
+			return false;
+		q.path = *path;
+		if (wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
+				 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
+				 fs->cfg.rpc_timeout_ms, &st) < 0)
+			return false;
+		if (rep->attr) {
+			const Wsbridge__V1__Attr *a = rep->attr;
+
+			memset(&now, 0, sizeof(now));
+			now.ino = a->ino;
+			now.size = a->size;
+			now.nlink = a->nlink;
+			now.mtime_ns = a->mtime_ns;
+			now.ctime_ns = a->ctime_ns;
+			now.mode = a->mode;
+			now.uid = a->uid;
+			now.gid = a->gid;
+			same = memcmp(&now, &want, sizeof(now)) == 0;
+		}
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+		if (same || !self_match_wait(fs, path, WSFS_SELF_CHANGED, &want, &has, true,
+					     &gen2) || !has)
+			break;
+		/* An own operation ended while the Stat ran: the server then
+		 * matches its reply, which the kernel has. */
+		same = memcmp(&now, &want, sizeof(now)) == 0;
+		if (gen2 == gen)
+			break; /* no own operation since: not (only) ours */
+	}
+	return same;
+}
+
+/*
+ * Returns true for READY. *link_checks counts check_link() calls in the
+ * batch; *last_ok is the path of the batch's last CHANGED event found to be
+ * an own echo (a run of CHANGED events on it is checked once), or NULL.
+ */
+static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
+			 unsigned *link_checks, const ProtobufCBinaryData **last_ok)
+{
+	if (wsb_log_enabled(WSB_LOG_DEBUG)) {
+		char *p = wsb_escape(ev->path.data, ev->path.len, 200);
+
+		wsb_debug("watch: kind %d '%s'%s", (int)ev->kind, p ? p : "?",
+			  ev->is_dir ? " (dir)" : "");
+		free(p);
+	}
+	switch (ev->kind) {
+	case WSBRIDGE__V1__WATCH_EVENT__KIND__READY:
+		return true;
+	case WSBRIDGE__V1__WATCH_EVENT__KIND__OVERFLOW:
+		wsb_info("watch: events were lost; dropping every cached entry");
+		wsfs_invalidate_all(fs);
+		break;
+	case WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED:
+		if (*last_ok && (*last_ok)->len == ev->path.len &&
+		    memcmp((*last_ok)->data, ev->path.data, ev->path.len) == 0)
+			break; /* the same echo again, just checked */
+		if (self_changed_only(fs, &ev->path)) {
+			*last_ok = &ev->path;
+			break;
+		}
+		/* Each CHANGED is checked by attributes: nothing to forget. */
+		ev_changed(fs, &ev->path);
+		break;
+	case WSBRIDGE__V1__WATCH_EVENT__KIND__CREATED:
+		/* Own create/mkdir/link/...: the kernel has the reply's
+		 * entry and updated the parent itself (fs/fuse/dir.c
+		 * fuse_dir_changed). */
+		if (self_match(fs, &ev->path, WSFS_SELF_CREATED, NULL, NULL))
+			break;
+		self_forget(fs, &ev->path);
+		ev_name(fs, &ev->path);
+		if (!ev->is_dir && (*link_checks)++ < LINK_CHECKS_MAX)
+			check_link(fs, &ev->path);
+		break;
+	case WSBRIDGE__V1__WATCH_EVENT__KIND__DELETED:
+		if (self_match(fs, &ev->path, WSFS_SELF_DELETED, NULL, NULL))
+			break;
+		self_forget(fs, &ev->path);
+		ev_name(fs, &ev->path);
+		break;
+	case WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED:
+		if (self_match(fs, &ev->from, WSFS_SELF_MOVED_FROM, NULL, NULL) &&
+		    self_match(fs, &ev->path, WSFS_SELF_MOVED_TO, NULL, NULL))
+			break;
+		self_forget(fs, &ev->from);
+		self_forget(fs, &ev->path);
+		ev_name(fs, &ev->from);
+		ev_name(fs, &ev->path);
+		break;
+	default:
+		break; /* a kind from a newer agentd */
+	}
+	return false;
+}
+
+/*
+ * One cheap bounded call (Stat of the root) to see whether agentd answers;
+ * ends or starts a "down" period accordingly. Returns 0 when agentd answered
+ * (even with an error), else -errno.
+ */
+static int probe(struct wsfs *fs)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	struct wsc_status st;
+	int r;
+
+	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
+			 &wsbridge__v1__stat_reply__descriptor, NULL, fs->cfg.rpc_timeout_ms, &st);
+	if (r == 0 || st.has_errno) {
+		wsfs_conn_ok(fs);
+		return 0;
+	}
+	if (st.code == WSB_UNAVAILABLE || st.code == WSB_DEADLINE_EXCEEDED)
+		wsfs_conn_failed(fs, st.code);
+	else
+		wsb_debug("probe: %s (%s): %s", strerror(-r), wsb_status_name(st.code), st.msg);
+	return r;
+}
+
+/*
+ * Subscribe and apply events until the stream ends. Returns -ENOSYS when
+ * agentd has no Watch, else the stream's end (0 or -errno).
+ */
+static int run_watch(struct wsfs *fs)
+{
+	Wsbridge__V1__WatchRequest q = WSBRIDGE__V1__WATCH_REQUEST__INIT;
+	struct wsc_stream *s = NULL;
+	struct wsc_status st;
+	bool live = false;
+	int r;
+
+	/*
+	 * The stream cannot be cancelled until wsc_stream_open() returns, and
+	 * that waits (no deadline: the stream lives on) for a connection,
+	 * which an agentd in its SIGTERM drain accepts without answering.
+	 * Check with a bounded call first that agentd answers.
+	 */
+	r = probe(fs);
+	if (r < 0)
+		return r;
+	r = wsc_stream_open(fs->client, "/wsbridge.v1.Workspace/Watch", &q.base, 0, &s, &st);
+	if (r < 0)
+		goto out;
+	pthread_mutex_lock(&fs->mon_lock);
+	if (fs->stopping) {
+		pthread_mutex_unlock(&fs->mon_lock);
+		wsc_stream_free(s);
+		return 0;
+	}
+	fs->watch = s;
+	pthread_mutex_unlock(&fs->mon_lock);
+
+	for (;;) {
+		Wsbridge__V1__WatchBatch *b = NULL;
+		unsigned link_checks = 0;
+		bool ready = false;
+
+		r = wsc_stream_recv(s, &wsbridge__v1__watch_batch__descriptor,
+				    (ProtobufCMessage **)&b, &st);
+		if (r <= 0)
+			break;
+		/* inval_entry()/inval_inode() bump inval_seq before each
+		 * notification (replies computed across it get short
+		 * timeouts, fs.c ttl_for); a batch of own echoes only
+		 * sends none and bumps nothing. */
+		const ProtobufCBinaryData *last_ok = NULL;
+
+		for (size_t i = 0; i < b->n_events; i++) {
+			const Wsbridge__V1__WatchEvent *ev = b->events[i];
+
+			if (!ev)
+				continue;
+			if (ev->kind != WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED)
+				last_ok = NULL;
+			if (handle_event(fs, ev, &link_checks, &last_ok))
+				ready = true;
+		}
+		protobuf_c_message_free_unpacked(&b->base, NULL);
+		if (ready && !live) {
+			/* Whatever changed before the subscription is unknown. */
+			wsfs_invalidate_all(fs);
+			live = true;
+			atomic_store(&fs->watch_live, true);
+			wsfs_conn_ok(fs);
+			wsb_info("watch stream live: kernel caches last up to %g s",
+				 fs->cfg.watch_timeout);
+		}
+	}
+
+	pthread_mutex_lock(&fs->mon_lock);
+	fs->watch = NULL;
+	pthread_mutex_unlock(&fs->mon_lock);
+	if (live) {
+		atomic_store(&fs->watch_live, false);
+		wsfs_invalidate_all(fs); /* events may have been lost */
+		wsb_notice("watch stream ended (%s); caches expire by timeouts until it is back",
+			   r == 0 ? "OK" : wsb_status_name(st.code));
+	}
+	wsc_stream_free(s);
+out:
+	if (r < 0 && !st.has_errno && st.code == WSB_UNIMPLEMENTED)
+		return -ENOSYS;
+	if (r < 0 && !st.has_errno &&
+	    (st.code == WSB_UNAVAILABLE || st.code == WSB_DEADLINE_EXCEEDED))
+		wsfs_conn_failed(fs, st.code);
+	return r;
+}
+
+static struct timespec deadline_in(unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_nsec -= 1000000000;
+		ts.tv_sec++;
+	}
+	return ts;
+}
+
+static bool before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+enum { WAKE_RECONNECT = 1, WAKE_DOWN = 2 };
+
+/* Wait (mon_lock held) until @until, a stop, or an event in @wake. */
+static void wait_until(struct wsfs *fs, const struct timespec *until, int wake)
+{
+	while (!fs->stopping && !((wake & WAKE_RECONNECT) && fs->want_reconnect) &&
+	       !((wake & WAKE_DOWN) && atomic_load(&fs->conn_down))) {
+		if (pthread_cond_timedwait(&fs->mon_cond, &fs->mon_lock, until) == ETIMEDOUT)
+			break;
+	}
+}
+
+static void *monitor_main(void *arg)
+{
+	struct wsfs *fs = arg;
+	bool watch_ok = !fs->cfg.no_watch, said_unimplemented = false;
+	struct timespec next_reconnect = { 0, 0 }, next_watch = { 0, 0 }, next_probe = { 0, 0 };
+
+	pthread_mutex_lock(&fs->mon_lock);
+	while (!fs->stopping) {
+		struct timespec now;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (fs->want_reconnect) {
+			int r;
+
+			if (before(&now, &next_reconnect)) {
+				wait_until(fs, &next_reconnect, 0);
+				continue;
+			}
+			fs->want_reconnect = false;
+			pthread_mutex_unlock(&fs->mon_lock);
+			r = wsc_reconnect(fs->client);
+			if (r == 0) {
+				/* A new agentd process: it knows none of our handles. */
+				atomic_fetch_add(&fs->conn_gen, 1);
+				wsb_notice("transport command started again");
+			} else {
+				wsb_warn("cannot start the transport command again: %s",
+					 strerror(-r));
+			}
+			pthread_mutex_lock(&fs->mon_lock);
+			next_reconnect = deadline_in(RECONNECT_MIN_MS);
+			next_probe = now; /* at once */
+			continue;
+		}
+		if (atomic_load(&fs->conn_down)) {
+			if (before(&now, &next_probe)) {
+				wait_until(fs, &next_probe, WAKE_RECONNECT);
+				continue;
+			}
+			pthread_mutex_unlock(&fs->mon_lock);
+			(void)probe(fs);
+			pthread_mutex_lock(&fs->mon_lock);
+			next_probe = deadline_in(WSFS_PROBE_MS);
+			continue;
+		}
+		if (fs->n_pending) {
+			pthread_mutex_unlock(&fs->mon_lock);
+			wsfs_release_pending(fs);
+			pthread_mutex_lock(&fs->mon_lock);
+			continue;
+		}
+		if (!fs->cfg.no_watch && !watch_ok && !before(&now, &next_watch))
+			watch_ok = true;
+		if (watch_ok) {
+			int r;
+
+			pthread_mutex_unlock(&fs->mon_lock);
+			r = run_watch(fs);
+			pthread_mutex_lock(&fs->mon_lock);
+			if (r == -ENOSYS) {
+				if (!said_unimplemented)
+					wsb_notice("agentd has no Watch: kernel caches expire by "
+						   "their timeouts");
+				said_unimplemented = true;
+				watch_ok = false;
+				next_watch = deadline_in(WATCH_UNIMPLEMENTED_RETRY_MS);
+				continue;
+			}
+			if (!fs->stopping) {
+				struct timespec t = deadline_in(WATCH_RETRY_MS);
+
+				wait_until(fs, &t, WAKE_RECONNECT | WAKE_DOWN);
+			}
+			continue;
+		}
+		if (fs->cfg.no_watch) {
+			struct timespec t = deadline_in(3600 * 1000);
+
+			wait_until(fs, &t, WAKE_RECONNECT | WAKE_DOWN);
+		} else {
+			wait_until(fs, &next_watch, WAKE_RECONNECT | WAKE_DOWN);
+		}
+	}
+	pthread_mutex_unlock(&fs->mon_lock);
+	return NULL;
+}
+
+int wsfs_monitor_start(struct wsfs *fs)
+{
+	int r = pthread_create(&fs->monitor, NULL, monitor_main, fs);
+
+	if (r)
+		return -r;
+	fs->monitor_started = true;
+	return 0;
+}
+
+int wsfs_monitor_stop(struct wsfs *fs, unsigned ms)
+{
+	struct timespec until;
+	int r;
+
+	if (!fs->monitor_started)
+		return 0;
+	pthread_mutex_lock(&fs->mon_lock);
+	fs->stopping = true;
+	if (fs->watch)
+		wsc_stream_cancel(fs->watch);
+	pthread_cond_broadcast(&fs->mon_cond);
+	pthread_mutex_unlock(&fs->mon_lock);
+	/* pthread_timedjoin_np() takes a CLOCK_REALTIME deadline. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_nsec -= 1000000000;
+		until.tv_sec++;
+	}
+	r = pthread_timedjoin_np(fs->monitor, NULL, &until);
+	if (r == ETIMEDOUT) {
+		wsb_warn("the monitor thread is still in a call to agentd after %u ms", ms);
+		return -ETIMEDOUT;
+	}
+	fs->monitor_started = false;
+	return 0;
+}

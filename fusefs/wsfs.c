@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * wsfs: mount an agentd workspace with FUSE (libfuse 3 low-level API).
+ *
+ *   wsfs [-o OPTS] [-f] [-d] [--token-file F] ADDR MOUNTPOINT [-o OPTS]
+ *   wsfs --exec 'CMD' MOUNTPOINT
+ *
+ * Options are parsed with fuse_opt_parse, so they may follow the positional
+ * arguments, as mount.fuse3 passes them (`wsfs SOURCE MOUNTPOINT -o OPTS`
+ * for `mount -t fuse.wsfs` and fstab). Options wsfs does not know go to
+ * fuse_session_new (allow_other, default_permissions, ro, ...).
+ *
+ * Start-up order: parse, create the FUSE session, fork into the background
+ * unless -f (before any thread exists: gRPC's threads do not survive fork),
+ * connect and stat the root (so a wrong address fails the mount command with
+ * a message), mount, tell the waiting parent, then run the multithreaded
+ * session loop until `fusermount3 -u`. Main thread only.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fs.h"
+#include "wsb.h"
+
+#include <fuse_opt.h>
+
+struct opts {
+	char *pos[2];
+	int n_pos;
+	char *exec_cmd;
+	char *token_file;
+	double entry_timeout;
+	double attr_timeout;
+	double negative_timeout;
+	double watch_timeout;
+	double rpc_timeout;
+	unsigned max_threads;
+	int foreground;
+	int single;
+	int clone_fd;
+	int no_watch;
+	int debug;
+	int help;
+	int version;
+	int bad;
+};
+
+enum { KEY_DEBUG, KEY_HELP, KEY_VERSION };
+
+#define OPT(t, f, v) { t, offsetof(struct opts, f), v }
+
+static const struct fuse_opt spec[] = {
+	OPT("entry_timeout=%lf", entry_timeout, 0),
+	OPT("attr_timeout=%lf", attr_timeout, 0),
+	OPT("negative_timeout=%lf", negative_timeout, 0),
+	OPT("watch_timeout=%lf", watch_timeout, 0),
+	OPT("rpc_timeout=%lf", rpc_timeout, 0),
+	OPT("max_threads=%u", max_threads, 0),
+	OPT("token_file=%s", token_file, 0),
+	OPT("--token-file=%s", token_file, 0),
+	OPT("--token-file %s", token_file, 0),
+	OPT("--exec=%s", exec_cmd, 0),
+	OPT("--exec %s", exec_cmd, 0),
+	OPT("no_watch", no_watch, 1),
+	OPT("clone_fd", clone_fd, 1),
+	OPT("-f", foreground, 1),
+	OPT("--foreground", foreground, 1),
+	OPT("-s", single, 1),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END
+};
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct opts *o = data;
+
+	(void)outargs;
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (o->n_pos >= 2) {
+			fprintf(stderr, "wsfs: unexpected argument '%s'\n", arg);
+			o->bad = 1;
+			return 0;
+		}
+		o->pos[o->n_pos] = strdup(arg);
+		if (!o->pos[o->n_pos])
+			o->bad = 1;
+		o->n_pos++;
+		return 0;
+	case KEY_DEBUG:
+		o->debug = 1;
+		o->foreground = 1;
+		return 1; /* libfuse prints every request too */
+	case KEY_HELP:
+		o->help = 1;
+		return 0;
+	case KEY_VERSION:
+		o->version = 1;
+		return 0;
+	default:
+		return 1; /* for fuse_session_new */
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: wsfs [OPTIONS] ADDR MOUNTPOINT\n"
+		"       wsfs [OPTIONS] --exec 'CMD' MOUNTPOINT\n"
+		"Mount an agentd workspace. ADDR is HOST:PORT or unix:/PATH; CMD is a shell\n"
+		"command whose stdin/stdout reach agentd --stdio, e.g.\n"
+		"'kubectl exec -i POD -- agentd --stdio'. Unmount with fusermount3 -u MOUNTPOINT.\n"
+		"\n"
+		"Options:\n"
+		"  -f, --foreground       stay in the foreground (logs go to stderr)\n"
+		"  -d, -o debug           foreground, and log every request\n"
+		"  -s                     single-threaded\n"
+		"  --token-file FILE      bearer token (also -o token_file=FILE;\n"
+		"                         default $WSBRIDGE_TOKEN_FILE)\n"
+		"  --exec CMD             reach agentd through CMD's stdin/stdout\n"
+		"  -o entry_timeout=S     kernel name cache, seconds (default 1)\n"
+		"  -o attr_timeout=S      kernel attribute cache, seconds (default 1)\n"
+		"  -o negative_timeout=S  cache of missing names, seconds (default: 0,\n"
+		"                         or watch_timeout while the watch stream is live)\n"
+		"  -o watch_timeout=S     both caches while agentd pushes changes (default 10;\n"
+		"                         0 = never longer than entry/attr_timeout)\n"
+		"  -o no_watch            do not subscribe to agentd's change stream\n"
+		"  -o rpc_timeout=S       a call to agentd fails (EIO) after S seconds instead\n"
+		"                         of hanging; while agentd is unreachable calls fail\n"
+		"                         at once (ENOTCONN) (default 5)\n"
+		"  -o max_threads=N       FUSE worker threads (default 16)\n"
+		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
+		"  -h, --help             this help, then libfuse's options\n"
+		"  -V, --version          show the version\n"
+		"\n"
+		"fstab: ADDR MOUNTPOINT fuse.wsfs noauto,_netdev,token_file=FILE 0 0\n");
+}
+
+/* The bearer token from @file: trailing whitespace dropped. NULL on error. */
+static char *read_token(const char *file)
+{
+	char buf[4097];
+	size_t n = 0;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "wsfs: token file '%s': %s\n", file, strerror(errno));
+		return NULL;
+	}
+	while (n < sizeof(buf) - 1) {
+		ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			fprintf(stderr, "wsfs: token file '%s': %s\n", file, strerror(errno));
+			close(fd);
+			return NULL;
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	close(fd);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+			 buf[n - 1] == '\t'))
+		n--;
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+/* "-osubtype=wsfs,fsname=SRC" with ',' and '\' escaped for fuse_opt. */
+static char *fsname_arg(const char *src)
+{
+	size_t n = strlen(src);
+	char *a = malloc(sizeof("-osubtype=wsfs,fsname=") + 2 * n), *p;
+
+	if (!a)
+		return NULL;
+	p = a + sprintf(a, "-osubtype=wsfs,fsname=");
+	for (const char *s = src; *s; s++) {
+		if (*s == ',' || *s == '\\')
+			*p++ = '\\';
+		*p++ = *s;
+	}
+	*p = '\0';
+	return a;
+}
+
+static bool seconds_ok(double v, double min)
+{
+	return v >= min && v <= 86400.0 * 365;
+}
+
+/* Tell the waiting parent (fork mode) how start-up went. */
+static void tell_parent(int fd, char status)
+{
+	if (fd < 0)
+		return;
+	while (write(fd, &status, 1) < 0 && errno == EINTR)
+		;
+	close(fd);
+}
+
+static void detach_stdio(void)
+{
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	(void)dup2(fd, STDIN_FILENO);
+	(void)dup2(fd, STDOUT_FILENO);
+	(void)dup2(fd, STDERR_FILENO);
+	if (fd > STDERR_FILENO)
+		close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct opts o = {
+		.entry_timeout = 1.0,
+		.attr_timeout = 1.0,
+		.negative_timeout = -1.0,
+		.watch_timeout = 10.0,
+		.rpc_timeout = 5.0,
+		.max_threads = 16,
+	};
+	struct wsc_options wo = { 0 };
+	struct wsfs_config cfg;
+	struct fuse_session *se = NULL;
+	struct fuse_loop_config *lc = NULL;
+	struct wsfs *fs = NULL;
+	struct wsc *client = NULL;
+	const char *addr = NULL, *mnt;
+	char *token = NULL, *fsarg = NULL;
+	char msg[600];
+	int parent_fd = -1, ret = 1, r;
+
+	signal(SIGPIPE, SIG_IGN);
+	wsb_log_init("wsfs", WSB_LOG_NOTICE);
+	if (fuse_opt_parse(&args, &o, spec, opt_proc) < 0 || o.bad) {
+		usage(stderr);
+		goto out;
+	}
+	if (o.help) {
+		usage(stdout);
+		printf("\nlibfuse options:\n");
+		fflush(stdout);
+		fuse_lowlevel_help();
+		ret = 0;
+		goto out;
+	}
+	if (o.version) {
+		printf("wsfs %s (libfuse %s)\n", WSB_VERSION, fuse_pkgversion());
+		ret = 0;
+		goto out;
+	}
+	if (o.debug)
+		wsb_log_init("wsfs", WSB_LOG_DEBUG);
+	if (o.exec_cmd ? o.n_pos != 1 : o.n_pos != 2) {
+		fprintf(stderr, "wsfs: %s\n",
+			o.exec_cmd ? "--exec wants one MOUNTPOINT" : "want ADDR and MOUNTPOINT");
+		usage(stderr);
+		goto out;
+	}
+	if (!o.exec_cmd)
+		addr = o.pos[0];
+	mnt = o.pos[o.n_pos - 1];
+	if (!seconds_ok(o.entry_timeout, 0) || !seconds_ok(o.attr_timeout, 0) ||
+	    !seconds_ok(o.watch_timeout, 0) ||
+	    !(o.negative_timeout < 0 || seconds_ok(o.negative_timeout, 0))) {
+		fprintf(stderr, "wsfs: timeouts are seconds from 0 to one year\n");
+		goto out;
+	}
+	if (!seconds_ok(o.rpc_timeout, 0.05)) {
+		fprintf(stderr, "wsfs: rpc_timeout wants seconds, at least 0.05\n");
+		goto out;
+	}
+	if (o.max_threads < 1 || o.max_threads > 1024) {
+		fprintf(stderr, "wsfs: max_threads wants 1..1024\n");
+		goto out;
+	}
+	if (!o.token_file) {
+		const char *e = getenv("WSBRIDGE_TOKEN_FILE");
+
+		if (e && *e)
+			o.token_file = strdup(e);
+	}
+	if (o.token_file) {
+		token = read_token(o.token_file);
+		if (!token)
+			goto out;
+	}
+
+	fsarg = fsname_arg(addr ? addr : "wsfs-exec");
+	if (!fsarg || fuse_opt_insert_arg(&args, 1, fsarg) < 0) {
+		fprintf(stderr, "wsfs: out of memory\n");
+		goto out;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.entry_timeout = o.entry_timeout;
+	cfg.attr_timeout = o.attr_timeout;
+	cfg.negative_timeout = o.negative_timeout;
+	cfg.watch_timeout = o.watch_timeout;
+	cfg.rpc_timeout_ms = (uint32_t)(o.rpc_timeout * 1000.0);
+	cfg.exec_transport = o.exec_cmd != NULL;
+	cfg.no_watch = o.no_watch;
+	/* No thread yet: the client is connected after the fork. */
+	r = wsfs_new(&cfg, NULL, &fs);
+	if (r < 0) {
+		fprintf(stderr, "wsfs: %s\n", strerror(-r));
+		goto out;
+	}
+	se = fuse_session_new(&args, &wsfs_ll_ops, sizeof(wsfs_ll_ops), fs);
+	if (!se)
+		goto out; /* libfuse said why (an unknown option) */
+
+	if (!o.foreground) {
+		int pfd[2];
+		pid_t pid;
+
+		if (pipe2(pfd, O_CLOEXEC) < 0) {
+			perror("wsfs: pipe");
+			goto out;
+		}
+		pid = fork();
+		if (pid < 0) {
+			perror("wsfs: fork");
+			goto out;
+		}
+		if (pid > 0) {
+			char status = 1;
+
+			close(pfd[1]);
+			while (read(pfd[0], &status, 1) < 0 && errno == EINTR)
+				;
+			close(pfd[0]);
+			if (status != 0)
+				(void)waitpid(pid, NULL, 0);
+			_exit(status == 0 ? 0 : 1);
+		}
+		close(pfd[0]);
+		parent_fd = pfd[1];
+		(void)setsid();
+	}
+
+	/*
+	 * gRPC C-core makes progress on a connection only while some thread
+	 * polls it: a call waiting in its completion queue, or the channel's
+	 * backup poller, which runs every 5 s by default. While agentd is down
+	 * every call fails at once (no wait-for-ready), so a reconnect would be
+	 * noticed up to 5 s late, twice (connect, then the SETTINGS frame).
+	 * Poll every 100 ms instead (gRPC's doc/environment_variables.md);
+	 * must be set before grpc_init(). A value in the environment wins.
+	 */
+	setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100", 0);
+
+	/* From here on threads exist (gRPC). */
+	wo.target = addr;
+	wo.exec_cmd = o.exec_cmd;
+	wo.token = token;
+	wo.timeout_ms = cfg.rpc_timeout_ms;
+	r = wsc_connect(&wo, &client);
+	if (r < 0) {
+		fprintf(stderr, "wsfs: cannot connect to '%s': %s\n", addr ? addr : o.exec_cmd,
+			r == -EINVAL && token ? "the token is not printable ASCII" : strerror(-r));
+		goto out;
+	}
+	fs->client = client;
+	r = wsfs_probe(fs, msg, sizeof(msg));
+	if (r < 0) {
+		fprintf(stderr, "wsfs: agentd at '%s' does not answer: %s\n",
+			addr ? addr : o.exec_cmd, msg);
+		goto out;
+	}
+	fs->se = se;
+	if (fuse_set_signal_handlers(se) < 0)
+		goto out;
+	if (fuse_session_mount(se, mnt) < 0) {
+		fuse_remove_signal_handlers(se);
+		goto out;
+	}
+	r = wsfs_monitor_start(fs);
+	if (r < 0) {
+		fprintf(stderr, "wsfs: cannot start a thread: %s\n", strerror(-r));
+		fuse_session_unmount(se);
+		fuse_remove_signal_handlers(se);
+		goto out;
+	}
+	wsb_log(o.foreground ? WSB_LOG_NOTICE : WSB_LOG_INFO, "mounted %s on %s",
+		addr ? addr : o.exec_cmd, mnt);
+	if (parent_fd >= 0) {
+		if (chdir("/") < 0) {
+			/* cannot happen; carry on */
+		}
+		detach_stdio();
+		tell_parent(parent_fd, 0);
+		parent_fd = -1;
+	}
+
+	if (o.single) {
+		r = fuse_session_loop(se);
+	} else {
+		lc = fuse_loop_cfg_create();
+		if (!lc) {
+			r = -ENOMEM;
+		} else {
+			fuse_loop_cfg_set_max_threads(lc, o.max_threads);
+			fuse_loop_cfg_set_clone_fd(lc, (unsigned)o.clone_fd);
+			r = fuse_session_loop_mt(se, lc);
+		}
+	}
+	ret = r == 0 ? 0 : 1;
+	r = wsfs_monitor_stop(fs, 3000);
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	if (r < 0) {
+		/* The monitor still uses fs and the client: leave it to exit. */
+		fflush(NULL);
+		_exit(ret);
+	}
+
+out:
+	tell_parent(parent_fd, 1);
+	if (lc)
+		fuse_loop_cfg_destroy(lc);
+	if (se)
+		fuse_session_destroy(se);
+	wsfs_free(fs);
+	if (client)
+		wsc_free(client);
+	fuse_opt_free_args(&args);
+	free(o.pos[0]);
+	free(o.pos[1]);
+	free(o.exec_cmd);
+	free(o.token_file);
+	free(token);
+	free(fsarg);
+	return ret;
+}

@@ -1,0 +1,598 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# wsfs and the other side: changes made in the pod show on the mount at once
+# (R1, R2: the pod is agentd's root directory, written directly, through
+# `wsctl exec`, and through Dev_Agent's CreateFiles), names are carried byte
+# for byte, hard links and symlinks keep their identity, appends from both
+# sides interleave whole, and losing agentd (C1) fails calls within a bound
+# instead of hanging, with the mount working again once agentd is back.
+# Cases: /work/shared/cases/fs-cases.md.
+
+load test_helper
+
+# No test may hang the suite.
+BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-120}
+
+# Seconds every wsfs call may wait for an unreachable agentd (-o rpc_timeout).
+RPC_TIMEOUT=2
+# How long a pod-side change may take to show on the mount, seconds.
+VISIBLE=1
+
+setup() {
+	need_wsfs
+	ROOT="$BATS_TEST_TMPDIR/root"
+	mkdir -p "$ROOT"
+	LATENCIES=
+}
+
+teardown() {
+	fs_teardown
+}
+
+# up [tcp]: start agentd (unix socket, or TCP) and mount it.
+up() {
+	if [ "${1:-unix}" = tcp ]; then
+		agentd_tcp
+	else
+		agentd_unix
+	fi
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+}
+
+# visible WHAT CMD...: CMD (a check on MNT) succeeds within $VISIBLE s;
+# records the latency, or shows WHAT and fails.
+visible() {
+	local what=$1
+	shift
+	if ! poll_until "$VISIBLE" "$@"; then
+		echo "# $what: not visible on MNT after $POLL_MS ms" >&3
+		return 1
+	fi
+	LATENCIES+="$what=${POLL_MS}ms "
+}
+
+show_latencies() {
+	echo "# latencies: $LATENCIES" >&3
+}
+
+# listing_is DIR NAME...: DIR lists exactly NAME... (sorted, with ls -A).
+listing_is() {
+	local dir=$1
+	shift
+	[ "$(ls -A "$dir" | LC_ALL=C sort)" = "$(printf '%s\n' "$@" | LC_ALL=C sort)" ]
+}
+
+absent() {
+	[ ! -e "$1" ] && [ ! -L "$1" ]
+}
+
+mode_is() {
+	[ "$(stat -c %a "$1")" = "$2" ]
+}
+
+mtime_is() {
+	[ "$(stat -c %.9Y "$1")" = "$2" ]
+}
+
+size_is() {
+	[ "$(stat -c %s "$1")" = "$2" ]
+}
+
+@test "R1: a file the POD creates shows on MNT at once, even after MNT looked for it" {
+	up
+	# The kernel has listed the root and cached that 'new' does not exist.
+	ls -A "$MNT" >/dev/null
+	run stat "$MNT/new"
+	assert_status 1
+	run cat "$MNT/new"
+	assert_status 1
+	printf 'v1\n' >"$ROOT/new"
+	visible "created: content" content_is "$MNT/new" $'v1\n'
+	visible "created: listed" listing_is "$MNT" new
+	# A directory and a file in it.
+	ls -A "$MNT" >/dev/null
+	mkdir -p "$ROOT/d/e"
+	echo deep >"$ROOT/d/e/f"
+	visible "mkdir -p: content" content_is "$MNT/d/e/f" $'deep\n'
+	visible "mkdir -p: listed" listing_is "$MNT" new d
+	# Many files in a directory the mount has listed.
+	ls -A "$MNT/d" >/dev/null
+	touch "$ROOT/d/"{a,b,c,d,e,f,g,h}
+	visible "8 creates: listed" listing_is "$MNT/d" a b c d e f g h
+	show_latencies
+}
+
+@test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
+	up
+	printf 'AAAA\n' >"$MNT/f"
+	assert_content "$MNT/f" $'AAAA\n'
+	# Same size, same inode: only mtime and data change.
+	printf 'BBBB\n' >"$ROOT/f"
+	visible "in place, same size" content_is "$MNT/f" $'BBBB\n'
+	cat "$MNT/f" >/dev/null
+	# An editor's save: write a temp file, rename it over (new inode).
+	printf 'CCCCCC\n' >"$ROOT/.f.tmp"
+	mv "$ROOT/.f.tmp" "$ROOT/f"
+	visible "rename over" content_is "$MNT/f" $'CCCCCC\n'
+	cat "$MNT/f" >/dev/null
+	echo more >>"$ROOT/f"
+	visible "append" content_is "$MNT/f" $'CCCCCC\nmore\n'
+	visible "append: size" size_is "$MNT/f" 12
+	cat "$MNT/f" >/dev/null
+	truncate -s 3 "$ROOT/f"
+	visible "truncate" content_is "$MNT/f" "CCC"
+	# A big file rewritten in the middle.
+	head -c 3000000 /dev/zero >"$ROOT/big"
+	cmp -s "$MNT/big" "$ROOT/big"
+	printf 'XYZ' | dd of="$ROOT/big" bs=1 seek=2000000 conv=notrunc status=none
+	visible "3 MB file, 3 bytes changed" cmp -s "$MNT/big" "$ROOT/big"
+	show_latencies
+}
+
+@test "R1: POD deletes, renames, mkdir/rmdir, chmod and touch show at once" {
+	up
+	mkdir "$MNT/d"
+	echo a >"$MNT/d/a"
+	echo b >"$MNT/d/b"
+	ls -lA "$MNT/d" >/dev/null
+	cat "$MNT/d/a" "$MNT/d/b" >/dev/null
+	rm "$ROOT/d/a"
+	visible "unlink" absent "$MNT/d/a"
+	visible "unlink: listing" listing_is "$MNT/d" b
+	mv "$ROOT/d/b" "$ROOT/d/c"
+	visible "rename: new name" content_is "$MNT/d/c" $'b\n'
+	visible "rename: old name gone" absent "$MNT/d/b"
+	chmod 600 "$ROOT/d/c"
+	visible "chmod" mode_is "$MNT/d/c" 600
+	touch -d '2020-01-02 03:04:05.5' "$ROOT/d/c"
+	visible "touch -d" mtime_is "$MNT/d/c" "$(stat -c %.9Y "$ROOT/d/c")"
+	# Children removed on the pod side: the mount lists the directory as
+	# empty and can remove it.
+	mkdir "$ROOT/d/sub"
+	touch "$ROOT/d/sub/"{1,2,3}
+	visible "new dir listed" listing_is "$MNT/d/sub" 1 2 3
+	rm "$ROOT/d/sub/"*
+	visible "emptied dir" listing_is "$MNT/d/sub"
+	run rmdir "$MNT/d/sub"
+	assert_status 0
+	rm -r "$ROOT/d"
+	visible "rm -r" absent "$MNT/d"
+	visible "rm -r: listing" listing_is "$MNT"
+	show_latencies
+}
+
+@test "R1: files created and rewritten by a command run through wsctl exec show at once" {
+	up
+	printf 'old\n' >"$MNT/f"
+	cat "$MNT/f" >/dev/null
+	ls -A "$MNT" >/dev/null
+	run "$WSCTL" exec -- sh -c 'printf "from exec\n" > e.txt; printf "new\n" > f; mkdir -p out; echo built > out/a.o'
+	assert_status 0
+	visible "exec: created" content_is "$MNT/e.txt" $'from exec\n'
+	visible "exec: rewritten" content_is "$MNT/f" $'new\n'
+	visible "exec: in a new dir" content_is "$MNT/out/a.o" $'built\n'
+	# A build that rewrites its output repeatedly.
+	local i
+	for i in 1 2 3 4 5; do
+		run "$WSCTL" exec -- sh -c "echo round $i > out/a.o"
+		assert_status 0
+		visible "exec: round $i" content_is "$MNT/out/a.o" "round $i"$'\n'
+	done
+	run "$WSCTL" exec -- rm -rf out
+	assert_status 0
+	visible "exec: rm -rf" absent "$MNT/out"
+	show_latencies
+}
+
+@test "R1: files written by Dev_Agent CreateFiles show at once" {
+	up
+	mkdir "$MNT/app"
+	printf 'v0\n' >"$MNT/app/main.py"
+	cat "$MNT/app/main.py" >/dev/null
+	ls -A "$MNT/app" >/dev/null
+	run "$PY" - "$ADDR" <<-'EOF'
+	import sys
+	import wsbtest
+	from wsbtest import devagent_pb2 as d, devagent_pb2_grpc as dg
+	stub = dg.ManageAgentOpsStub(wsbtest.channel(sys.argv[1]))
+	r = stub.CreateFiles(d.CreateFileRequest(
+	    files=["main.py", "pkg/util.py"], contents=["v1\n", "def f():\n    pass\n"],
+	    app_name="app"), timeout=15)
+	print(r.status)
+	EOF
+	assert_status 0
+	assert_eq "$output" success
+	visible "CreateFiles: rewritten" content_is "$MNT/app/main.py" $'v1\n'
+	visible "CreateFiles: created" content_is "$MNT/app/pkg/util.py" $'def f():\n    pass\n'
+	visible "CreateFiles: listed" listing_is "$MNT/app" main.py pkg
+	show_latencies
+}
+
+@test "R2: after echo x >> MNT/f, MNT and POD both show the new size and mtime at once" {
+	up
+	printf 'abc\n' >"$MNT/f"
+	touch -d '2020-01-01 00:00:00' "$MNT/f"
+	local old t0
+	old=$(stat -c %.9Y "$MNT/f")
+	assert_eq "$(stat -c %.9Y "$ROOT/f")" "$old" "POD mtime before"
+	t0=$(date +%s)
+	echo x >>"$MNT/f"
+	assert_eq "$(stat -c %s "$MNT/f")" 6 "MNT size"
+	assert_eq "$(stat -c %s "$ROOT/f")" 6 "POD size"
+	[ "$(stat -c %Y "$MNT/f")" -ge $((t0 - 1)) ]
+	[ "$(stat -c %Y "$ROOT/f")" -ge $((t0 - 1)) ]
+	assert_eq "$(stat -c %.9Y "$MNT/f")" "$(stat -c %.9Y "$ROOT/f")" "MNT and POD mtime"
+	# Twice more, quickly: every append moves size and mtime on both sides.
+	local m1 m2
+	m1=$(stat -c %.9Y "$MNT/f")
+	sleep 0.05
+	echo y >>"$MNT/f"
+	m2=$(stat -c %.9Y "$MNT/f")
+	assert_eq "$(stat -c %s "$MNT/f")" 8 "MNT size"
+	assert_eq "$(stat -c %s "$ROOT/f")" 8 "POD size"
+	[ "$m2" != "$m1" ]
+	assert_eq "$(stat -c %.9Y "$ROOT/f")" "$m2" "POD mtime"
+
+	# make sees a change made on the mount and one made on the pod.
+	command -v make >/dev/null || return 0
+	printf 'out: in\n\tcp in out\n' >"$MNT/Makefile"
+	echo 1 >"$MNT/in"
+	touch -d '2020-01-01' "$MNT/in"
+	run make -C "$MNT" -s
+	assert_status 0
+	echo 2 >"$MNT/in"
+	run make -C "$MNT" -s
+	assert_status 0
+	assert_content "$MNT/out" $'2\n' "make after a change on MNT"
+	sleep 0.05
+	echo 3 >"$ROOT/in"
+	visible "pod-side edit: mtime" mtime_is "$MNT/in" "$(stat -c %.9Y "$ROOT/in")"
+	run make -C "$MNT" -s
+	assert_status 0
+	assert_content "$MNT/out" $'3\n' "make after a change on POD"
+}
+
+@test "names with spaces, newlines and non-UTF-8 bytes are byte-exact both ways" {
+	up
+	run "$PY" - "$MNT" "$ROOT" <<-'EOF'
+	import errno, os, sys
+	mnt, root = (os.fsencode(a) for a in sys.argv[1:3])
+	names = [b"a b", b"new\nline", b"\xff\xfe", b"caf\xc3\xa9", b"cafe\xcc\x81",
+	         b"tab\t", b" lead", b"trail ", b"\x01\x7f", b"L" * 255, b"q'\"$(x)`",
+	         b"back\\slash", b"*", b"-n", b"CaSe", b"case", b".hidden"]
+	bad = []
+	os.mkdir(os.path.join(mnt, b"m"))
+	os.mkdir(os.path.join(root, b"p"))
+	for i, n in enumerate(names):
+	    with open(os.path.join(mnt, b"m", n), "wb") as f:
+	        f.write(b"%d\n" % i)
+	    with open(os.path.join(root, b"p", n), "wb") as f:
+	        f.write(b"p%d\n" % i)
+	for side, d, other, prefix in ((b"m", mnt, root, b""), (b"p", root, mnt, b"p")):
+	    got = sorted(os.listdir(os.path.join(other, side)))
+	    if got != sorted(names):
+	        bad.append("listing of %r seen from the other side: %r" % (side, got))
+	    for i, n in enumerate(names):
+	        try:
+	            with open(os.path.join(other, side, n), "rb") as f:
+	                data = f.read()
+	        except OSError as e:
+	            bad.append("open %r/%r: %s" % (side, n, e))
+	            continue
+	        if data != prefix + b"%d\n" % i:
+	            bad.append("%r/%r holds %r" % (side, n, data))
+	    names_via_scandir = sorted(e.name for e in os.scandir(os.path.join(other, side)))
+	    if names_via_scandir != sorted(names):
+	        bad.append("scandir of %r differs" % side)
+	try:
+	    open(os.path.join(mnt, b"m", b"L" * 256), "wb")
+	    bad.append("256-byte name accepted")
+	except OSError as e:
+	    if e.errno != errno.ENAMETOOLONG:
+	        bad.append("256-byte name: %s" % errno.errorcode[e.errno])
+	os.rename(os.path.join(mnt, b"m", b"new\nline"), os.path.join(mnt, b"m", b"\xe9\n\xff"))
+	if not os.path.exists(os.path.join(root, b"m", b"\xe9\n\xff")):
+	    bad.append("renamed non-UTF-8 name missing on the pod")
+	print("\n".join(bad) if bad else "ok")
+	EOF
+	assert_status 0
+	assert_eq "$output" ok
+	run bash -c 'ls -A "$1" | sort | uniq -d' _ "$MNT/m"
+	assert_eq "$output" "" "names listed twice"
+}
+
+@test "hard links share st_ino and nlink 2; symlinks keep their target" {
+	up
+	echo data >"$MNT/f"
+	run ln "$MNT/f" "$MNT/g"
+	assert_status 0
+	assert_eq "$(stat -c %i "$MNT/g")" "$(stat -c %i "$MNT/f")" "MNT st_ino of the two names"
+	assert_eq "$(stat -c %h "$MNT/f")" 2 "MNT nlink of f"
+	assert_eq "$(stat -c %h "$MNT/g")" 2 "MNT nlink of g"
+	assert_eq "$(stat -c %i "$ROOT/g")" "$(stat -c %i "$ROOT/f")" "POD st_ino"
+	assert_eq "$(stat -c %h "$ROOT/f")" 2 "POD nlink"
+	echo more >>"$MNT/g"
+	assert_content "$MNT/f" $'data\nmore\n' "f after appending through g"
+	assert_eq "$(stat -c %s "$MNT/f")" 10 "size through the other name"
+	# ls -i lists both with the same number (readdir, not just stat).
+	run bash -c 'ls -i "$1" | awk "{print \$1}" | sort -u | wc -l' _ "$MNT"
+	assert_eq "$output" 1 "distinct inode numbers in ls -i"
+	rm "$MNT/f"
+	assert_eq "$(stat -c %h "$MNT/g")" 1 "nlink after removing one name"
+	assert_eq "$(stat -c %h "$ROOT/g")" 1 "POD nlink after removing one name"
+	# A hard link made on the pod: the new name shows at once (R1) and, once
+	# seen, is the same file as g. (inotify reports only the new name, not
+	# g's link count, so g's nlink is only required once h was looked up.)
+	stat "$MNT/g" >/dev/null
+	ln "$ROOT/g" "$ROOT/h"
+	visible "POD hard link: new name" content_is "$MNT/h" $'data\nmore\n'
+	assert_eq "$(stat -c %i "$MNT/h")" "$(stat -c %i "$MNT/g")" "st_ino of a POD-made link"
+	assert_eq "$(stat -c %h "$MNT/h")" 2 "nlink of the POD-made link"
+	assert_eq "$(stat -c %h "$MNT/g")" 2 "nlink of g once h was seen"
+
+	ln -s g "$MNT/s"
+	assert_eq "$(readlink "$MNT/s")" g
+	assert_eq "$(readlink "$ROOT/s")" g "POD readlink"
+	assert_content "$MNT/s" $'data\nmore\n' "read through the symlink"
+	ln -s '../some where/x y' "$MNT/s2"
+	assert_eq "$(readlink "$MNT/s2")" '../some where/x y'
+	assert_eq "$(readlink "$ROOT/s2")" '../some where/x y'
+	run ln -s other "$MNT/s"
+	assert_status 1
+	ln -sfn other "$MNT/s"
+	assert_eq "$(readlink "$MNT/s")" other "ln -sfn replaced the link"
+	assert_eq "$(stat -c %F "$MNT/s")" "symbolic link"
+	mkdir "$MNT/dir"
+	echo in >"$MNT/dir/file"
+	ln -s dir "$MNT/dl"
+	assert_content "$MNT/dl/file" $'in\n' "through a symlinked directory"
+	ln -s "$ROOT/g" "$ROOT/pod-abs"
+	visible "POD symlink" bash -c '[ "$(readlink "$1")" = "$2" ]' _ "$MNT/pod-abs" "$ROOT/g"
+}
+
+@test "A1/R1: appends from the mount and from the pod interleave whole" {
+	up
+	local w n=300 pids=()
+	cat >"$BATS_TEST_TMPDIR/app.py" <<-'EOF'
+	import os, sys
+	path, wid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+	fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+	for j in range(n):
+	    line = b"w%d %04d %s\n" % (wid, j, b"z" * (j % 50))
+	    if os.write(fd, line) != len(line):
+	        sys.exit("short write")
+	os.close(fd)
+	EOF
+	: >"$MNT/log"
+	for w in 0 1 2 3 4 5 6 7; do
+		if [ "$w" -lt 4 ]; then
+			"$PY" "$BATS_TEST_TMPDIR/app.py" "$MNT/log" "$w" "$n" &
+		else
+			"$PY" "$BATS_TEST_TMPDIR/app.py" "$ROOT/log" "$w" "$n" &
+		fi
+		pids+=($!)
+	done
+	for w in "${pids[@]}"; do
+		wait "$w"
+	done
+	run "$PY" - "$ROOT/log" 8 "$n" <<-'EOF'
+	import re, sys
+	path, nw, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+	data = open(path, "rb").read()
+	lines = data.split(b"\n")
+	bad, seen = [], {}
+	if lines[-1] != b"":
+	    bad.append("no newline at the end")
+	for ln in lines[:-1]:
+	    m = re.fullmatch(rb"w(\d) (\d{4}) (z*)", ln)
+	    if not m or len(m.group(3)) != int(m.group(2)) % 50:
+	        bad.append("torn line %r" % ln[:60])
+	        continue
+	    w, j = int(m.group(1)), int(m.group(2))
+	    if j != seen.get(w, -1) + 1:
+	        bad.append("writer %d: line %d after %d" % (w, j, seen.get(w, -1)))
+	    seen[w] = j
+	for w in range(nw):
+	    if seen.get(w, -1) != n - 1:
+	        bad.append("writer %d: last line %d" % (w, seen.get(w, -1)))
+	print("%d lines, %d problems %s" % (len(lines) - 1, len(bad), bad[:5]))
+	EOF
+	assert_eq "$output" "2400 lines, 0 problems []" "POD log"
+	visible "the mount reads the same log" cmp -s "$MNT/log" "$ROOT/log"
+	assert_eq "$(stat -c %s "$MNT/log")" "$(stat -c %s "$ROOT/log")" "sizes"
+}
+
+# write_synced FILE BYTES-FILE: copy BYTES-FILE into FILE with write + fsync.
+write_synced() {
+	"$PY" -c 'import os, sys
+data = open(sys.argv[2], "rb").read()
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+assert os.write(fd, data) == len(data)
+os.fsync(fd)
+os.close(fd)' "$1" "$2"
+}
+
+# C1 checks note every deviation in PROBLEMS and go on, so that one run shows
+# all of them; no_problems fails the test at the end if there were any.
+PROBLEMS=
+problem() {
+	PROBLEMS+="$*"$'\n'
+	echo "# problem: $*" >&3
+}
+no_problems() {
+	[ -z "$PROBLEMS" ]
+}
+
+# bounded_fail WHAT CMD...: CMD fails (not by the 30 s guard) within
+# RPC_TIMEOUT + 2 s with EIO or ENOTCONN in its stderr.
+bounded_fail() {
+	local what=$1 t0 ms bound=$(((RPC_TIMEOUT + 2) * 1000))
+	shift
+	t0=$(now_ms)
+	run --separate-stderr timeout 30 bash -c '"$@" >/dev/null' _ "$@"
+	ms=$(($(now_ms) - t0))
+	LATENCIES+="$what=${ms}ms "
+	if [ "$status" -eq 124 ]; then
+		problem "$what: still blocked after 30 s (hangs)"
+	elif [ "$status" -eq 0 ]; then
+		problem "$what: succeeded while agentd was unreachable"
+	else
+		[ "$ms" -lt "$bound" ] || problem "$what: failed after $ms ms (bound $bound ms)"
+		[[ $stderr == *"Input/output error"* || $stderr == *"Transport endpoint is not connected"* ]] ||
+			problem "$what: error is not EIO/ENOTCONN: $stderr"
+	fi
+}
+
+# bounded WHAT CMD...: CMD returns (any status) within RPC_TIMEOUT + 2 s.
+bounded() {
+	local what=$1 t0 ms bound=$(((RPC_TIMEOUT + 2) * 1000))
+	shift
+	t0=$(now_ms)
+	run timeout 30 "$@"
+	ms=$(($(now_ms) - t0))
+	LATENCIES+="$what=${ms}ms(exit $status) "
+	if [ "$status" -eq 124 ] || [ "$ms" -ge "$bound" ]; then
+		problem "$what: took $ms ms, exit $status (bound $bound ms)"
+	fi
+}
+
+# recovers WHAT CMD...: after agentd is back, CMD (a check on MNT) succeeds
+# within the same bound, RPC_TIMEOUT + 2 s, without a remount.
+recovers() {
+	local what=$1
+	shift
+	if poll_until $((RPC_TIMEOUT + 2)) "$@"; then
+		LATENCIES+="$what=${POLL_MS}ms "
+	elif poll_until 30 "$@"; then
+		problem "$what: works again only $((POLL_MS + (RPC_TIMEOUT + 2) * 1000)) ms after agentd is back (bound $(((RPC_TIMEOUT + 2) * 1000)) ms)"
+	else
+		problem "$what: still failing 30 s after agentd is back"
+	fi
+}
+
+@test "C1: agentd killed: calls fail fast with EIO/ENOTCONN; restarted on the same address: works again, fsync'ed data intact" {
+	up tcp
+	head -c 1500000 /dev/urandom >"$BATS_TEST_TMPDIR/data"
+	write_synced "$MNT/f" "$BATS_TEST_TMPDIR/data"
+	printf 'precious\n' >"$BATS_TEST_TMPDIR/small"
+	write_synced "$MNT/g" "$BATS_TEST_TMPDIR/small"
+	cmp "$ROOT/f" "$BATS_TEST_TMPDIR/data"
+	cmp "$MNT/f" "$BATS_TEST_TMPDIR/data"
+	local wsfs_pid=$WSFS_PID
+
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	bounded_fail "cat" cat "$MNT/f"
+	bounded_fail "cat again" cat "$MNT/g"
+	bounded_fail "create" bash -c 'echo x > "$1"' _ "$MNT/new"
+	bounded "ls" ls "$MNT"
+	bounded "stat" stat "$MNT/g"
+	bounded "df" df "$MNT"
+
+	agentd_start --root "$ROOT" --listen "$ADDR"
+	recovers "after restart: cat" cmp -s "$MNT/f" "$BATS_TEST_TMPDIR/data"
+	show_latencies
+	# The same mount, the same wsfs, no remount; the data is intact.
+	proc_alive "$wsfs_pid"
+	is_mounted "$MNT"
+	cmp "$MNT/f" "$BATS_TEST_TMPDIR/data"
+	assert_content "$MNT/g" $'precious\n'
+	cmp "$ROOT/f" "$BATS_TEST_TMPDIR/data"
+	assert_content "$ROOT/g" $'precious\n'
+	echo after >"$MNT/after"
+	assert_content "$ROOT/after" $'after\n'
+	run ls "$MNT"
+	assert_eq "$output" $'after\nf\ng'
+	no_problems
+}
+
+@test "C1: agentd stopped (SIGSTOP): calls fail within the bound, never hang; after SIGCONT the mount works" {
+	up
+	printf 'synced before the stop\n' >"$BATS_TEST_TMPDIR/small"
+	write_synced "$MNT/f" "$BATS_TEST_TMPDIR/small"
+	assert_content "$ROOT/f" $'synced before the stop\n'
+	local wsfs_pid=$WSFS_PID
+
+	kill -STOP "$AGENTD_PID"
+	bounded_fail "cat" cat "$MNT/f"
+	bounded_fail "write" bash -c 'echo x > "$1"' _ "$MNT/new"
+	bounded "ls" ls "$MNT"
+	bounded "stat" stat "$MNT/f"
+	kill -CONT "$AGENTD_PID"
+
+	recovers "after SIGCONT: cat" content_is "$MNT/f" $'synced before the stop\n'
+	show_latencies
+	proc_alive "$wsfs_pid"
+	is_mounted "$MNT"
+	assert_content "$MNT/f" $'synced before the stop\n'
+	echo after >"$MNT/after"
+	assert_content "$ROOT/after" $'after\n'
+	assert_content "$ROOT/f" $'synced before the stop\n'
+	no_problems
+}
+
+@test "C1: agentd restarted twice on a unix socket; wsfs exits 0 on unmount" {
+	up
+	echo one >"$MNT/f"
+	local round
+	for round in 1 2; do
+		agentd_stop
+		bounded_fail "cat while down ($round)" cat "$MNT/f"
+		agentd_start --root "$ROOT" --listen "$ADDR"
+		recovers "cat after restart $round" content_is "$MNT/f" $'one\n'
+	done
+	show_latencies
+	assert_content "$MNT/f" $'one\n'
+	umount_wsfs
+	wsfs_wait_exit 5
+	assert_eq "$WSFS_STATUS" 0 "wsfs exit status after fusermount3 -u"
+	no_problems
+}
+
+# agentd_under PID: print the pid of the first agentd process among PID's
+# descendants.
+agentd_under() {
+	ps -e -o pid=,ppid= | "$PY" -c '
+import os, sys
+top, agentd = int(sys.argv[1]), sys.argv[2]
+kids = {}
+for line in sys.stdin:
+    p, pp = map(int, line.split())
+    kids.setdefault(pp, []).append(p)
+todo = list(kids.get(top, []))
+while todo:
+    p = todo.pop(0)
+    try:
+        argv0 = open("/proc/%d/cmdline" % p, "rb").read().split(b"\0")[0]
+    except OSError:
+        continue
+    if os.fsdecode(argv0) == agentd:
+        print(p)
+        break
+    todo += kids.get(p, [])' "$1" "$AGENTD"
+}
+
+@test "wsfs --exec: a mount over agentd --stdio works, sees pod changes, and survives the command dying" {
+	local cmd="$AGENTD --root $ROOT --stdio" pid
+	mount_wsfs_exec "$cmd" -o "rpc_timeout=$RPC_TIMEOUT"
+	echo hi >"$MNT/f"
+	assert_content "$ROOT/f" $'hi\n'
+	ls -A "$MNT" >/dev/null
+	printf 'pod\n' >"$ROOT/p"
+	visible "exec transport: pod-side create" content_is "$MNT/p" $'pod\n'
+	# The agentd that CMD started: a descendant of wsfs (CMD runs in a
+	# process group of its own).
+	pid=$(agentd_under "$WSFS_PID")
+	[ -n "$pid" ] || {
+		echo "# no agentd --stdio under wsfs (pgid $WSFS_PID)" >&3
+		return 1
+	}
+	kill -KILL "$pid"
+	wait_gone "$pid" 5
+	recovers "exec transport: cat after the command died" content_is "$MNT/f" $'hi\n'
+	echo again >"$MNT/g"
+	assert_content "$ROOT/g" $'again\n'
+	show_latencies
+	no_problems
+}

@@ -1,0 +1,248 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# wsfs under real tools and real sizes: git on a tree of 2,000 files (G4 at
+# scale), a 4 GiB sparse file, a directory of 20,000 entries listed exactly
+# once each, and concurrent writers in separate processes (own files plus
+# one shared O_APPEND log). Each test mounts its own agentd.
+
+load test_helper
+
+# No test may hang the suite.
+BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-240}
+
+setup() {
+	need_wsfs
+	ROOT="$BATS_TEST_TMPDIR/root"
+	mkdir -p "$ROOT"
+	agentd_unix
+	mount_wsfs
+}
+
+teardown() {
+	fs_teardown
+}
+
+# timed WHAT CMD...: run CMD with `run`, record how long it took in TIMES.
+timed() {
+	local what=$1 t0
+	shift
+	t0=$(now_ms)
+	run --separate-stderr "$@"
+	TIMES+="$what=$(($(now_ms) - t0))ms "
+	ALL_ERR+="$output$stderr"
+}
+
+@test "git: init, add 2000 files, commit, status, checkout, gc, fsck, three rounds" {
+	git_env
+	local r="$MNT/repo"
+	TIMES= ALL_ERR=
+	mkdir "$r"
+	timed init git -C "$r" init -q
+	assert_status 0
+	"$PY" - "$r" <<-'EOF'
+	import os, sys
+	r = sys.argv[1]
+	for d in range(20):
+	    os.mkdir(os.path.join(r, "dir%02d" % d))
+	    for f in range(100):
+	        with open(os.path.join(r, "dir%02d" % d, "file%03d.txt" % f), "w") as fh:
+	            fh.write("dir %d file %d\n%s\n" % (d, f, "x" * (f * 13 % 700)))
+	EOF
+	timed add git -C "$r" add -A
+	assert_status 0
+	timed commit git -C "$r" commit -q -m "2000 files"
+	assert_status 0
+	timed status git -C "$r" status --porcelain
+	assert_status 0
+	assert_eq "$output" "" "status after the first commit"
+	assert_eq "$(git -C "$r" ls-files | wc -l)" 2000 "files in the index"
+
+	local round i
+	for round in 1 2 3; do
+		for i in 0 1 2 3 4 5 6 7 8 9; do
+			echo "round $round" >>"$r/dir0$i/file00$i.txt"
+		done
+		for i in 1 2 3 4 5; do
+			echo new >"$r/dir1$i/new$round.txt"
+		done
+		rm "$r/dir19/file0${round}0.txt"
+		timed "status$round" git -C "$r" status --porcelain
+		assert_status 0
+		assert_eq "$(printf '%s\n' "$output" | grep -c '^ M ')" 10 "modified in round $round"
+		assert_eq "$(printf '%s\n' "$output" | grep -c '^?? ')" 5 "untracked in round $round"
+		assert_eq "$(printf '%s\n' "$output" | grep -c '^ D ')" 1 "deleted in round $round"
+		timed "add$round" git -C "$r" add -A
+		assert_status 0
+		timed "commit$round" git -C "$r" commit -q -m "round $round"
+		assert_status 0
+		timed "clean$round" git -C "$r" status --porcelain
+		assert_status 0
+		assert_eq "$output" "" "status after round $round"
+		timed "gc$round" git -C "$r" gc --quiet
+		assert_status 0
+	done
+	# Checkout rewrites files; --progress runs git's SIGALRM progress timer.
+	timed checkout git -C "$r" checkout --progress -q -b old HEAD~3
+	assert_status 0
+	assert_content "$r/dir00/file000.txt" $'dir 0 file 0\n\n' "file after checkout"
+	[ -e "$r/dir19/file010.txt" ]
+	[ ! -e "$r/dir11/new1.txt" ]
+	timed checkout-back git -C "$r" checkout --progress -q main
+	assert_status 0
+	timed fsck git -C "$r" fsck --strict
+	assert_status 0
+	timed final-status git -C "$r" status --porcelain
+	assert_eq "$output" ""
+	assert_eq "$(git -C "$r" rev-list --count HEAD)" 4 "commits"
+	run git -C "$r" count-objects -v
+	assert_contains "$output" "count: 0" "no loose objects after gc"
+	assert_not_contains "$ALL_ERR" "Interrupted system call"
+	# POD side: the same repository, clean and intact.
+	run git -C "$ROOT/repo" fsck --strict
+	assert_status 0
+	run git -C "$ROOT/repo" status --porcelain
+	assert_eq "$output" "" "POD status"
+	echo "# $TIMES" >&3
+}
+
+@test "a 4 GiB sparse file: size exact, holes read as zeros, quickly" {
+	local t0 ms size=$((4 << 30))
+	t0=$(now_ms)
+	printf END | dd of="$MNT/sparse" bs=1 seek=$((size - 3)) conv=notrunc status=none
+	assert_eq "$(stat -c %s "$MNT/sparse")" "$size" "MNT size"
+	assert_eq "$(stat -c %s "$ROOT/sparse")" "$size" "POD size"
+	[ "$(alloc_kib "$ROOT/sparse")" -le 64 ]
+	local off
+	for off in 0 1024 2047 3000 4091; do
+		# 4 MiB at OFF MiB.
+		run bash -c 'dd if="$1" bs=1M skip="$2" count=4 status=none | cmp -n 4194304 - /dev/zero' _ "$MNT/sparse" "$off"
+		assert_status 0
+	done
+	# Unaligned reads across the 2 GiB and 4 GiB - 4 KiB boundaries.
+	run "$PY" - "$MNT/sparse" <<-'EOF'
+	import os, sys
+	size = 2**32
+	def expect(off, n):
+	    end = min(off + n, size)
+	    out = bytearray(end - off)
+	    for i in range(max(off, size - 3), end):
+	        out[i - off] = b"END"[i - (size - 3)]
+	    return bytes(out)
+	fd = os.open(sys.argv[1], os.O_RDONLY)
+	for off, n in ((2**31 - 7, 100000), (size - 4096 - 3, 4099), (size - 5, 100), (size, 10)):
+	    d = os.pread(fd, n, off)
+	    if d != expect(off, n):
+	        sys.exit("at %d: got %d bytes ending %r" % (off, len(d), d[-8:]))
+	print("ok")
+	EOF
+	assert_eq "$output" ok
+	assert_eq "$(tail -c 3 "$MNT/sparse")" END
+	ms=$(($(now_ms) - t0))
+	echo "# create + 20 MiB of reads: $ms ms" >&3
+	[ "$ms" -lt 15000 ]
+	# Overwrite in the middle, through the mount.
+	printf MID | dd of="$MNT/sparse" bs=1 seek=$((2 << 30)) conv=notrunc status=none
+	assert_eq "$(dd if="$ROOT/sparse" bs=1 skip=$((2 << 30)) count=3 status=none)" MID
+	assert_eq "$(stat -c %s "$MNT/sparse")" "$size" "size after the overwrite"
+}
+
+@test "a directory of 20,000 entries is listed exactly once each" {
+	local n=20000 t0
+	"$PY" - "$ROOT/big" "$n" <<-'EOF'
+	import os, sys
+	d, n = sys.argv[1], int(sys.argv[2])
+	os.mkdir(d)
+	for i in range(n):
+	    # Lengths from 7 to ~200 bytes, so replies span many pages.
+	    open(os.path.join(d, "e%05d%s" % (i, "-" * (i % 190))), "w").close()
+	EOF
+	t0=$(now_ms)
+	run bash -c 'ls -f "$1" | grep -v "^\.\.\?$" | sort | uniq -d' _ "$MNT/big"
+	assert_status 0
+	assert_eq "$output" "" "names listed more than once"
+	assert_eq "$(ls -f "$MNT/big" | grep -vc '^\.\.\?$')" "$n" "entries (ls -f)"
+	assert_eq "$(ls -A "$MNT/big" | wc -l)" "$n" "entries (ls -A)"
+	run diff <(ls -A "$MNT/big") <(ls -A "$ROOT/big")
+	assert_status 0
+	# ls -l stats every entry (READDIRPLUS).
+	assert_eq "$(ls -lA "$MNT/big" | grep -c '^-')" "$n" "regular files in ls -l"
+	assert_eq "$(find "$MNT/big" -type f | wc -l)" "$n" "find"
+	echo "# listing 20,000 entries 6 times: $(($(now_ms) - t0)) ms" >&3
+	# Half of them removed on the pod: the mount lists the other half.
+	"$PY" -c 'import os, sys
+d = sys.argv[1]
+for n in os.listdir(d):
+    if int(n[1:6]) % 2:
+        os.unlink(os.path.join(d, n))' "$ROOT/big"
+	poll_until 1 bash -c '[ "$(ls -A "$1" | wc -l)" = "$2" ]' _ "$MNT/big" $((n / 2)) || {
+		echo "# after the pod removed half: $(ls -A "$MNT/big" | wc -l) entries listed" >&3
+		return 1
+	}
+	run bash -c 'ls -A "$1" | sort | uniq -d' _ "$MNT/big"
+	assert_eq "$output" ""
+	# Creating 2,000 more through the mount.
+	"$PY" -c 'import os, sys
+for i in range(2000):
+    open(os.path.join(sys.argv[1], "m%04d" % i), "w").close()' "$MNT/big"
+	assert_eq "$(ls -A "$MNT/big" | wc -l)" $((n / 2 + 2000)) "entries after 2,000 creates"
+	assert_eq "$(ls -A "$ROOT/big" | wc -l)" $((n / 2 + 2000)) "POD entries"
+}
+
+@test "8 concurrent writers: own files and one shared O_APPEND log, every line whole" {
+	local w n=500 pids=()
+	cat >"$BATS_TEST_TMPDIR/writer.py" <<-'EOF'
+	import hashlib, os, sys
+	mnt, wid, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+	log = os.open(os.path.join(mnt, "shared.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+	own = os.open(os.path.join(mnt, "own%d.bin" % wid), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+	h = hashlib.sha256()
+	for j in range(n):
+	    line = b"writer %d line %04d %s\n" % (wid, j, b"abcdefghij"[: j % 11])
+	    if os.write(log, line) != len(line):
+	        sys.exit("short log write")
+	    block = hashlib.sha256(b"%d.%d" % (wid, j)).digest() * 128  # 4 KiB
+	    if os.write(own, block) != len(block):
+	        sys.exit("short write")
+	    h.update(block)
+	os.fsync(own)
+	os.close(own)
+	os.close(log)
+	print(h.hexdigest())
+	EOF
+	for w in 0 1 2 3 4 5 6 7; do
+		"$PY" "$BATS_TEST_TMPDIR/writer.py" "$MNT" "$w" "$n" >"$BATS_TEST_TMPDIR/sum$w" &
+		pids+=($!)
+	done
+	for w in "${pids[@]}"; do
+		wait "$w"
+	done
+	for w in 0 1 2 3 4 5 6 7; do
+		assert_eq "$(sha256sum <"$MNT/own$w.bin" | cut -d' ' -f1)" "$(cat "$BATS_TEST_TMPDIR/sum$w")" "MNT own$w.bin"
+		assert_eq "$(sha256sum <"$ROOT/own$w.bin" | cut -d' ' -f1)" "$(cat "$BATS_TEST_TMPDIR/sum$w")" "POD own$w.bin"
+	done
+	run "$PY" - "$MNT/shared.log" 8 "$n" <<-'EOF'
+	import re, sys
+	path, nw, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+	lines = open(path, "rb").read().split(b"\n")
+	bad, seen = [], {}
+	if lines[-1] != b"":
+	    bad.append("no newline at the end: %r" % lines[-1][:40])
+	for ln in lines[:-1]:
+	    m = re.fullmatch(rb"writer (\d) line (\d{4}) ([a-j]*)", ln)
+	    if not m or m.group(3) != b"abcdefghij"[: int(m.group(2)) % 11]:
+	        bad.append("torn line %r" % ln[:60])
+	        continue
+	    w, j = int(m.group(1)), int(m.group(2))
+	    if j != seen.get(w, -1) + 1:
+	        bad.append("writer %d: line %d after %d" % (w, j, seen.get(w, -1)))
+	    seen[w] = j
+	for w in range(nw):
+	    if seen.get(w, -1) != n - 1:
+	        bad.append("writer %d: last line %d" % (w, seen.get(w, -1)))
+	print("%d lines, %d problems %s" % (len(lines) - 1, len(bad), bad[:5]))
+	EOF
+	assert_eq "$output" "4000 lines, 0 problems []" "MNT shared.log"
+	run cmp "$MNT/shared.log" "$ROOT/shared.log"
+	assert_status 0
+}

@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * Unit tests of wsfs's nodeid table (fusefs/node.c): lookup counting and
+ * forget as the FUSE protocol has them, path building, rename (plain,
+ * over an existing name, RENAME_EXCHANGE), unlink of open files, name
+ * validation, replaced files getting new nodeids, hard links sharing a node,
+ * the watch-path resolver,
+ * and a table large enough to make the hash tables grow.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "node.h"
+
+#define REG S_IFREG
+#define DIR_ S_IFDIR
+
+static int setup(void **state)
+{
+	struct node_table *t;
+
+	if (node_table_new(&t) < 0)
+		return -1;
+	*state = t;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	node_table_free(*state);
+	return 0;
+}
+
+static uint64_t add(struct node_table *t, uint64_t parent, const char *name, uint64_t ino,
+		    uint32_t mode)
+{
+	uint64_t id = 0;
+
+	assert_int_equal(node_lookup(t, parent, name, strlen(name), ino, mode, 1, &id), 0);
+	assert_true(id > NODE_ROOT_ID);
+	return id;
+}
+
+static uint64_t add_links(struct node_table *t, uint64_t parent, const char *name, uint64_t ino,
+			  uint32_t nlink)
+{
+	uint64_t id = 0;
+
+	assert_int_equal(node_lookup(t, parent, name, strlen(name), ino, REG, nlink, &id), 0);
+	return id;
+}
+
+static void assert_path(struct node_table *t, uint64_t id, const char *want)
+{
+	char *p = NULL;
+	size_t len = 0;
+
+	assert_int_equal(node_path(t, id, &p, &len), 0);
+	assert_string_equal(p, want);
+	assert_int_equal(len, strlen(want));
+	free(p);
+}
+
+static void test_root(void **state)
+{
+	struct node_table *t = *state;
+	struct node_info info;
+
+	assert_path(t, NODE_ROOT_ID, "");
+	assert_int_equal(node_count(t), 1);
+	assert_int_equal(node_info(t, NODE_ROOT_ID, &info), 0);
+	assert_true(info.attached);
+	assert_int_equal(info.ino, 0);
+	assert_int_equal(node_set_ino(t, NODE_ROOT_ID, 77, S_IFDIR | 0755), 0);
+	assert_int_equal(node_info(t, NODE_ROOT_ID, &info), 0);
+	assert_int_equal(info.ino, 77);
+	assert_int_equal(info.mode, S_IFDIR);
+	/* The root is never freed. */
+	node_forget(t, NODE_ROOT_ID, 100);
+	assert_int_equal(node_count(t), 1);
+	assert_int_equal(node_info(t, 12345, &info), -ESTALE);
+}
+
+static void test_lookup_counts_and_forget(void **state)
+{
+	struct node_table *t = *state;
+	struct node_info info;
+	uint64_t a, a2, b;
+
+	a = add(t, NODE_ROOT_ID, "a", 10, DIR_);
+	a2 = add(t, NODE_ROOT_ID, "a", 10, DIR_ | 0755);
+	assert_int_equal(a, a2); /* same name, same file: same nodeid */
+	assert_int_equal(node_info(t, a, &info), 0);
+	assert_int_equal(info.nlookup, 2);
+	b = add(t, a, "b", 11, REG);
+	assert_path(t, b, "a/b");
+	assert_int_equal(node_count(t), 3);
+
+	/* a's lookups gone, but its child still names it. */
+	assert_int_equal(node_forget(t, a, 2), 0);
+	assert_int_equal(node_count(t), 3);
+	assert_path(t, b, "a/b");
+	/* Forgetting b frees b and then a. */
+	assert_int_equal(node_forget(t, b, 5), 0); /* clamped */
+	assert_int_equal(node_count(t), 1);
+	assert_int_equal(node_path(t, b, &(char *){ NULL }, NULL), -ESTALE);
+	/* Unknown ids are ignored. */
+	assert_int_equal(node_forget(t, 999999, 1), 0);
+	/* Nodeids are never reused. */
+	assert_true(add(t, NODE_ROOT_ID, "a", 10, DIR_) > b);
+}
+
+static void test_names(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t id;
+	char big[NODE_NAME_MAX + 2];
+	const char bin[] = { 'x', (char)0xff, 'y' };
+
+	assert_false(node_name_ok("", 0));
+	assert_false(node_name_ok(".", 1));
+	assert_false(node_name_ok("..", 2));
+	assert_false(node_name_ok("a/b", 3));
+	assert_false(node_name_ok("a\0b", 3));
+	assert_true(node_name_ok("...", 3));
+	assert_true(node_name_ok(".git", 4));
+	memset(big, 'n', sizeof(big));
+	assert_true(node_name_ok(big, NODE_NAME_MAX));
+	assert_false(node_name_ok(big, NODE_NAME_MAX + 1));
+	assert_int_equal(node_lookup(t, NODE_ROOT_ID, "a/b", 3, 1, REG, 1, &id), -EINVAL);
+	assert_int_equal(node_lookup(t, NODE_ROOT_ID, "..", 2, 1, REG, 1, &id), -EINVAL);
+	assert_int_equal(node_lookup(t, 4242, "x", 1, 1, REG, 1, &id), -ESTALE);
+
+	/* Bytes are kept exactly: no normalisation, no case folding. */
+	assert_int_equal(node_lookup(t, NODE_ROOT_ID, bin, sizeof(bin), 5, REG, 1, &id), 0);
+	{
+		char *p = NULL;
+		size_t len = 0;
+
+		assert_int_equal(node_path(t, id, &p, &len), 0);
+		assert_int_equal(len, 3);
+		assert_memory_equal(p, bin, 3);
+		free(p);
+	}
+	assert_true(add(t, NODE_ROOT_ID, "A", 6, REG) != add(t, NODE_ROOT_ID, "a", 7, REG));
+	{
+		char *p = NULL;
+
+		assert_int_equal(node_child_path(t, id, "kid", 3, &p, NULL), 0);
+		assert_memory_equal(p, "x\xffy/kid", 7);
+		free(p);
+		assert_int_equal(node_child_path(t, NODE_ROOT_ID, "kid", 3, &p, NULL), 0);
+		assert_string_equal(p, "kid");
+		free(p);
+		assert_int_equal(node_child_path(t, NODE_ROOT_ID, "k/d", 3, &p, NULL), -EINVAL);
+	}
+}
+
+static void test_replaced_file_gets_new_node(void **state)
+{
+	struct node_table *t = *state;
+	struct node_info info;
+	uint64_t f1, f2, f3;
+
+	f1 = add(t, NODE_ROOT_ID, "f", 100, REG);
+	f2 = add(t, NODE_ROOT_ID, "f", 101, REG); /* replaced in the pod */
+	assert_true(f2 != f1);
+	assert_int_equal(node_info(t, f1, &info), 0);
+	assert_false(info.attached); /* kept for the kernel's lookups */
+	assert_int_equal(node_path(t, f1, &(char *){ NULL }, NULL), -ESTALE);
+	assert_path(t, f2, "f");
+	/* Same inode number but another type: also new. */
+	f3 = add(t, NODE_ROOT_ID, "f", 101, DIR_);
+	assert_true(f3 != f2);
+	node_forget(t, f1, 1);
+	node_forget(t, f2, 1);
+	assert_int_equal(node_info(t, f1, &info), -ESTALE);
+	assert_int_equal(node_count(t), 2);
+}
+
+static void test_rename(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t d1, d2, x, y, sub;
+	struct node_info info;
+
+	d1 = add(t, NODE_ROOT_ID, "d1", 1, DIR_);
+	d2 = add(t, NODE_ROOT_ID, "d2", 2, DIR_);
+	x = add(t, d1, "x", 3, REG);
+	sub = add(t, d1, "sub", 4, DIR_);
+	y = add(t, sub, "y", 5, REG);
+
+	/* Plain move across directories. */
+	assert_int_equal(node_rename(t, d1, "x", 1, d2, "x2", 2, false), 0);
+	assert_path(t, x, "d2/x2");
+	/* A directory move carries its subtree. */
+	assert_int_equal(node_rename(t, d1, "sub", 3, d2, "sub", 3, false), 0);
+	assert_path(t, y, "d2/sub/y");
+	/* Into itself: refused. */
+	assert_int_equal(node_rename(t, d2, "sub", 3, sub, "loop", 4, false), -EINVAL);
+
+	/* Over an existing name (mv x.lock x): the old target is detached. */
+	{
+		uint64_t a = add(t, NODE_ROOT_ID, "x", 20, REG);
+		uint64_t lock = add(t, NODE_ROOT_ID, "x.lock", 21, REG);
+
+		assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.lock", 6, NODE_ROOT_ID, "x", 1,
+					     false),
+				 0);
+		assert_path(t, lock, "x");
+		assert_int_equal(node_info(t, a, &info), 0);
+		assert_false(info.attached);
+		/* A lookup of x now finds the moved node. */
+		assert_int_equal(add(t, NODE_ROOT_ID, "x", 21, REG), lock);
+	}
+
+	/* RENAME_EXCHANGE swaps the names. */
+	{
+		uint64_t p = add(t, NODE_ROOT_ID, "p", 30, REG);
+		uint64_t q = add(t, NODE_ROOT_ID, "q", 31, DIR_);
+
+		assert_int_equal(node_rename(t, NODE_ROOT_ID, "p", 1, NODE_ROOT_ID, "q", 1, true), 0);
+		assert_path(t, p, "q");
+		assert_path(t, q, "p");
+	}
+
+	/* Names the table never saw: nothing to move, no error. */
+	assert_int_equal(node_rename(t, NODE_ROOT_ID, "nope", 4, NODE_ROOT_ID, "nope2", 5, false), 0);
+	/* The unknown source replaced a known target: the target is detached. */
+	{
+		uint64_t k = add(t, NODE_ROOT_ID, "known", 40, REG);
+
+		assert_int_equal(node_rename(t, NODE_ROOT_ID, "unknown", 7, NODE_ROOT_ID, "known", 5,
+					     false),
+				 0);
+		assert_int_equal(node_info(t, k, &info), 0);
+		assert_false(info.attached);
+	}
+	assert_int_equal(node_rename(t, 777777, "a", 1, NODE_ROOT_ID, "b", 1, false), -ESTALE);
+}
+
+static void test_unlink_and_open_files(void **state)
+{
+	struct node_table *t = *state;
+	struct node_fh fh1, fh2, *got;
+	struct node_info info;
+	uint64_t f;
+
+	f = add(t, NODE_ROOT_ID, "open", 50, REG);
+	assert_int_equal(node_fh_add(t, f, &fh1), 0);
+	assert_int_equal(node_fh_add(t, f, &fh2), 0);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_int_equal(info.open_files, 2);
+
+	/* rm of an open file: no path, node alive, handle reachable. */
+	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "open", 4), f);
+	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "open", 4), 0);
+	node_forget(t, f, 1);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_false(info.attached);
+	got = node_fh_get(t, f);
+	assert_ptr_equal(got, &fh2); /* most recent first */
+	assert_false(node_fh_put(t, got));
+	/* Close both: the last put frees the node. */
+	assert_true(node_fh_put(t, &fh2));
+	assert_int_equal(node_info(t, f, &info), 0);
+	node_fh_ref(t, &fh1);
+	assert_false(node_fh_put(t, &fh1));
+	assert_true(node_fh_put(t, &fh1));
+	assert_int_equal(node_info(t, f, &info), -ESTALE);
+	assert_null(node_fh_get(t, NODE_ROOT_ID));
+	assert_int_equal(node_fh_add(t, 999999, &fh1), -ESTALE);
+	assert_int_equal(node_count(t), 1);
+}
+
+static void test_hard_links(void **state)
+{
+	struct node_table *t = *state;
+	struct node_info info;
+	uint64_t d, f, g, h, lone;
+
+	d = add(t, NODE_ROOT_ID, "d", 1, DIR_);
+	f = add_links(t, NODE_ROOT_ID, "f", 60, 1);
+	/* ln f d/g: the lookup of g (nlink 2) joins f's node. */
+	g = add_links(t, d, "g", 60, 2);
+	assert_int_equal(g, f);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_int_equal(info.names, 2);
+	assert_int_equal(info.nlookup, 2);
+	assert_path(t, f, "d/g"); /* the most recently confirmed name */
+	assert_int_equal(add_links(t, NODE_ROOT_ID, "f", 60, 2), f);
+	assert_path(t, f, "f");
+
+	/* The first name vanished in the pod: fall back to the other. */
+	assert_int_equal(node_drop_first_name(t, f), 0);
+	assert_path(t, f, "d/g");
+	assert_int_equal(node_drop_first_name(t, f), -ENOENT); /* the last name stays */
+	assert_int_equal(add_links(t, NODE_ROOT_ID, "f", 60, 2), f);
+
+	/* rm f: the node keeps its other name. */
+	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "f", 1), f);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_true(info.attached);
+	assert_path(t, f, "d/g");
+	/* Renaming one link over another of the same file does nothing. */
+	h = add_links(t, d, "h", 60, 2);
+	assert_int_equal(h, f);
+	assert_int_equal(node_rename(t, d, "g", 1, d, "h", 1, false), 0);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_int_equal(info.names, 2);
+
+	/* nlink 1 under another name with the same inode number: not merged
+	 * (a renamed-away or reused inode), and detached nodes never join. */
+	lone = add_links(t, NODE_ROOT_ID, "lone", 60, 1);
+	assert_true(lone != f);
+	node_unlink(t, d, "g", 1);
+	node_unlink(t, d, "h", 1);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_false(info.attached);
+	assert_true(add_links(t, NODE_ROOT_ID, "again", 60, 2) != f);
+	/* Directories are never merged. */
+	assert_true(add(t, NODE_ROOT_ID, "dd", 1, DIR_) != d);
+	assert_path(t, d, "d");
+}
+
+static void test_seen(void **state)
+{
+	struct node_table *t = *state;
+	struct node_seen s = { .valid = true, .ino = 9, .size = 3, .mtime_ns = 123 };
+	struct node_info info;
+	uint64_t f = add(t, NODE_ROOT_ID, "s", 9, REG);
+
+	node_seen_set(t, f, &s);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_true(info.seen.valid);
+	assert_int_equal(info.seen.mtime_ns, 123);
+	node_seen_set(t, f, NULL);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_false(info.seen.valid);
+}
+
+static void test_resolve(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t a, b, parent, id;
+	const char *name;
+	size_t len;
+
+	a = add(t, NODE_ROOT_ID, "a", 1, DIR_);
+	b = add(t, a, "b", 2, REG);
+
+	assert_int_equal(node_resolve(t, "a/b", 3, &parent, &id, &name, &len), 0);
+	assert_int_equal(parent, a);
+	assert_int_equal(id, b);
+	assert_int_equal(len, 1);
+	assert_memory_equal(name, "b", 1);
+	/* Leading '/', "." and doubled '/' are skipped. */
+	assert_int_equal(node_resolve(t, "/./a//b/", 8, &parent, &id, &name, &len), 0);
+	assert_int_equal(id, b);
+	/* Unknown last name: the parent is still known (negative dentry). */
+	assert_int_equal(node_resolve(t, "a/new", 5, &parent, &id, &name, &len), 0);
+	assert_int_equal(parent, a);
+	assert_int_equal(id, 0);
+	assert_memory_equal(name, "new", 3);
+	/* Unknown parent. */
+	assert_int_equal(node_resolve(t, "zz/b", 4, &parent, &id, &name, &len), 0);
+	assert_int_equal(parent, 0);
+	assert_int_equal(id, 0);
+	/* The root and ".." are not names. */
+	assert_int_equal(node_resolve(t, "", 0, &parent, &id, &name, &len), -EINVAL);
+	assert_int_equal(node_resolve(t, "/", 1, &parent, &id, &name, &len), -EINVAL);
+	assert_int_equal(node_resolve(t, "a/../b", 6, &parent, &id, &name, &len), -EINVAL);
+	assert_int_equal(node_resolve(t, "a/..", 4, &parent, &id, &name, &len), -EINVAL);
+}
+
+static void test_snapshot(void **state)
+{
+	struct node_table *t = *state;
+	struct node_ref *refs;
+	size_t n, named = 0;
+	uint64_t a = add(t, NODE_ROOT_ID, "a", 1, DIR_);
+
+	add(t, a, "b", 2, REG);
+	add(t, NODE_ROOT_ID, "c", 3, REG);
+	node_unlink(t, NODE_ROOT_ID, "c", 1); /* held by its lookup, detached */
+	assert_int_equal(node_snapshot(t, &refs, &n), 0);
+	assert_int_equal(n, 4);
+	for (size_t i = 0; i < n; i++) {
+		if (refs[i].name) {
+			named++;
+			assert_true(refs[i].parent != 0);
+			assert_int_equal(strlen(refs[i].name), refs[i].name_len);
+		}
+	}
+	assert_int_equal(named, 2);
+	node_snapshot_free(refs, n);
+}
+
+/* Enough nodes to grow both hash tables many times, then free them all. */
+static void test_many(void **state)
+{
+	struct node_table *t = *state;
+	enum { N = 20000 };
+	static uint64_t ids[N];
+	uint64_t dir = add(t, NODE_ROOT_ID, "big", 1, DIR_);
+	char name[32];
+
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "file_%05d", i);
+		ids[i] = add(t, dir, name, 1000 + (uint64_t)i, REG);
+	}
+	assert_int_equal(node_count(t), N + 2);
+	for (int i = 0; i < N; i += 997) {
+		char want[48];
+
+		snprintf(want, sizeof(want), "big/file_%05d", i);
+		assert_path(t, ids[i], want);
+		snprintf(name, sizeof(name), "file_%05d", i);
+		assert_int_equal(add(t, dir, name, 1000 + (uint64_t)i, REG), ids[i]);
+		node_forget(t, ids[i], 1);
+	}
+	for (int i = 0; i < N; i++)
+		node_forget(t, ids[i], 1);
+	assert_int_equal(node_count(t), 2);
+	node_forget(t, dir, 1);
+	assert_int_equal(node_count(t), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_root, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_counts_and_forget, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replaced_file_gets_new_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rename, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
