@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,6 +24,7 @@
 #include "config.h"
 #include "exec.h"
 #include "fsops.h"
+#include "watch.h"
 #include "wsb.h"
 
 #define DEFAULT_ROOT "/workspace"
@@ -46,10 +48,16 @@ static void usage(FILE *f)
 		"      --log-level LEVEL  error, warning, notice (default), info, debug\n"
 		"      --view-limit BYTES largest file ViewFile returns (default %zu)\n"
 		"      --max-handles N    open file handles allowed (default 4096)\n"
+		"      --max-procs N      commands running at once (default %u)\n"
+		"      --journal-size BYTES  output kept per command and stream for Exec.Attach\n"
+		"                         (default %zu)\n"
+		"      --exit-keep SECONDS  how long an exit status is kept after the command\n"
+		"                         ends (default %llu)\n"
 		"      --threads N        completion-queue threads (default 4)\n"
 		"  -h, --help             show this help\n"
 		"  -V, --version          show the version\n",
-		AGENTD_VIEW_LIMIT_DEFAULT);
+		AGENTD_VIEW_LIMIT_DEFAULT, EXEC_MAX_PROCESSES_DEFAULT, EXEC_JOURNAL_DEFAULT,
+		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000));
 }
 
 /* True for a listen address that only this machine can reach. */
@@ -147,8 +155,8 @@ static void on_drained(void *arg)
 	struct app *app = arg;
 
 	wsb_info("all calls ended");
-	/* Commands whose calls are gone (none outlive their call yet). */
-	exec_table_kill_all(app->ad.exec);
+	/* Commands still running, whose calls are gone by now. */
+	exec_table_kill_all(app->ad.exec, EXEC_KILLED_SHUTDOWN);
 	uv_signal_stop(&app->sigterm);
 	uv_signal_stop(&app->sigint);
 	uv_close((uv_handle_t *)&app->sigterm, NULL);
@@ -165,6 +173,7 @@ static void app_stop(struct app *app, const char *why)
 	wsb_notice("%s: draining calls (up to %d s)", why, DRAIN_GRACE_MS / 1000);
 	/* Running calls, exec included, may finish within the grace period;
 	 * then they are cancelled, which kills their commands. */
+	watch_shutdown(svc_workspace_watcher()); /* Watch streams never end by themselves */
 	rpc_server_shutdown(app->server, DRAIN_GRACE_MS, on_drained, app);
 }
 
@@ -194,6 +203,9 @@ int main(int argc, char **argv)
 		{"view-limit", required_argument, NULL, 'v'},
 		{"max-handles", required_argument, NULL, 'm'},
 		{"threads", required_argument, NULL, 'T'},
+		{"max-procs", required_argument, NULL, 'P'},
+		{"journal-size", required_argument, NULL, 'J'},
+		{"exit-keep", required_argument, NULL, 'K'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -202,6 +214,7 @@ int main(int argc, char **argv)
 	const char *listen[MAX_LISTEN];
 	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
 	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096;
+	struct exec_config exec_cfg = { .cgroups = true };
 	char *token = NULL, *end;
 	static struct app app;
 	struct rpc_server_config cfg = {0};
@@ -233,6 +246,30 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'P':
+		case 'J':
+		case 'K': {
+			unsigned long long v;
+			const char *name = c == 'P' ? "max-procs" : c == 'J' ? "journal-size" : "exit-keep";
+
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || v == 0 || optarg[0] == '-' ||
+			    (c == 'P' && v > 100000) ||
+			    (c == 'J' && (v < EXEC_JOURNAL_MIN || v > EXEC_JOURNAL_MAX)) ||
+			    (c == 'K' && v > 366ULL * 24 * 3600)) {
+				fprintf(stderr, "agentd: bad number '%s' for --%s%s\n", optarg, name,
+					c == 'J' ? " (4096 to 1073741824 bytes)" : "");
+				return 2;
+			}
+			if (c == 'P')
+				exec_cfg.max_running = (unsigned)v;
+			else if (c == 'J')
+				exec_cfg.journal_bytes = (size_t)v;
+			else
+				exec_cfg.exit_keep_ms = v * 1000;
+			break;
+		}
 		case 'v':
 		case 'm':
 		case 'T': {
@@ -296,6 +333,11 @@ int main(int argc, char **argv)
 	}
 
 	signal(SIGPIPE, SIG_IGN);
+	/* Orphans of commands (a daemon's double fork) become agentd's
+	 * children, which exec.c's SIGCHLD reaper reaps; as PID 1 in a
+	 * container they are agentd's anyway (prctl(2)). */
+	if (getpid() != 1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+		wsb_info("cannot become a child subreaper: %s", strerror(errno));
 	r = resolve_root_open(root, &app.ad.root);
 	if (r < 0) {
 		wsb_err("cannot open workspace root '%s': %s", root, strerror(-r));
@@ -307,7 +349,7 @@ int main(int argc, char **argv)
 	app.ad.max_handles = (unsigned)max_handles;
 	r = fsops_handles_new(app.ad.max_handles, &app.ad.handles);
 	if (r == 0)
-		r = exec_table_new(loop, EXEC_MAX_PROCESSES_DEFAULT, &app.ad.exec);
+		r = exec_table_new(loop, &exec_cfg, &app.ad.exec);
 	if (r < 0) {
 		wsb_err("cannot start: %s", strerror(-r));
 		return 1;
@@ -362,6 +404,7 @@ int main(int argc, char **argv)
 	uv_run(loop, UV_RUN_DEFAULT);
 
 	rpc_server_free(app.server);
+	watch_free(svc_workspace_watcher());
 	stdio_serve_stop();
 	uv_run(loop, UV_RUN_DEFAULT); /* close callbacks */
 	exec_table_free(app.ad.exec);

@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file
- * The exec services: wsbridge.v1.Exec/Start (a server stream of a command's
- * pid, output and exit) and ManageAgentOps/ExecuteCommands (Dev_Agent's
- * unary call that runs a list of shell commands and returns a transcript).
- * Both translate between messages and the process runner in exec.c.
+ * The exec services: wsbridge.v1.Exec (Start, Attach, WriteStdin, Resize,
+ * Signal, List, Wait) and ManageAgentOps/ExecuteCommands (Dev_Agent's unary
+ * call that runs a list of shell commands and returns a transcript). They
+ * translate between messages and the process table in exec.c.
+ *
+ * Start and Attach are server streams fed by a watcher of the process
+ * (exec.h): Start's is lossless (a slow client slows the command down, as a
+ * pipe would), Attach's never slows the command and reports what fell out of
+ * the journal as ExecLost. One event is in flight per call (rpc_send); the
+ * watcher is the queue, so nothing is buffered here.
  *
  * Runs on the loop thread only (RPC_ON_LOOP): the handlers, the rpc
  * callbacks and the exec callbacks all run there, so there are no locks.
@@ -26,18 +32,18 @@
 #include "wsbridge.pb-c.h"
 
 /** Largest ExecOutput.data, bytes (wsbridge.proto: chunks of at most 1 MiB). */
-#define START_SEND_MAX ((size_t)1024 * 1024)
-/** Output queued behind a send above which reading pauses, bytes. */
-#define START_QUEUE_HIGH ((size_t)1024 * 1024)
-/** Queued output below which reading resumes, bytes. */
-#define START_QUEUE_LOW ((size_t)256 * 1024)
+#define SEND_MAX ((size_t)1024 * 1024)
 /** Most env entries in one request (they are merged in O(n * environ)). */
 #define START_MAX_ENV 4096
+/** Longest TERM, bytes. */
+#define TERM_MAX 256
 
 /** ExecuteCommands: timeout of each command, ms (Dev_Agent had none). */
 #define COMMANDS_TIMEOUT_MS ((uint64_t)10 * 60 * 1000)
 /** ExecuteCommands: output kept per command (head and tail), bytes. */
 #define COMMANDS_CAPTURE_MAX ((size_t)1024 * 1024)
+/** ExecuteCommands: journal per command (it is read as it comes), bytes. */
+#define COMMANDS_JOURNAL ((size_t)256 * 1024)
 /**
  * ExecuteCommands: largest transcript, bytes; a client with grpcio's default
  * 4 MiB receive limit must be able to read the reply.
@@ -54,7 +60,7 @@
 /* The process table; main.c creates it, this is a fallback. */
 static struct exec_table *table_of(struct agentd *ad)
 {
-	if (!ad->exec && exec_table_new(ad->loop, EXEC_MAX_PROCESSES_DEFAULT, &ad->exec) < 0)
+	if (!ad->exec && exec_table_new(ad->loop, NULL, &ad->exec) < 0)
 		return NULL;
 	return ad->exec;
 }
@@ -123,113 +129,216 @@ static uint64_t timeout_with_deadline(uint64_t timeout_ms, struct rpc_call *call
 	return timeout_ms && timeout_ms < d ? timeout_ms : d;
 }
 
-/* ---- Exec/Start ---- */
-
-enum ev_kind { EV_STARTED, EV_STDOUT, EV_STDERR, EV_EXITED };
-
-/* One queued ExecEvent; output events grow by coalescing. */
-struct ev {
-	struct ev *next;
-	enum ev_kind kind;
-	uint64_t offset;
-	size_t len, cap;
-	uint8_t *data;
-};
-
-struct start_ctx {
-	struct rpc_call *call;      /* NULL once the call ended */
-	struct exec_process *proc;  /* NULL once exited */
-	struct ev *head, *tail;     /* events not yet handed to rpc_send */
-	size_t queued;              /* output bytes in the queue */
-	bool sending;               /* an rpc_send is outstanding */
-	bool paused;                /* we paused the process's reading */
-	bool end_wanted;            /* failed while sending: end on sent */
-	int end_code;               /* ... with this status */
-	const char *end_msg;        /* ... and message (static) */
-	uint32_t pid;
-	struct exec_exit ex;
-};
-
-static void ev_free(struct ev *e)
+/* "process 12" or "process 12 ('tag')", for messages. */
+static const char *proc_name(const struct exec_process *p, char *buf, size_t size)
 {
-	free(e->data);
-	free(e);
-}
-
-static void start_queue_drop(struct start_ctx *ctx)
-{
-	struct ev *e;
-
-	while ((e = ctx->head)) {
-		ctx->head = e->next;
-		ev_free(e);
-	}
-	ctx->tail = NULL;
-	ctx->queued = 0;
-}
-
-static void start_maybe_free(struct start_ctx *ctx)
-{
-	if (ctx->call || ctx->proc)
-		return;
-	start_queue_drop(ctx);
-	free(ctx);
+	if (*exec_tag(p))
+		snprintf(buf, size, "process %llu ('%s')", (unsigned long long)exec_id(p),
+			 exec_tag(p));
+	else
+		snprintf(buf, size, "process %llu", (unsigned long long)exec_id(p));
+	return buf;
 }
 
 /*
- * End the call (once), with @p code and static message @p msg; kills the
- * process if it still runs.
+ * The process a ProcessRef names: by id, or by tag when id is 0. Answers the
+ * call (INVALID_ARGUMENT, NOT_FOUND "unknown process") and returns NULL when
+ * there is none.
  */
-static void start_end(struct start_ctx *ctx, int code, const char *msg)
+static struct exec_process *ref_find(struct rpc_call *call, struct agentd *ad,
+				     const Wsbridge__V1__ProcessRef *ref)
 {
-	struct rpc_call *call = ctx->call;
+	struct exec_table *t = table_of(ad);
+	struct exec_process *p;
+	char *q;
 
-	if (!call)
+	if (!t) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (!ref || (ref->id == 0 && (!ref->tag || !*ref->tag))) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "name the process: set process.id, or process.tag with id 0");
+		return NULL;
+	}
+	if (ref->id) {
+		p = exec_find(t, ref->id);
+		if (!p)
+			rpc_finish(call, WSB_NOT_FOUND, ESRCH,
+				   "unknown process %llu (never started here, or its exit "
+				   "status is no longer kept)",
+				   (unsigned long long)ref->id);
+		return p;
+	}
+	p = exec_find_tag(t, ref->tag);
+	if (!p) {
+		q = wsb_escape(ref->tag, strlen(ref->tag), ESC_MAX);
+		rpc_finish(call, WSB_NOT_FOUND, ESRCH,
+			   "unknown process tag '%s' (never started here, or its exit status is "
+			   "no longer kept)",
+			   q ? q : "?");
+		free(q);
+	}
+	return p;
+}
+
+static void exit_to_msg(const struct exec_exit *in, Wsbridge__V1__ExecExit *out)
+{
+	out->code = in->code;
+	out->signal = in->signal;
+	out->timed_out = in->timed_out;
+	out->core_dumped = in->core_dumped;
+	out->killed_by = (Wsbridge__V1__KilledBy)in->killed_by;
+}
+
+/*
+ * Fill @p pi from @p p. @p argv gets room for the argv entries (borrowed
+ * strings of @p p) and @p ex the exit; the caller frees *argv.
+ */
+static int info_to_msg(const struct exec_process *p, Wsbridge__V1__ProcessInfo *pi,
+		       Wsbridge__V1__ExecExit *ex, ProtobufCBinaryData **argv)
+{
+	struct exec_info in;
+	size_t i;
+
+	exec_get_info(p, &in);
+	*argv = calloc(in.argc ? in.argc : 1, sizeof(**argv));
+	if (!*argv)
+		return -ENOMEM;
+	for (i = 0; i < in.argc; i++) {
+		(*argv)[i].data = (uint8_t *)in.argv[i];
+		(*argv)[i].len = strlen(in.argv[i]);
+	}
+	pi->id = in.id;
+	pi->pid = (uint32_t)in.pid;
+	pi->tag = (char *)in.tag;
+	pi->n_argv = in.argc;
+	pi->argv = *argv;
+	pi->cwd.data = (uint8_t *)in.cwd;
+	pi->cwd.len = in.cwd_len;
+	pi->start_time_ns = in.start_ns;
+	pi->end_time_ns = in.end_ns;
+	pi->stdout_bytes = in.bytes[EXEC_STDOUT];
+	pi->stderr_bytes = in.bytes[EXEC_STDERR];
+	pi->pty = in.pty;
+	if (in.state == EXEC_EXITED) {
+		pi->state = WSBRIDGE__V1__PROCESS_STATE__EXITED;
+		exit_to_msg(&in.exit, ex);
+		pi->exit = ex;
+	} else {
+		pi->state = WSBRIDGE__V1__PROCESS_STATE__RUNNING;
+	}
+	return 0;
+}
+
+/* ---- Exec/Start and Exec/Attach: a stream of one process's events ---- */
+
+struct stream_ctx {
+	struct rpc_call *call;       /* NULL once the call ended */
+	struct exec_watch *w;        /* NULL when not watching (detach, ended) */
+	uint64_t id;
+	uint32_t pid;
+	char tag[EXEC_TAG_MAX + 1];
+	bool kill_on_detach;         /* Start: the command dies with the call */
+	bool detach;                 /* Start: end after the started event */
+	bool no_follow;              /* Attach: end once caught up */
+	bool started_sent;
+	bool sending;                /* an rpc_send is outstanding */
+	bool done;                   /* the last event is on its way */
+	bool end_wanted;             /* ended while sending: finish on sent */
+	int end_code;
+	const char *end_msg;         /* static */
+};
+
+static void stream_maybe_free(struct stream_ctx *c)
+{
+	if (!c->call && !c->sending)
+		free(c);
+}
+
+/* Stop watching; a kill_on_detach command that still runs dies (DETACHED). */
+static void stream_unwatch(struct stream_ctx *c)
+{
+	struct exec_process *p;
+
+	if (!c->w)
 		return;
-	if (ctx->proc)
-		exec_kill(ctx->proc);
-	start_queue_drop(ctx);
-	if (ctx->sending && code != WSB_OK) {
-		/* Let the outstanding send complete first (it fails fast once
-		 * the call is cancelled); start_sent ends the call. */
-		ctx->end_wanted = true;
-		ctx->end_code = code;
-		ctx->end_msg = msg;
+	p = exec_watch_process(c->w);
+	if (c->kill_on_detach && !exec_exited(p)) {
+		wsb_debug("exec: the call of process %llu ended: killing it (kill_on_detach)",
+			  (unsigned long long)c->id);
+		exec_kill(p, EXEC_KILLED_DETACHED);
+	}
+	exec_watch_free(c->w);
+	c->w = NULL;
+}
+
+/* End the call (once) with @p code and static message @p msg. */
+static void stream_end(struct stream_ctx *c, int code, const char *msg)
+{
+	struct rpc_call *call = c->call;
+
+	if (!call || c->end_wanted)
+		return;
+	stream_unwatch(c);
+	if (c->sending && code != WSB_OK) {
+		/* One operation at a time: the outstanding send completes
+		 * first (fast, once the call is cancelled). */
+		c->end_wanted = true;
+		c->end_code = code;
+		c->end_msg = msg;
 		return;
 	}
-	ctx->call = NULL;
+	c->call = NULL;
 	if (code == WSB_OK)
 		rpc_finish(call, WSB_OK, 0, NULL);
 	else
 		rpc_finish(call, code, 0, "%s", msg);
 }
 
-static void start_sent(struct rpc_call *call, bool ok, void *arg);
+static void stream_sent(struct rpc_call *call, bool ok, void *arg);
 
-/* Send the next queued event if no send is outstanding. */
-static void start_pump(struct start_ctx *ctx)
+static void stream_send(struct stream_ctx *c, const ProtobufCMessage *msg)
+{
+	/* rpc_send packs the message before it returns. */
+	if (rpc_send(c->call, msg, stream_sent, c) < 0)
+		stream_end(c, WSB_CANCELLED, "the call was cancelled");
+	else
+		c->sending = true;
+}
+
+/* Send the next event if none is outstanding. */
+static void stream_pump(struct stream_ctx *c)
 {
 	Wsbridge__V1__ExecEvent ev = WSBRIDGE__V1__EXEC_EVENT__INIT;
+	Wsbridge__V1__ExecStarted started = WSBRIDGE__V1__EXEC_STARTED__INIT;
 	Wsbridge__V1__ExecOutput out = WSBRIDGE__V1__EXEC_OUTPUT__INIT;
 	Wsbridge__V1__ExecExit ex = WSBRIDGE__V1__EXEC_EXIT__INIT;
-	struct ev *e = ctx->head;
-	Wsbridge__V1__ExecStarted started = WSBRIDGE__V1__EXEC_STARTED__INIT;
-	int r;
+	Wsbridge__V1__ExecLost lost = WSBRIDGE__V1__EXEC_LOST__INIT;
+	struct exec_event e;
 
-	if (!ctx->call || ctx->sending || !e)
+	if (!c->call || c->sending || c->done || c->end_wanted)
 		return;
-	switch (e->kind) {
-	case EV_STARTED:
+	if (!c->started_sent) {
+		c->started_sent = true;
+		started.id = c->id;
+		started.pid = c->pid;
+		started.tag = c->tag;
 		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_STARTED;
-		started.pid = ctx->pid;
 		ev.started = &started;
-		break;
-	case EV_STDOUT:
-	case EV_STDERR:
-		out.offset = e->offset;
-		out.data.data = e->data;
-		out.data.len = e->len;
-		if (e->kind == EV_STDOUT) {
+		if (c->detach)
+			c->done = true;
+		stream_send(c, &ev.base);
+		return;
+	}
+	if (!c->w)
+		return;
+	switch (exec_watch_next(c->w, SEND_MAX, &e)) {
+	case EXEC_EV_OUTPUT:
+		out.offset = e.offset;
+		out.data.data = (uint8_t *)e.data;
+		out.data.len = e.len;
+		if (e.stream == EXEC_STDOUT) {
 			ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_STDOUT;
 			ev.stdout = &out;
 		} else {
@@ -237,155 +346,83 @@ static void start_pump(struct start_ctx *ctx)
 			ev.stderr = &out;
 		}
 		break;
-	case EV_EXITED:
-		ex.code = ctx->ex.code;
-		ex.signal = ctx->ex.signal;
-		ex.timed_out = ctx->ex.timed_out;
-		ex.core_dumped = ctx->ex.core_dumped;
+	case EXEC_EV_LOST:
+		lost.stderr = e.stream == EXEC_STDERR;
+		lost.offset = e.offset;
+		lost.bytes = e.len;
+		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_LOST;
+		ev.lost = &lost;
+		break;
+	case EXEC_EV_EXITED:
+		exit_to_msg(&e.exit, &ex);
 		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED;
 		ev.exited = &ex;
+		c->done = true;
 		break;
+	case EXEC_EV_NONE:
+		if (c->no_follow)
+			stream_end(c, WSB_OK, NULL); /* caught up: the replay is over */
+		return; /* else the watcher's ready callback comes back */
 	}
-	/* rpc_send packs the message before it returns. */
-	r = rpc_send(ctx->call, &ev.base, start_sent, ctx);
-	if (r < 0) {
-		start_end(ctx, WSB_CANCELLED, "the call was cancelled");
-		return;
-	}
-	ctx->sending = true;
-	ctx->head = e->next;
-	if (!ctx->head)
-		ctx->tail = NULL;
-	if (e->kind == EV_STDOUT || e->kind == EV_STDERR)
-		ctx->queued -= e->len;
-	ev_free(e);
-	if (ctx->paused && ctx->queued < START_QUEUE_LOW && ctx->proc) {
-		ctx->paused = false;
-		exec_resume(ctx->proc);
-	}
+	stream_send(c, &ev.base);
 }
 
-static void start_sent(struct rpc_call *call, bool ok, void *arg)
+static void stream_sent(struct rpc_call *call, bool ok, void *arg)
 {
-	struct start_ctx *ctx = arg;
+	struct stream_ctx *c = arg;
 
-	ctx->sending = false;
-	if (ctx->end_wanted) {
-		ctx->end_wanted = false;
-		start_end(ctx, ctx->end_code, ctx->end_msg);
+	c->sending = false;
+	if (c->end_wanted) {
+		c->call = NULL;
+		rpc_finish(call, c->end_code, 0, "%s", c->end_msg);
 	} else if (!ok) {
-		start_end(ctx, WSB_CANCELLED, "the call was cancelled");
-	} else if (!ctx->head && !ctx->proc) {
-		/* The exit event was the last one. */
-		start_end(ctx, WSB_OK, NULL);
+		stream_end(c, WSB_CANCELLED, "the call was cancelled");
+	} else if (c->done) {
+		stream_end(c, WSB_OK, NULL);
 	} else {
-		start_pump(ctx);
+		stream_pump(c);
 	}
-	start_maybe_free(ctx);
+	stream_maybe_free(c);
 }
 
-static int start_enqueue(struct start_ctx *ctx, enum ev_kind kind, uint64_t offset,
-			 const void *data, size_t len)
+static void stream_ready(struct exec_watch *w, void *arg)
 {
-	struct ev *t = ctx->tail, *e;
-	size_t cap;
-	uint8_t *d;
+	struct stream_ctx *c = arg;
 
-	/* Coalesce with the queued chunk of the same stream while a send is
-	 * outstanding, up to START_SEND_MAX. */
-	if (len && t && t->kind == kind && t->offset + t->len == offset &&
-	    t->len + len <= START_SEND_MAX) {
-		if (t->len + len > t->cap) {
-			cap = t->cap * 2 > t->len + len ? t->cap * 2 : t->len + len;
-			if (cap > START_SEND_MAX)
-				cap = START_SEND_MAX;
-			d = realloc(t->data, cap);
-			if (!d)
-				return -ENOMEM;
-			t->data = d;
-			t->cap = cap;
-		}
-		memcpy(t->data + t->len, data, len);
-		t->len += len;
-		ctx->queued += len;
-		return 0;
-	}
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-	if (len) {
-		e->data = malloc(len);
-		if (!e->data) {
-			free(e);
-			return -ENOMEM;
-		}
-		memcpy(e->data, data, len);
-	}
-	e->kind = kind;
-	e->offset = offset;
-	e->len = e->cap = len;
-	if (ctx->tail)
-		ctx->tail->next = e;
-	else
-		ctx->head = e;
-	ctx->tail = e;
-	ctx->queued += len;
-	return 0;
+	stream_pump(c);
+	stream_maybe_free(c);
 }
 
-static void start_output(struct exec_process *p, enum exec_stream stream, uint64_t offset,
-			 const void *data, size_t len, void *arg)
+static void stream_cancel(struct rpc_call *call, void *arg)
 {
-	struct start_ctx *ctx = arg;
+	struct stream_ctx *c = arg;
 
-	if (!ctx->call)
-		return;
-	if (start_enqueue(ctx, stream == EXEC_STDOUT ? EV_STDOUT : EV_STDERR, offset, data,
-			  len) < 0) {
-		start_end(ctx, WSB_RESOURCE_EXHAUSTED, "out of memory queueing output");
-		return;
-	}
-	if (!ctx->paused && ctx->queued >= START_QUEUE_HIGH) {
-		ctx->paused = true;
-		exec_pause(p);
-	}
-	start_pump(ctx);
+	stream_end(c, WSB_CANCELLED, "the call was cancelled");
+	stream_maybe_free(c);
 }
 
-static void start_exited(struct exec_process *p, const struct exec_exit *ex, void *arg)
+/*
+ * Start streaming @p p on @p call: the started event, then (unless
+ * c->detach) the watcher's events. Takes ownership of @p c.
+ */
+static void stream_begin(struct rpc_call *call, struct stream_ctx *c, struct exec_process *p)
 {
-	struct start_ctx *ctx = arg;
-
-	ctx->proc = NULL;
-	ctx->ex = *ex;
-	if (ctx->call) {
-		if (start_enqueue(ctx, EV_EXITED, 0, NULL, 0) < 0)
-			start_end(ctx, WSB_RESOURCE_EXHAUSTED, "out of memory");
-		else
-			start_pump(ctx);
-	}
-	start_maybe_free(ctx);
+	c->call = call;
+	c->id = exec_id(p);
+	c->pid = (uint32_t)exec_pid(p);
+	snprintf(c->tag, sizeof(c->tag), "%s", exec_tag(p));
+	rpc_on_cancel(call, stream_cancel, c);
+	stream_pump(c);
+	stream_maybe_free(c);
 }
-
-static void start_cancel(struct rpc_call *call, void *arg)
-{
-	struct start_ctx *ctx = arg;
-
-	start_end(ctx, WSB_CANCELLED, "the call was cancelled");
-	start_maybe_free(ctx);
-}
-
-static const struct exec_ops start_ops = {
-	.output = start_output,
-	.exited = start_exited,
-};
 
 /* Answer a failed spawn: what failed, quoted. */
 static void start_spawn_failed(struct rpc_call *call, struct exec_table *t, int err,
-			       const char *prog)
+			       const char *prog, const char *tag)
 {
 	char *q = wsb_escape(prog, strlen(prog), ESC_MAX);
 	const char *name = q ? q : "?";
+	struct exec_process *other;
 
 	switch (err) {
 	case ENOENT:
@@ -393,7 +430,15 @@ static void start_spawn_failed(struct rpc_call *call, struct exec_table *t, int 
 		break;
 	case EAGAIN:
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EAGAIN,
-			   "too many commands running (limit %u)", exec_table_max(t));
+			   "too many processes running (limit %u, agentd --max-procs)",
+			   exec_table_max(t));
+		break;
+	case EEXIST:
+		other = exec_find_tag(t, tag);
+		rpc_finish(call, WSB_ALREADY_EXISTS, EEXIST,
+			   "tag '%s' is in use by process %llu (tags are unique among kept "
+			   "processes)",
+			   tag, other ? (unsigned long long)exec_id(other) : 0ULL);
 		break;
 	default:
 		rpc_fail_errno(call, err, "cannot run '%s'", name);
@@ -430,37 +475,75 @@ static void nul_failed(struct rpc_call *call, const char *field, size_t i)
 	rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "%s[%zu] contains a NUL byte", field, i);
 }
 
+/* Checks of the fields that need no allocation; answers and returns false. */
+static bool start_check(struct rpc_call *call, const Wsbridge__V1__ExecRequest *req)
+{
+	char *q;
+
+	if ((req->n_argv > 0) == (req->shell.len > 0)) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "set exactly one of argv and shell (got %s)",
+			   req->n_argv ? "both" : "neither");
+		return false;
+	}
+	if (req->n_argv && req->n_args) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "args are the positional parameters of shell; with argv put them in argv");
+		return false;
+	}
+	if (req->n_argv && req->argv[0].len == 0) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "argv[0] is empty");
+		return false;
+	}
+	if (req->n_env > START_MAX_ENV) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, E2BIG, "too many env entries (%zu, limit %d)",
+			   req->n_env, START_MAX_ENV);
+		return false;
+	}
+	if (req->detach && req->kill_on_detach) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "detach and kill_on_detach exclude each other (the command would die "
+			   "as soon as it started)");
+		return false;
+	}
+	if (req->tag && *req->tag && exec_tag_check(req->tag) < 0) {
+		q = wsb_escape(req->tag, strlen(req->tag), ESC_MAX);
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "bad tag '%s': 1 to %d printable ASCII characters without spaces, "
+			   "not all digits",
+			   q ? q : "?", EXEC_TAG_MAX);
+		free(q);
+		return false;
+	}
+	if (req->rows > 65535 || req->cols > 65535) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "PTY size %ux%u is too large (at most 65535 each)", req->rows, req->cols);
+		return false;
+	}
+	if (req->term.len > TERM_MAX ||
+	    (req->term.len && (memchr(req->term.data, 0, req->term.len) ||
+			       memchr(req->term.data, '=', req->term.len)))) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "bad term: at most %d bytes, no NUL or '='", TERM_MAX);
+		return false;
+	}
+	return true;
+}
+
 static void do_start(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
 {
 	const Wsbridge__V1__ExecRequest *req = (const void *)msg;
 	struct agentd *ad = data;
 	struct exec_table *t = table_of(ad);
 	struct exec_spec spec = { .cwd_fd = -1 };
-	struct start_ctx *ctx = NULL;
-	char **argv = NULL, **args = NULL, **env = NULL, *shell = NULL;
+	struct stream_ctx *c = NULL;
+	struct exec_process *p;
+	char **argv = NULL, **args = NULL, **env = NULL, *shell = NULL, *term = NULL;
 	size_t i, bad = 0;
 	int r;
 
-	if ((req->n_argv > 0) == (req->shell.len > 0)) {
-		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
-			   "set exactly one of argv and shell (got %s)",
-			   req->n_argv ? "both" : "neither");
+	if (!start_check(call, req))
 		return;
-	}
-	if (req->n_argv && req->n_args) {
-		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
-			   "args are the positional parameters of shell; with argv put them in argv");
-		return;
-	}
-	if (req->n_argv && req->argv[0].len == 0) {
-		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "argv[0] is empty");
-		return;
-	}
-	if (req->n_env > START_MAX_ENV) {
-		rpc_finish(call, WSB_INVALID_ARGUMENT, E2BIG, "too many env entries (%zu, limit %d)",
-			   req->n_env, START_MAX_ENV);
-		return;
-	}
 	if (!t) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 		return;
@@ -493,6 +576,8 @@ static void do_start(struct rpc_call *call, const ProtobufCMessage *msg, void *d
 			goto out;
 		}
 	}
+	if (r == 0 && req->term.len)
+		r = bytes_dup(&req->term, &term);
 	if (r < 0) {
 		rpc_fail_errno(call, -r, "cannot start the command");
 		goto out;
@@ -517,8 +602,8 @@ static void do_start(struct rpc_call *call, const ProtobufCMessage *msg, void *d
 	}
 	spec.cwd_fd = r;
 
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx) {
+	c = calloc(1, sizeof(*c));
+	if (!c) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 		goto out;
 	}
@@ -530,45 +615,373 @@ static void do_start(struct rpc_call *call, const ProtobufCMessage *msg, void *d
 	spec.shell = shell;
 	spec.args = (const char *const *)args;
 	spec.env = (const char *const *)env;
+	spec.cwd_name = req->cwd.data;
+	spec.cwd_len = req->cwd.len;
+	spec.tag = req->tag;
 	spec.stdin_data = req->stdin.data;
 	spec.stdin_len = req->stdin.len;
-	spec.timeout_ms = timeout_with_deadline(req->timeout_ms, call);
-	r = exec_spawn(t, &spec, &start_ops, ctx, &ctx->proc);
+	spec.stdin_open = req->stdin_open;
+	spec.pty = req->pty;
+	spec.rows = req->rows;
+	spec.cols = req->cols;
+	spec.term = term;
+	spec.timeout_ms = req->timeout_ms;
+	spec.idle_timeout_ms = req->idle_timeout_ms;
+	spec.grace_ms = req->grace_ms;
+	r = exec_spawn(t, &spec, &p);
 	if (r < 0) {
-		start_spawn_failed(call, t, -r, argv ? argv[0] : "/bin/sh");
+		start_spawn_failed(call, t, -r, argv ? argv[0] : "/bin/sh", req->tag);
 		goto out;
 	}
-	ctx->call = call;
-	ctx->pid = (uint32_t)exec_pid(ctx->proc);
-	wsb_debug("exec: started pid %d (%s)", exec_pid(ctx->proc), argv ? argv[0] : "/bin/sh -c");
-	rpc_on_cancel(call, start_cancel, ctx);
-	if (start_enqueue(ctx, EV_STARTED, 0, NULL, 0) < 0)
-		start_end(ctx, WSB_RESOURCE_EXHAUSTED, "out of memory");
-	else
-		start_pump(ctx);
-	ctx = NULL; /* owned by the callbacks now */
+	wsb_debug("exec: started process %llu, pid %d (%s)%s", (unsigned long long)exec_id(p),
+		  exec_pid(p), argv ? argv[0] : "/bin/sh -c", req->detach ? ", detached" : "");
+	c->detach = req->detach;
+	c->kill_on_detach = req->kill_on_detach;
+	if (!req->detach) {
+		r = exec_watch_new(p, NULL, EXEC_WATCH_LOSSLESS, stream_ready, c, &c->w);
+		if (r < 0) {
+			if (req->kill_on_detach)
+				exec_kill(p, EXEC_KILLED_DETACHED);
+			rpc_fail_errno(call, -r, "cannot follow process %llu",
+				       (unsigned long long)exec_id(p));
+			goto out;
+		}
+	}
+	stream_begin(call, c, p);
+	c = NULL; /* owned by the callbacks now */
 out:
-	free(ctx);
+	free(c);
 	if (spec.cwd_fd >= 0)
 		close(spec.cwd_fd);
 	strv_free(argv);
 	strv_free(args);
 	strv_free(env);
 	free(shell);
+	free(term);
 }
 
-static struct rpc_method exec_start = {
-	.path = "/wsbridge.v1.Exec/Start",
-	.kind = RPC_SERVER_STREAM,
-	.thread = RPC_ON_LOOP,
-	.request = &wsbridge__v1__exec_request__descriptor,
-	.handler = do_start,
+static void do_attach(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
+{
+	const Wsbridge__V1__AttachRequest *req = (const void *)msg;
+	struct exec_process *p = ref_find(call, data, req->process);
+	uint64_t from[EXEC_NSTREAMS] = { req->stdout_offset, req->stderr_offset };
+	struct exec_info in;
+	struct stream_ctx *c;
+	char name[64 + EXEC_TAG_MAX];
+	int r;
+
+	if (!p)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return;
+	}
+	c->no_follow = req->no_follow;
+	r = exec_watch_new(p, from, 0, stream_ready, c, &c->w);
+	if (r == -ERANGE) {
+		exec_get_info(p, &in);
+		rpc_finish(call, WSB_OUT_OF_RANGE, ERANGE,
+			   "offset beyond the output of %s: stdout_offset %llu of %llu bytes "
+			   "written, stderr_offset %llu of %llu",
+			   proc_name(p, name, sizeof(name)), (unsigned long long)from[0],
+			   (unsigned long long)in.bytes[0], (unsigned long long)from[1],
+			   (unsigned long long)in.bytes[1]);
+		free(c);
+		return;
+	}
+	if (r < 0) {
+		rpc_fail_errno(call, -r, "cannot attach");
+		free(c);
+		return;
+	}
+	stream_begin(call, c, p);
+}
+
+/* ---- Exec/WriteStdin ---- */
+
+struct stdin_ctx {
+	struct rpc_call *call; /* NULL once the call ended */
+	uint64_t id;
+};
+
+static void stdin_written(int err, void *arg)
+{
+	struct stdin_ctx *c = arg;
+	Wsbridge__V1__Empty empty = WSBRIDGE__V1__EMPTY__INIT;
+
+	if (c->call) {
+		if (err == 0)
+			rpc_reply(c->call, &empty.base);
+		else
+			rpc_finish(c->call, WSB_FAILED_PRECONDITION, EPIPE,
+				   "stdin of process %llu closed before all bytes were written "
+				   "(the command closed it or exited)",
+				   (unsigned long long)c->id);
+	}
+	free(c);
+}
+
+static void stdin_cancel(struct rpc_call *call, void *arg)
+{
+	struct stdin_ctx *c = arg;
+
+	/* The bytes stay queued; stdin_written frees c. */
+	c->call = NULL;
+	rpc_finish(call, WSB_CANCELLED, 0, "the call was cancelled");
+}
+
+static void do_write_stdin(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
+{
+	const Wsbridge__V1__StdinRequest *req = (const void *)msg;
+	struct exec_process *p;
+	struct stdin_ctx *c;
+	char name[64 + EXEC_TAG_MAX];
+	int r;
+
+	if (req->data.len > EXEC_STDIN_CHUNK_MAX) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMSGSIZE,
+			   "stdin chunk of %zu bytes is larger than the limit of %zu bytes",
+			   req->data.len, EXEC_STDIN_CHUNK_MAX);
+		return;
+	}
+	p = ref_find(call, data, req->process);
+	if (!p)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return;
+	}
+	c->id = exec_id(p);
+	r = exec_write_stdin(p, req->data.data, req->data.len, req->eof, stdin_written, c);
+	if (r == 0) {
+		c->call = call;
+		rpc_on_cancel(call, stdin_cancel, c);
+		return;
+	}
+	free(c);
+	proc_name(p, name, sizeof(name));
+	switch (r) {
+	case -EPIPE:
+		rpc_finish(call, WSB_FAILED_PRECONDITION, EPIPE,
+			   "stdin of %s is closed (%s)", name,
+			   exec_exited(p) ? "it exited" :
+					    "EOF was sent, or it was started without stdin_open");
+		break;
+	case -ENOBUFS:
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS,
+			   "%s has %zu bytes of stdin queued already (limit %zu bytes): wait for "
+			   "earlier writes",
+			   name, EXEC_STDIN_QUEUE_MAX, EXEC_STDIN_QUEUE_MAX);
+		break;
+	default:
+		rpc_fail_errno(call, -r, "cannot write to the stdin of %s", name);
+		break;
+	}
+}
+
+/* ---- Exec/Resize, Exec/Signal ---- */
+
+static void do_resize(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
+{
+	const Wsbridge__V1__ResizeRequest *req = (const void *)msg;
+	Wsbridge__V1__Empty empty = WSBRIDGE__V1__EMPTY__INIT;
+	struct exec_process *p = ref_find(call, data, req->process);
+	char name[64 + EXEC_TAG_MAX];
+	int r;
+
+	if (!p)
+		return;
+	proc_name(p, name, sizeof(name));
+	if (!req->rows || !req->cols || req->rows > 65535 || req->cols > 65535) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "bad PTY size %ux%u (1 to 65535 rows and columns)", req->rows, req->cols);
+		return;
+	}
+	r = exec_resize(p, req->rows, req->cols);
+	if (r == 0)
+		rpc_reply(call, &empty.base);
+	else if (r == -ENOTTY)
+		rpc_finish(call, WSB_FAILED_PRECONDITION, ENOTTY, "%s does not run on a PTY", name);
+	else if (r == -ESRCH)
+		rpc_finish(call, WSB_FAILED_PRECONDITION, ESRCH, "%s has exited", name);
+	else
+		rpc_fail_errno(call, -r, "cannot resize the PTY of %s", name);
+}
+
+static void do_signal(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
+{
+	const Wsbridge__V1__SignalRequest *req = (const void *)msg;
+	Wsbridge__V1__Empty empty = WSBRIDGE__V1__EMPTY__INIT;
+	struct exec_process *p = ref_find(call, data, req->process);
+	char name[64 + EXEC_TAG_MAX];
+	int r;
+
+	if (!p)
+		return;
+	proc_name(p, name, sizeof(name));
+	r = exec_signal(p, req->signal);
+	if (r == 0)
+		rpc_reply(call, &empty.base);
+	else if (r == -EINVAL)
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "%d is not a signal number (1 to %d)", req->signal, _NSIG - 1);
+	else if (r == -ESRCH)
+		rpc_finish(call, WSB_FAILED_PRECONDITION, ESRCH, "%s has already exited", name);
+	else
+		rpc_fail_errno(call, -r, "cannot signal %s", name);
+}
+
+/* ---- Exec/List, Exec/Wait ---- */
+
+static void do_list(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
+{
+	struct agentd *ad = data;
+	struct exec_table *t = table_of(ad);
+	Wsbridge__V1__ListReply rep = WSBRIDGE__V1__LIST_REPLY__INIT;
+	Wsbridge__V1__ProcessInfo *infos = NULL, **ptrs = NULL;
+	Wsbridge__V1__ExecExit *exits = NULL;
+	ProtobufCBinaryData **argvs = NULL;
+	struct exec_process *p;
+	size_t n = 0, i;
+
+	if (!t) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return;
+	}
+	n = exec_table_count(t);
+	infos = calloc(n + 1, sizeof(*infos));
+	ptrs = calloc(n + 1, sizeof(*ptrs));
+	exits = calloc(n + 1, sizeof(*exits));
+	argvs = calloc(n + 1, sizeof(*argvs));
+	if (!infos || !ptrs || !exits || !argvs)
+		goto oom;
+	for (i = 0, p = exec_table_next(t, NULL); p && i < n; p = exec_table_next(t, p), i++) {
+		wsbridge__v1__process_info__init(&infos[i]);
+		wsbridge__v1__exec_exit__init(&exits[i]);
+		if (info_to_msg(p, &infos[i], &exits[i], &argvs[i]) < 0)
+			goto oom;
+		ptrs[i] = &infos[i];
+	}
+	rep.n_processes = i;
+	rep.processes = ptrs;
+	rpc_reply(call, &rep.base);
+	goto out;
+oom:
+	rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+out:
+	for (i = 0; argvs && i < n; i++)
+		free(argvs[i]);
+	free(argvs);
+	free(exits);
+	free(ptrs);
+	free(infos);
+}
+
+/* Reply to @p call with @p p's ProcessInfo. */
+static void reply_info(struct rpc_call *call, const struct exec_process *p)
+{
+	Wsbridge__V1__ProcessInfo pi = WSBRIDGE__V1__PROCESS_INFO__INIT;
+	Wsbridge__V1__ExecExit ex = WSBRIDGE__V1__EXEC_EXIT__INIT;
+	ProtobufCBinaryData *argv = NULL;
+
+	if (info_to_msg(p, &pi, &ex, &argv) < 0)
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+	else
+		rpc_reply(call, &pi.base);
+	free(argv);
+}
+
+struct wait_ctx {
+	struct rpc_call *call;
+	struct exec_watch *w;
+};
+
+static void wait_ready(struct exec_watch *w, void *arg)
+{
+	struct wait_ctx *c = arg;
+	struct exec_event e;
+
+	if (exec_watch_next(w, 1, &e) != EXEC_EV_EXITED)
+		return;
+	reply_info(c->call, exec_watch_process(w));
+	exec_watch_free(w);
+	free(c);
+}
+
+static void wait_cancel(struct rpc_call *call, void *arg)
+{
+	struct wait_ctx *c = arg;
+
+	exec_watch_free(c->w);
+	rpc_finish(call, WSB_CANCELLED, 0, "the call was cancelled before the process exited");
+	free(c);
+}
+
+static void do_wait(struct rpc_call *call, const ProtobufCMessage *msg, void *data)
+{
+	const Wsbridge__V1__WaitRequest *req = (const void *)msg;
+	struct exec_process *p = ref_find(call, data, req->process);
+	struct wait_ctx *c;
+	struct exec_event e;
+	int r;
+
+	if (!p)
+		return;
+	if (exec_exited(p)) {
+		reply_info(call, p);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return;
+	}
+	c->call = call;
+	r = exec_watch_new(p, NULL, EXEC_WATCH_EXIT_ONLY, wait_ready, c, &c->w);
+	if (r < 0) {
+		rpc_fail_errno(call, -r, "cannot wait");
+		free(c);
+		return;
+	}
+	/* Arms the ready callback (the process runs, so nothing comes now). */
+	(void)exec_watch_next(c->w, 1, &e);
+	rpc_on_cancel(call, wait_cancel, c);
+}
+
+/* ---- registration ---- */
+
+static struct rpc_method exec_methods[] = {
+	{ .path = "/wsbridge.v1.Exec/Start", .kind = RPC_SERVER_STREAM,
+	  .request = &wsbridge__v1__exec_request__descriptor, .handler = do_start },
+	{ .path = "/wsbridge.v1.Exec/Attach", .kind = RPC_SERVER_STREAM,
+	  .request = &wsbridge__v1__attach_request__descriptor, .handler = do_attach },
+	{ .path = "/wsbridge.v1.Exec/WriteStdin", .kind = RPC_UNARY,
+	  .request = &wsbridge__v1__stdin_request__descriptor, .handler = do_write_stdin },
+	{ .path = "/wsbridge.v1.Exec/Resize", .kind = RPC_UNARY,
+	  .request = &wsbridge__v1__resize_request__descriptor, .handler = do_resize },
+	{ .path = "/wsbridge.v1.Exec/Signal", .kind = RPC_UNARY,
+	  .request = &wsbridge__v1__signal_request__descriptor, .handler = do_signal },
+	{ .path = "/wsbridge.v1.Exec/List", .kind = RPC_UNARY,
+	  .request = &wsbridge__v1__list_request__descriptor, .handler = do_list },
+	{ .path = "/wsbridge.v1.Exec/Wait", .kind = RPC_UNARY,
+	  .request = &wsbridge__v1__wait_request__descriptor, .handler = do_wait },
 };
 
 int svc_exec_register(struct rpc_server *s, struct agentd *ad)
 {
-	exec_start.data = ad;
-	return rpc_server_register(s, &exec_start);
+	size_t i;
+	int r;
+
+	for (i = 0; i < sizeof(exec_methods) / sizeof(exec_methods[0]); i++) {
+		exec_methods[i].thread = RPC_ON_LOOP;
+		exec_methods[i].data = ad;
+		r = rpc_server_register(s, &exec_methods[i]);
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 /* ---- ManageAgentOps/ExecuteCommands ---- */
@@ -637,7 +1050,8 @@ struct cmds_ctx {
 	char **cmds;                /* owned, NULL-terminated */
 	size_t n, next;             /* count; index of the next to start */
 	int dir_fd;                 /* O_PATH fd of ROOT/app_name */
-	struct exec_process *proc;  /* running command, or NULL */
+	char *app;                  /* app_name, the commands' cwd */
+	struct exec_watch *w;       /* watcher of the running command, or NULL */
 	uint64_t timeout_ms;        /* of the running command */
 	struct exec_capture cap;    /* its output */
 	struct buf out;             /* transcript, raw bytes */
@@ -646,6 +1060,7 @@ struct cmds_ctx {
 static void cmds_free(struct cmds_ctx *ctx)
 {
 	strv_free(ctx->cmds);
+	free(ctx->app);
 	if (ctx->dir_fd >= 0)
 		close(ctx->dir_fd);
 	exec_capture_done(&ctx->cap);
@@ -760,12 +1175,18 @@ static void cmds_reply(struct cmds_ctx *ctx)
 	free(text);
 }
 
-static const struct exec_ops cmds_ops;
+static void cmds_ready(struct exec_watch *w, void *arg);
 
 /* Start commands until one runs; reply when none is left. */
 static void cmds_next(struct cmds_ctx *ctx)
 {
-	struct exec_spec spec = { .cwd_fd = ctx->dir_fd, .combine_output = true };
+	struct exec_spec spec = {
+		.cwd_fd = ctx->dir_fd,
+		.combine_output = true,
+		.journal_bytes = COMMANDS_JOURNAL,
+	};
+	struct exec_table *t = table_of(ctx->ad);
+	struct exec_process *p = NULL;
 	const char *cmd;
 	int r;
 
@@ -778,56 +1199,66 @@ static void cmds_next(struct cmds_ctx *ctx)
 		r = exec_capture_init(&ctx->cap, COMMANDS_CAPTURE_MAX);
 		if (r == 0) {
 			spec.shell = cmd;
+			spec.cwd_name = ctx->app;
+			spec.cwd_len = strlen(ctx->app);
 			ctx->timeout_ms = timeout_with_deadline(COMMANDS_TIMEOUT_MS, ctx->call);
 			spec.timeout_ms = ctx->timeout_ms;
-			r = exec_spawn(table_of(ctx->ad), &spec, &cmds_ops, ctx, &ctx->proc);
+			r = exec_spawn(t, &spec, &p);
 		}
-		if (r == 0)
-			return;
+		if (r == 0) {
+			r = exec_watch_new(p, NULL, EXEC_WATCH_LOSSLESS, cmds_ready, ctx, &ctx->w);
+			if (r == 0) {
+				cmds_ready(ctx->w, ctx); /* arms the ready callback */
+				return;
+			}
+			exec_kill(p, EXEC_KILLED_DETACHED);
+		}
 		if (r == -EAGAIN)
 			buf_printf(&ctx->out, "[not started: too many commands running (limit %u)]\n",
-				   exec_table_max(table_of(ctx->ad)));
+				   exec_table_max(t));
 		else
 			buf_printf(&ctx->out, "[not started: %s]\n", strerror(-r));
 	}
 	cmds_reply(ctx);
 }
 
-static void cmds_output(struct exec_process *p, enum exec_stream stream, uint64_t offset,
-			const void *data, size_t len, void *arg)
+/* The running command's output and exit. */
+static void cmds_ready(struct exec_watch *w, void *arg)
 {
 	struct cmds_ctx *ctx = arg;
+	struct exec_event e;
+	struct exec_exit ex;
 
-	exec_capture_add(&ctx->cap, data, len);
-}
-
-static void cmds_exited(struct exec_process *p, const struct exec_exit *ex, void *arg)
-{
-	struct cmds_ctx *ctx = arg;
-
-	ctx->proc = NULL;
-	if (!ctx->call) {
-		cmds_free(ctx); /* cancelled */
-		return;
+	for (;;) {
+		switch (exec_watch_next(w, EXEC_READ_CHUNK, &e)) {
+		case EXEC_EV_OUTPUT:
+			exec_capture_add(&ctx->cap, e.data, e.len);
+			continue;
+		case EXEC_EV_LOST: /* not with a lossless watcher */
+			continue;
+		case EXEC_EV_NONE:
+			return;
+		case EXEC_EV_EXITED:
+			break;
+		}
+		break;
 	}
+	ex = e.exit;
+	exec_watch_free(w);
+	ctx->w = NULL;
 	cmds_add_output(ctx);
-	cmds_add_status(ctx, ex);
-	if (ex->killed && ctx->next < ctx->n) {
-		/* Killed by agentd itself (exec_table_kill_all at shutdown),
-		 * not by the command's timeout: do not start the rest. */
+	cmds_add_status(ctx, &ex);
+	if (ex.killed_by == EXEC_KILLED_SHUTDOWN && ctx->next < ctx->n) {
+		/* Killed by agentd itself (it is stopping), not by the
+		 * command's timeout: do not start the rest. */
 		buf_printf(&ctx->out, "[agentd stopped; %zu more commands not run]\n",
 			   ctx->n - ctx->next);
 		ctx->next = ctx->n;
 	}
 	cmds_next(ctx);
-	if (!ctx->call && !ctx->proc)
+	if (!ctx->call && !ctx->w)
 		cmds_free(ctx);
 }
-
-static const struct exec_ops cmds_ops = {
-	.output = cmds_output,
-	.exited = cmds_exited,
-};
 
 static void cmds_cancel(struct rpc_call *call, void *arg)
 {
@@ -835,10 +1266,12 @@ static void cmds_cancel(struct rpc_call *call, void *arg)
 
 	ctx->call = NULL;
 	rpc_finish(call, WSB_CANCELLED, 0, "the call was cancelled");
-	if (ctx->proc)
-		exec_kill(ctx->proc); /* cmds_exited frees ctx */
-	else
-		cmds_free(ctx);
+	if (ctx->w) {
+		exec_kill(exec_watch_process(ctx->w), EXEC_KILLED_DETACHED);
+		exec_watch_free(ctx->w);
+		ctx->w = NULL;
+	}
+	cmds_free(ctx);
 }
 
 static bool blank(const char *s, size_t n)
@@ -981,6 +1414,9 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 	}
 	ctx->ad = ad;
 	ctx->dir_fd = -1;
+	ctx->app = strdup(app);
+	if (!ctx->app)
+		goto oom;
 
 	if (req->load_from_file) {
 		if (cmds_load(call, ctx, app) < 0)
@@ -1019,7 +1455,7 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 	ctx->call = call;
 	rpc_on_cancel(call, cmds_cancel, ctx);
 	cmds_next(ctx);
-	if (!ctx->call && !ctx->proc)
+	if (!ctx->call && !ctx->w)
 		cmds_free(ctx);
 	return;
 oom:

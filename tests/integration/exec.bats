@@ -147,8 +147,8 @@ teardown() {
 	t1=$(date +%s)
 	assert_status 124
 	[ $((t1 - t0)) -lt 8 ] || { echo "# took $((t1 - t0)) s" >&3; false; }
-	wait_gone "$(cat "$ROOT/bg.pid")" 5
-	wait_gone "$(cat "$ROOT/sh.pid")" 5
+	pod_wait_gone "$(cat "$ROOT/bg.pid")" 5
+	pod_wait_gone "$(cat "$ROOT/sh.pid")" 5
 }
 
 @test "E6: --timeout also ends a command that ignores SIGTERM (TERM, then KILL)" {
@@ -158,8 +158,8 @@ teardown() {
 	t1=$(date +%s)
 	assert_status 124
 	[ $((t1 - t0)) -lt 10 ] || { echo "# took $((t1 - t0)) s" >&3; false; }
-	wait_gone "$(cat "$ROOT/bg.pid")" 5
-	wait_gone "$(cat "$ROOT/sh.pid")" 5
+	pod_wait_gone "$(cat "$ROOT/bg.pid")" 5
+	pod_wait_gone "$(cat "$ROOT/sh.pid")" 5
 }
 
 @test "E1: killing wsctl (SIGTERM) kills the remote command and its children" {
@@ -169,14 +169,14 @@ teardown() {
 		[ -s "$ROOT/bg.pid" ] && [ -s "$ROOT/sh.pid" ] && break
 		sleep 0.05
 	done
-	proc_alive "$(cat "$ROOT/sh.pid")"
+	pod_proc_alive "$(cat "$ROOT/sh.pid")"
 	kill -TERM "$w"
 	wait_gone "$w" 5
 	local st=0
 	wait "$w" || st=$?
 	assert_eq "$st" 143 "wsctl's exit status"
-	wait_gone "$(cat "$ROOT/bg.pid")" 5
-	wait_gone "$(cat "$ROOT/sh.pid")" 5
+	pod_wait_gone "$(cat "$ROOT/bg.pid")" 5
+	pod_wait_gone "$(cat "$ROOT/sh.pid")" 5
 }
 
 @test "E4/E2: binary output arrives byte-exact, 10 MiB in one burst too" {

@@ -244,7 +244,7 @@ teardown() {
 	run --separate-stderr "$WSCTL" stat f
 	assert_status 0
 	local ino want_mtime
-	ino=$(stat -c %i "$ROOT/f")
+	ino=$(pod_run find "$ROOT/f" -printf %i)
 	want_mtime=$(date -d '2021-02-03 04:05:06' '+%Y-%m-%d %H:%M:%S').123456789\ $(date -d '2021-02-03 04:05:06' +%z)
 	assert_contains "$output" "  File: f"$'\n'"  Type: regular file"$'\n'"  Mode: 0751 (-rwxr-x--x)"$'\n'"  Size: 7"$'\n'
 	assert_contains "$output" $'\n'" Inode: $ino"$'\n'" Links: 2"$'\n'"   Uid: $(id -u)"$'\n'"   Gid: $(id -g)"$'\n'

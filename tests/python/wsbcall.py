@@ -8,6 +8,12 @@ depend on wsctl.
   wsbcall.py exec-until-end TARGET -- ARGV...
       start ARGV with Exec.Start; print "started PID" (flushed) once it runs,
       then every event as it arrives, then "status CODE" when the stream ends
+  wsbcall.py follow TARGET [--tag T] [--timeout-ms N] -- ARGV...
+      start ARGV without kill_on_detach (it outlives this client); print
+      "started ID PID" and then "stdout TOTAL" after every stdout chunk
+      (flushed), "exited ..." and "status ..." at the end
+  wsbcall.py info TARGET ID|TAG
+      Exec.Wait for it; print "code=C signal=S timed_out=B killed_by=NAME"
 """
 import sys
 
@@ -49,11 +55,53 @@ def exec_until_end(target, argv):
     return 0
 
 
+def follow(target, opts, argv):
+    ch = wsbtest.channel(target)
+    stub = pbg.ExecStub(ch)
+    req = pb.ExecRequest(argv=[a.encode() for a in argv], tag=opts.get("--tag", ""),
+                         timeout_ms=int(opts.get("--timeout-ms", "0")))
+    total = 0
+    try:
+        for ev in stub.Start(req, timeout=120, metadata=wsbtest.auth_md()):
+            kind = ev.WhichOneof("event")
+            if kind == "started":
+                print("started %d %d" % (ev.started.id, ev.started.pid), flush=True)
+            elif kind == "stdout":
+                total += len(ev.stdout.data)
+                print("stdout %d" % total, flush=True)
+            elif kind == "exited":
+                print("exited code=%d signal=%d" % (ev.exited.code, ev.exited.signal), flush=True)
+        print("status OK", flush=True)
+    except grpc.RpcError as e:
+        print("status %s" % describe(e), flush=True)
+    return 0
+
+
+def info(target, name):
+    ch = wsbtest.channel(target)
+    ref = pb.ProcessRef(id=int(name)) if name.isdigit() else pb.ProcessRef(tag=name)
+    try:
+        r = pbg.ExecStub(ch).Wait(pb.WaitRequest(process=ref), timeout=30,
+                                  metadata=wsbtest.auth_md())
+    except grpc.RpcError as e:
+        print(describe(e), file=sys.stderr)
+        return 1
+    print("code=%d signal=%d timed_out=%s killed_by=%s" % (
+        r.exit.code, r.exit.signal, r.exit.timed_out, pb.KilledBy.Name(r.exit.killed_by)))
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "health":
         return health(argv[1])
     if len(argv) >= 4 and argv[0] == "exec-until-end" and argv[2] == "--":
         return exec_until_end(argv[1], argv[3:])
+    if len(argv) >= 4 and argv[0] == "follow" and "--" in argv:
+        i = argv.index("--")
+        opts = dict(zip(argv[2:i:2], argv[3:i:2]))
+        return follow(argv[1], opts, argv[i + 1:])
+    if len(argv) == 3 and argv[0] == "info":
+        return info(argv[1], argv[2])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -2,15 +2,19 @@
 /**
  * @file
  * Unit tests of agentd/exec.c on a real libuv loop and real processes:
- * arguments passed literally (E9), stdin bytes then EOF and no stdin (E5),
- * a 1 MiB burst read by a slow consumer (E2), timeouts and kills that leave
- * no process of the group behind (E1, E6), spawn and cwd errors (E10), the
- * exit report following the last output byte, and the UTF-8 sanitizer and
- * output capture used for ExecuteCommands transcripts.
+ * arguments passed literally (E9), stdin bytes then EOF, no stdin, and
+ * stdin written in chunks (E5), a 1 MiB burst read by a slow lossless
+ * watcher, even through a 4 KiB journal (E2), replay from an offset and
+ * bytes lost at the head (E3), timeouts, idle timeouts and kills that leave
+ * no process of the tree behind (E1, E6, E7), exit statuses kept and dropped
+ * (E8), spawn and cwd errors (E10), tags, List info, PTY size and resize,
+ * signals to a setsid grandchild through the cgroup, the reaping of orphans,
+ * the exit report following the last output byte, and the UTF-8 sanitizer
+ * and output capture used for ExecuteCommands transcripts.
  *
- * The test process makes itself a child subreaper (prctl(2)), so that the
- * background children of a killed command become its children and can be
- * reaped, and kill(pid, 0) then tells whether any survived.
+ * The test process makes itself a child subreaper (prctl(2)), as agentd
+ * does, so that the background children of a command become its children;
+ * the table's SIGCHLD reaper reaps them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,68 +42,28 @@ struct fixture {
 	struct exec_table *table;
 };
 
-/* What one process produced. */
+/* What one watcher of one process saw. */
 struct result {
 	uint8_t *out[EXEC_NSTREAMS];
 	size_t len[EXEC_NSTREAMS];
+	uint64_t next[EXEC_NSTREAMS]; /* offset the next event should have */
 	size_t chunks;
-	bool contiguous;        /* every offset == bytes received before */
+	size_t max_chunk;             /* largest event asked for (0: 1 MiB) */
+	bool contiguous;              /* every offset == bytes received before */
+	uint64_t lost[EXEC_NSTREAMS]; /* bytes reported lost */
+	uint64_t lost_at[EXEC_NSTREAMS];
+	char order[64];               /* stream of the first events: "oeo..." */
 	bool exited;
 	struct exec_exit ex;
 	struct exec_process *p;
-	/* slow consumer: pause after every chunk, resume from a timer */
-	uv_timer_t resume;
-	uint64_t exit_after_bytes; /* bytes received when exited ran */
+	struct exec_watch *w;
+	/* slow consumer: one event per timer tick */
+	bool slow;
+	uv_timer_t tick;
+	bool tick_init;
+	uv_loop_t *loop;              /* of tick */
+	uint64_t exit_after_bytes;    /* bytes received when the exit came */
 };
-
-static void on_output(struct exec_process *p, enum exec_stream s, uint64_t off, const void *data,
-		      size_t len, void *arg)
-{
-	struct result *r = arg;
-
-	assert_true(len > 0 && len <= EXEC_READ_CHUNK);
-	assert_false(r->exited);
-	if (off != r->len[s])
-		r->contiguous = false;
-	r->out[s] = realloc(r->out[s], r->len[s] + len + 1);
-	assert_non_null(r->out[s]);
-	memcpy(r->out[s] + r->len[s], data, len);
-	r->len[s] += len;
-	r->out[s][r->len[s]] = 0;
-	r->chunks++;
-}
-
-static void on_resume(uv_timer_t *t)
-{
-	struct result *r = t->data;
-
-	if (!r->exited)
-		exec_resume(r->p);
-}
-
-static void on_output_slow(struct exec_process *p, enum exec_stream s, uint64_t off,
-			   const void *data, size_t len, void *arg)
-{
-	struct result *r = arg;
-
-	on_output(p, s, off, data, len, arg);
-	exec_pause(p);
-	uv_timer_start(&r->resume, on_resume, 1, 0);
-}
-
-static void on_exited(struct exec_process *p, const struct exec_exit *ex, void *arg)
-{
-	struct result *r = arg;
-
-	assert_false(r->exited);
-	r->exited = true;
-	r->ex = *ex;
-	r->exit_after_bytes = r->len[0] + r->len[1];
-	r->p = NULL;
-}
-
-static const struct exec_ops ops = { .output = on_output, .exited = on_exited };
-static const struct exec_ops slow_ops = { .output = on_output_slow, .exited = on_exited };
 
 static void result_init(struct result *r)
 {
@@ -111,18 +75,114 @@ static void result_done(struct result *r)
 {
 	free(r->out[0]);
 	free(r->out[1]);
+	if (r->tick_init) {
+		/* The handle lives in *r: let its close finish now. */
+		uv_close((uv_handle_t *)&r->tick, NULL);
+		uv_run(r->loop, UV_RUN_NOWAIT);
+		r->tick_init = false;
+	}
 }
 
-/* Run the loop until every process is gone (exited reported and freed). */
-static void run_until_idle(struct fixture *f)
+/* Take events; with @p one, at most one. False once NONE came. */
+static bool drain(struct result *r, bool one)
 {
-	while (exec_table_count(f->table) > 0)
+	struct exec_event e;
+	size_t n, s;
+
+	do {
+		switch (exec_watch_next(r->w, r->max_chunk ? r->max_chunk : 1024 * 1024, &e)) {
+		case EXEC_EV_NONE:
+			return false;
+		case EXEC_EV_OUTPUT:
+			s = e.stream;
+			assert_true(e.len > 0);
+			if (e.offset != r->next[s])
+				r->contiguous = false;
+			r->next[s] = e.offset + e.len;
+			n = r->len[s] + e.len;
+			r->out[s] = realloc(r->out[s], n + 1);
+			assert_non_null(r->out[s]);
+			memcpy(r->out[s] + r->len[s], e.data, e.len);
+			r->len[s] = n;
+			r->out[s][n] = 0;
+			if (r->chunks < sizeof(r->order) - 1)
+				r->order[r->chunks] = s ? 'e' : 'o';
+			r->chunks++;
+			break;
+		case EXEC_EV_LOST:
+			s = e.stream;
+			assert_true(e.len > 0);
+			if (e.offset != r->next[s])
+				r->contiguous = false;
+			r->lost[s] += e.len;
+			r->lost_at[s] = e.offset;
+			r->next[s] = e.offset + e.len;
+			break;
+		case EXEC_EV_EXITED:
+			assert_false(r->exited);
+			r->exited = true;
+			r->ex = e.exit;
+			r->exit_after_bytes = r->len[0] + r->len[1];
+			exec_watch_free(r->w);
+			r->w = NULL;
+			return false;
+		}
+	} while (!one);
+	return true;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct result *r = t->data;
+
+	if (r->w && drain(r, true))
+		uv_timer_start(&r->tick, on_tick, 1, 0);
+}
+
+static void on_ready(struct exec_watch *w, void *arg)
+{
+	struct result *r = arg;
+
+	if (!r->slow)
+		drain(r, false);
+	else if (!uv_is_active((uv_handle_t *)&r->tick))
+		uv_timer_start(&r->tick, on_tick, 1, 0);
+}
+
+static int watch(struct fixture *f, struct result *r, const uint64_t *from, unsigned flags)
+{
+	int err, s;
+
+	for (s = 0; s < EXEC_NSTREAMS; s++)
+		r->next[s] = from ? from[s] : 0;
+	if (r->slow && !r->tick_init) {
+		uv_timer_init(&f->loop, &r->tick);
+		r->tick.data = r;
+		r->tick_init = true;
+		r->loop = &f->loop;
+	}
+	err = exec_watch_new(r->p, from, flags, on_ready, r, &r->w);
+	if (err == 0 && !r->slow)
+		drain(r, false);
+	else if (err == 0)
+		on_tick(&r->tick);
+	return err;
+}
+
+static void run_until_exited(struct fixture *f, struct result *r)
+{
+	while (!r->exited)
 		uv_run(&f->loop, UV_RUN_ONCE);
 }
 
+/* Spawn and watch from 0, losslessly. Returns what exec_spawn returned. */
 static int spawn(struct fixture *f, const struct exec_spec *spec, struct result *r)
 {
-	return exec_spawn(f->table, spec, &ops, r, &r->p);
+	int err = exec_spawn(f->table, spec, &r->p);
+
+	if (err == 0)
+		assert_int_equal(watch(f, r, NULL, EXEC_WATCH_LOSSLESS), 0);
+	return err;
 }
 
 /* Spawn, run to the end, assert success of the spawn. */
@@ -131,8 +191,7 @@ static void run(struct fixture *f, const struct exec_spec *spec, struct result *
 	result_init(r);
 	assert_int_equal(spawn(f, spec, r), 0);
 	assert_true(exec_pid(r->p) > 0);
-	run_until_idle(f);
-	assert_true(r->exited);
+	run_until_exited(f, r);
 	assert_true(r->contiguous);
 }
 
@@ -144,7 +203,26 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int setup(void **state)
+static void on_nothing(uv_timer_t *t)
+{
+}
+
+/* Run the loop for about @p ms milliseconds. */
+static void run_ms(struct fixture *f, uint64_t ms)
+{
+	uv_timer_t t;
+	uint64_t end = now_ms() + ms;
+
+	uv_timer_init(&f->loop, &t);
+	while (now_ms() < end) {
+		uv_timer_start(&t, on_nothing, 5, 0);
+		uv_run(&f->loop, UV_RUN_ONCE);
+	}
+	uv_close((uv_handle_t *)&t, NULL);
+	uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+static int setup_cfg(void **state, const struct exec_config *cfg)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 
@@ -153,9 +231,27 @@ static int setup(void **state)
 	strcpy(f->root_path, "/tmp/test_exec.XXXXXX");
 	assert_non_null(mkdtemp(f->root_path));
 	assert_int_equal(resolve_root_open(f->root_path, &f->root), 0);
-	assert_int_equal(exec_table_new(&f->loop, 0, &f->table), 0);
+	assert_int_equal(exec_table_new(&f->loop, cfg, &f->table), 0);
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_cfg(state, NULL);
+}
+
+/* A short exit-keep, at most 2 kept exits, a 4 KiB journal, cgroups on. */
+static int setup_small(void **state)
+{
+	struct exec_config cfg = {
+		.exit_keep_ms = 300,
+		.max_kept = 2,
+		.journal_bytes = 4096,
+		.cgroups = true,
+	};
+
+	return setup_cfg(state, &cfg);
 }
 
 static int teardown(void **state)
@@ -171,6 +267,53 @@ static int teardown(void **state)
 	assert_int_equal(system(cmd), 0);
 	free(f);
 	return 0;
+}
+
+/* Write @p n bytes of @p data to ROOT/@p name. */
+static void put_file(struct fixture *f, const char *name, const void *data, size_t n)
+{
+	int fd = openat(f->root.fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, n), (ssize_t)n);
+	close(fd);
+}
+
+/* True while @p pid exists and is not a zombie. */
+static bool alive(pid_t pid)
+{
+	char path[64], buf[512], *rp;
+	FILE *fp;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fp = fopen(path, "re");
+	if (!fp)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* Run the loop (so the reaper works) until @p pid is gone, up to 3 s. */
+static void assert_gone(struct fixture *f, pid_t pid)
+{
+	uint64_t t0 = now_ms();
+
+	while (now_ms() - t0 < 3000) {
+		if (!alive(pid))
+			return;
+		run_ms(f, 10);
+	}
+	fail_msg("process %d survived", (int)pid);
+}
+
+static pid_t first_line_pid(const struct result *r)
+{
+	assert_non_null(r->out[0]);
+	return (pid_t)atoi((const char *)r->out[0]);
 }
 
 /* ---- arguments, environment, stdin ---- */
@@ -189,6 +332,7 @@ static void test_argv_literal(void **state)
 	assert_int_equal(r.ex.code, 0);
 	assert_int_equal(r.ex.signal, 0);
 	assert_false(r.ex.timed_out);
+	assert_int_equal(r.ex.killed_by, EXEC_NOT_KILLED);
 	result_done(&r);
 }
 
@@ -228,7 +372,8 @@ static void test_env_override(void **state)
 	spec.env = bad;
 	result_init(&r);
 	assert_int_equal(spawn(f, &spec, &r), -EINVAL);
-	assert_int_equal(exec_table_count(f->table), 0);
+	assert_int_equal(exec_table_count(f->table), 1); /* the first, kept */
+	assert_int_equal(exec_table_running(f->table), 0);
 }
 
 static void test_stdin_bytes_then_eof(void **state)
@@ -267,6 +412,8 @@ static void test_no_stdin_is_eof(void **state)
 	assert_false(r.ex.timed_out);
 	assert_true(now_ms() - t0 < 5000);
 	result_done(&r);
+	/* no stdin: nothing to write to */
+	assert_int_equal(exec_write_stdin(r.p, "x", 1, false, NULL, NULL), -EPIPE);
 }
 
 static void test_stdin_not_read(void **state)
@@ -281,6 +428,72 @@ static void test_stdin_not_read(void **state)
 	run(f, &spec, &r);
 	assert_int_equal(r.ex.code, 7);
 	free(in);
+	result_done(&r);
+}
+
+struct written {
+	int n, err[8];
+};
+
+static void on_written(int err, void *arg)
+{
+	struct written *w = arg;
+
+	w->err[w->n++] = err;
+}
+
+static void test_stdin_chunks_then_eof(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = { .shell = "cat; echo end", .cwd_fd = -1, .stdin_data = "first ",
+				  .stdin_len = 6, .stdin_open = true, .timeout_ms = 10000 };
+	struct written w = { 0 };
+	char *big = malloc(EXEC_STDIN_CHUNK_MAX + 1);
+	struct result r;
+
+	assert_non_null(big);
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	assert_int_equal(exec_write_stdin(r.p, big, EXEC_STDIN_CHUNK_MAX + 1, false, NULL, NULL),
+			 -E2BIG);
+	assert_int_equal(exec_write_stdin(r.p, "second ", 7, false, on_written, &w), 0);
+	assert_int_equal(exec_write_stdin(r.p, "third", 5, false, on_written, &w), 0);
+	assert_int_equal(exec_write_stdin(r.p, NULL, 0, true, on_written, &w), 0);
+	/* after EOF nothing more */
+	assert_int_equal(exec_write_stdin(r.p, "x", 1, false, on_written, &w), -EPIPE);
+	run_until_exited(f, &r);
+	assert_string_equal((char *)r.out[0], "first second thirdend\n");
+	assert_int_equal(w.n, 3);
+	assert_int_equal(w.err[0], 0);
+	assert_int_equal(w.err[1], 0);
+	assert_int_equal(w.err[2], 0);
+	free(big);
+	result_done(&r);
+}
+
+static void test_stdin_closed_by_command(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = { .shell = "exec 0<&-; sleep 0.3", .cwd_fd = -1, .stdin_open = true };
+	struct written w = { 0 };
+	struct result r;
+	int rc;
+
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	run_ms(f, 100);
+	/* -EPIPE now, or from the callback once the write failed */
+	rc = exec_write_stdin(r.p, "x", 1, false, on_written, &w);
+	if (rc == 0) {
+		while (w.n == 0)
+			uv_run(&f->loop, UV_RUN_ONCE);
+		assert_int_equal(w.n, 1);
+		assert_int_equal(w.err[0], -EPIPE);
+	} else {
+		assert_int_equal(rc, -EPIPE);
+	}
+	assert_int_equal(exec_write_stdin(r.p, "x", 1, false, on_written, &w), -EPIPE);
+	run_until_exited(f, &r);
 	result_done(&r);
 }
 
@@ -308,38 +521,65 @@ static void test_combined_output_in_order(void **state)
 	result_done(&r);
 }
 
+/* Run the loop until @p p has exited (no watcher needed). */
+static void wait_exited(struct fixture *f, struct exec_process *p)
+{
+	uint64_t t0 = now_ms();
+
+	while (!exec_exited(p)) {
+		assert_true(now_ms() - t0 < 20000);
+		run_ms(f, 5);
+	}
+}
+
+static void test_replay_keeps_arrival_order(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "echo o1; sleep 0.05; echo e1 >&2; sleep 0.05; echo o2; sleep 0.05; "
+			 "echo e2 >&2; sleep 0.05; echo o3",
+		.cwd_fd = -1,
+	};
+	struct result r;
+
+	/* No watcher while it runs: the replay afterwards interleaves the two
+	 * journals by arrival. */
+	result_init(&r);
+	assert_int_equal(exec_spawn(f->table, &spec, &r.p), 0);
+	exec_ref(r.p);
+	wait_exited(f, r.p);
+	assert_int_equal(watch(f, &r, NULL, 0), 0);
+	assert_true(r.exited);
+	assert_string_equal(r.order, "oeoeo");
+	assert_string_equal((char *)r.out[0], "o1\no2\no3\n");
+	assert_string_equal((char *)r.out[1], "e1\ne2\n");
+	exec_unref(r.p);
+	result_done(&r);
+}
+
 static void burst(struct fixture *f, bool slow)
 {
 	size_t n = 1024 * 1024;
 	uint8_t *data = malloc(n);
 	struct exec_spec spec = { .shell = "cat burst.bin; cat burst.bin >&2" };
 	struct result r;
-	int fd;
 
 	assert_non_null(data);
 	srand(42);
 	for (size_t i = 0; i < n; i++)
 		data[i] = (uint8_t)rand();
-	fd = openat(f->root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	{
-		int wfd = openat(fd, "burst.bin", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-
-		assert_true(wfd >= 0);
-		assert_int_equal(write(wfd, data, n), (ssize_t)n);
-		close(wfd);
-	}
+	put_file(f, "burst.bin", data, n);
 	spec.cwd_fd = exec_cwd_open(&f->root, "", 0);
 	assert_true(spec.cwd_fd >= 0);
 
 	result_init(&r);
-	uv_timer_init(&f->loop, &r.resume);
-	r.resume.data = &r;
-	assert_int_equal(exec_spawn(f->table, &spec, slow ? &slow_ops : &ops, &r, &r.p), 0);
+	r.slow = slow;
+	r.max_chunk = slow ? 8192 : 0;
+	assert_int_equal(spawn(f, &spec, &r), 0);
 	close(spec.cwd_fd);
-	run_until_idle(f);
-	assert_true(r.exited);
+	run_until_exited(f, &r);
 	assert_true(r.contiguous);
+	assert_int_equal(r.lost[0] + r.lost[1], 0);
 	assert_int_equal(r.len[0], n);
 	assert_int_equal(r.len[1], n);
 	assert_memory_equal(r.out[0], data, n);
@@ -347,11 +587,8 @@ static void burst(struct fixture *f, bool slow)
 	assert_int_equal(r.exit_after_bytes, 2 * n);
 	assert_int_equal(r.ex.code, 0);
 	if (slow)
-		assert_true(r.chunks >= 2 * n / EXEC_READ_CHUNK);
-	uv_close((uv_handle_t *)&r.resume, NULL);
-	uv_run(&f->loop, UV_RUN_NOWAIT);
-	unlinkat(fd, "burst.bin", 0);
-	close(fd);
+		assert_true(r.chunks >= 2 * n / 8192);
+	unlinkat(f->root.fd, "burst.bin", 0);
 	free(data);
 	result_done(&r);
 }
@@ -362,6 +599,12 @@ static void test_burst_1mib(void **state)
 }
 
 static void test_burst_1mib_slow_consumer(void **state)
+{
+	burst(*state, true);
+}
+
+/* E2: a lossless watcher through a 4 KiB journal (setup_small) loses nothing. */
+static void test_burst_1mib_slow_small_journal(void **state)
 {
 	burst(*state, true);
 }
@@ -401,7 +644,7 @@ static void test_exit_status_and_signal(void **state)
 	assert_int_equal(r.ex.signal, SIGUSR1);
 	assert_int_equal(r.ex.code, 0);
 	assert_false(r.ex.timed_out);
-	assert_false(r.ex.killed);
+	assert_int_equal(r.ex.killed_by, EXEC_NOT_KILLED);
 	result_done(&r);
 
 	/* The child gets default signal dispositions although we ignore
@@ -414,47 +657,93 @@ static void test_exit_status_and_signal(void **state)
 	result_done(&r);
 }
 
+/* E3: replay from an offset; what fell out of the 4 KiB ring is reported. */
+static void test_replay_from_offset_and_lost(void **state)
+{
+	struct fixture *f = *state;
+	size_t n = 10000, i;
+	uint8_t *data = malloc(n);
+	struct exec_spec spec = { .shell = "cat data.bin" };
+	uint64_t from[2] = { 9000, 0 }, past[2] = { 10001, 0 };
+	struct exec_watch *w;
+	struct result r1, r2;
+	struct exec_process *p;
+
+	assert_non_null(data);
+	for (i = 0; i < n; i++)
+		data[i] = (uint8_t)(i * 7 + i / 256);
+	put_file(f, "data.bin", data, n);
+	spec.cwd_fd = exec_cwd_open(&f->root, "", 0);
+	assert_int_equal(exec_spawn(f->table, &spec, &p), 0);
+	close(spec.cwd_fd);
+	exec_ref(p); /* exit_keep is 300 ms here */
+	wait_exited(f, p);
+
+	result_init(&r1);
+	r1.p = p;
+	assert_int_equal(watch(f, &r1, NULL, 0), 0);
+	assert_true(r1.exited);
+	assert_true(r1.contiguous);
+	assert_int_equal(r1.lost[0], n - 4096);
+	assert_int_equal(r1.lost_at[0], 0);
+	assert_int_equal(r1.len[0], 4096);
+	assert_memory_equal(r1.out[0], data + n - 4096, 4096);
+
+	result_init(&r2);
+	r2.p = p;
+	assert_int_equal(watch(f, &r2, from, 0), 0);
+	assert_true(r2.exited);
+	assert_true(r2.contiguous);
+	assert_int_equal(r2.lost[0], 0);
+	assert_int_equal(r2.len[0], n - 9000);
+	assert_memory_equal(r2.out[0], data + 9000, n - 9000);
+
+	assert_int_equal(exec_watch_new(p, past, 0, on_ready, &r2, &w), -ERANGE);
+	exec_unref(p);
+	unlinkat(f->root.fd, "data.bin", 0);
+	free(data);
+	result_done(&r1);
+	result_done(&r2);
+}
+
+/* E2/E3: a second watcher attached mid-run from an offset gets exactly the
+ * bytes from there, then the live tail, then the exit. */
+static void test_attach_mid_run(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "i=0; while [ $i -lt 40 ]; do printf 'line %04d\\n' $i; i=$((i+1)); "
+			 "sleep 0.01; done",
+		.cwd_fd = -1,
+	};
+	char expect[512];
+	uint64_t from[2] = { 25, 0 };
+	struct result r1, r2;
+	size_t i, n = 0;
+
+	for (i = 0; i < 40; i++)
+		n += (size_t)snprintf(expect + n, sizeof(expect) - n, "line %04zu\n", i);
+	result_init(&r1);
+	assert_int_equal(spawn(f, &spec, &r1), 0);
+	while (r1.len[0] < 100)
+		uv_run(&f->loop, UV_RUN_ONCE);
+	assert_false(r1.exited);
+	result_init(&r2);
+	r2.p = r1.p;
+	assert_int_equal(watch(f, &r2, from, 0), 0);
+	run_until_exited(f, &r1);
+	run_until_exited(f, &r2);
+	assert_int_equal(r1.len[0], n);
+	assert_memory_equal(r1.out[0], expect, n);
+	assert_true(r2.contiguous);
+	assert_int_equal(r2.lost[0], 0);
+	assert_int_equal(r2.len[0], n - 25);
+	assert_memory_equal(r2.out[0], expect + 25, n - 25);
+	result_done(&r1);
+	result_done(&r2);
+}
+
 /* ---- timeouts and kills ---- */
-
-/* Wait (up to 3 s) until @p pid is gone: reaped by us (the subreaper) or
- * by libuv, then kill(pid, 0) must fail with ESRCH. */
-static void assert_gone(pid_t pid)
-{
-	uint64_t t0 = now_ms();
-	int st;
-
-	while (now_ms() - t0 < 3000) {
-		(void)waitpid(pid, &st, WNOHANG);
-		if (kill(pid, 0) < 0 && errno == ESRCH)
-			return;
-		usleep(10000);
-	}
-	fail_msg("process %d survived", (int)pid);
-}
-
-/* Same for the whole group: kill(-pgid, 0) fails once no member is left
- * (zombies count; orphans are ours, and libuv owns no process any more, so
- * waitpid(-1) steals nothing). */
-static void assert_group_gone(pid_t pgid)
-{
-	uint64_t t0 = now_ms();
-	int st;
-
-	while (now_ms() - t0 < 3000) {
-		while (waitpid(-1, &st, WNOHANG) > 0)
-			;
-		if (kill(-pgid, 0) < 0 && errno == ESRCH)
-			return;
-		usleep(10000);
-	}
-	fail_msg("process group %d survived", (int)pgid);
-}
-
-static pid_t first_line_pid(const struct result *r)
-{
-	assert_non_null(r->out[0]);
-	return (pid_t)atoi((const char *)r->out[0]);
-}
 
 static void test_timeout_term_ignored(void **state)
 {
@@ -463,27 +752,25 @@ static void test_timeout_term_ignored(void **state)
 		.shell = "trap '' TERM; sleep 300 & echo $!; sleep 100",
 		.cwd_fd = -1,
 		.timeout_ms = 300,
+		.grace_ms = 500,
 	};
 	struct result r;
 	uint64_t t0 = now_ms(), dt;
-	pid_t bg, pgid;
+	pid_t pid;
 
 	result_init(&r);
 	assert_int_equal(spawn(f, &spec, &r), 0);
-	pgid = exec_pid(r.p);
-	run_until_idle(f);
+	pid = exec_pid(r.p);
+	run_until_exited(f, &r);
 	dt = now_ms() - t0;
-	assert_true(r.exited);
 	assert_true(r.ex.timed_out);
+	assert_int_equal(r.ex.killed_by, EXEC_KILLED_TIMEOUT);
 	assert_int_equal(r.ex.signal, SIGKILL);
 	/* timeout + grace, not the 100 s sleep */
-	assert_true(dt >= 300 + EXEC_KILL_GRACE_MS - 50);
-	assert_true(dt < 300 + 2 * EXEC_KILL_GRACE_MS + 1000);
-	bg = first_line_pid(&r);
-	assert_true(bg > 0);
-	assert_gone(bg);
-	assert_gone(pgid);
-	assert_group_gone(pgid);
+	assert_true(dt >= 300 + 500 - 50);
+	assert_true(dt < 300 + 2 * 500 + 1000);
+	assert_gone(f, first_line_pid(&r));
+	assert_gone(f, pid);
 	result_done(&r);
 }
 
@@ -497,17 +784,74 @@ static void test_timeout_term_kills_group(void **state)
 	};
 	struct result r;
 	uint64_t t0 = now_ms();
-	pid_t pgid;
 
 	result_init(&r);
 	assert_int_equal(spawn(f, &spec, &r), 0);
-	pgid = exec_pid(r.p);
-	run_until_idle(f);
+	run_until_exited(f, &r);
 	assert_true(r.ex.timed_out);
 	assert_int_equal(r.ex.signal, SIGTERM);
 	assert_true(now_ms() - t0 < 200 + EXEC_KILL_GRACE_MS);
-	assert_gone(first_line_pid(&r));
-	assert_group_gone(pgid);
+	assert_gone(f, first_line_pid(&r));
+	result_done(&r);
+}
+
+static void test_idle_timeout(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "echo a; sleep 0.2; echo b; sleep 100",
+		.cwd_fd = -1,
+		.idle_timeout_ms = 700,
+	};
+	struct result r;
+	uint64_t t0 = now_ms(), dt;
+
+	run(f, &spec, &r);
+	dt = now_ms() - t0;
+	assert_string_equal((char *)r.out[0], "a\nb\n");
+	assert_true(r.ex.timed_out);
+	assert_int_equal(r.ex.killed_by, EXEC_KILLED_IDLE);
+	assert_int_equal(r.ex.signal, SIGTERM);
+	assert_true(dt >= 900 - 50 && dt < 4000);
+	result_done(&r);
+
+	/* Output every 0.1 s keeps it alive past the idle time. */
+	spec.shell = "for i in 1 2 3 4 5 6 7 8; do echo $i; sleep 0.1; done";
+	run(f, &spec, &r);
+	assert_false(r.ex.timed_out);
+	assert_int_equal(r.ex.code, 0);
+	assert_int_equal(r.ex.killed_by, EXEC_NOT_KILLED);
+	result_done(&r);
+}
+
+static void on_ready_stalled(struct exec_watch *w, void *arg)
+{
+}
+
+/* A command blocked on a lossless reader that does not read is not idle. */
+static void test_idle_not_while_paused(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "head -c 3000000 /dev/zero",
+		.cwd_fd = -1,
+		.idle_timeout_ms = 1000,
+	};
+	struct result r;
+
+	result_init(&r);
+	assert_int_equal(exec_spawn(f->table, &spec, &r.p), 0);
+	assert_int_equal(exec_watch_new(r.p, NULL, EXEC_WATCH_LOSSLESS, on_ready_stalled, &r, &r.w),
+			 0);
+	run_ms(f, 2500); /* paused all along: far beyond the idle time */
+	assert_false(exec_exited(r.p));
+	/* now a reader that keeps up, from 0 (all of it still in the journal) */
+	exec_watch_free(r.w);
+	assert_int_equal(watch(f, &r, NULL, EXEC_WATCH_LOSSLESS), 0);
+	run_until_exited(f, &r);
+	assert_false(r.ex.timed_out);
+	assert_int_equal(r.ex.code, 0);
+	assert_int_equal(r.len[0], 3000000);
 	result_done(&r);
 }
 
@@ -515,8 +859,8 @@ static void on_kill_timer(uv_timer_t *t)
 {
 	struct result *r = t->data;
 
-	exec_kill(r->p);
-	exec_kill(r->p); /* idempotent */
+	exec_kill(r->p, EXEC_KILLED_DETACHED);
+	exec_kill(r->p, EXEC_KILLED_SHUTDOWN); /* idempotent; the first reason stays */
 }
 
 static void test_kill_while_paused(void **state)
@@ -525,22 +869,28 @@ static void test_kill_while_paused(void **state)
 	struct exec_spec spec = { .shell = "echo $$; sleep 300 & yes", .cwd_fd = -1 };
 	struct result r;
 	uv_timer_t t;
-	pid_t pgid;
+	pid_t pid;
 
 	result_init(&r);
-	assert_int_equal(spawn(f, &spec, &r), 0);
-	pgid = exec_pid(r.p);
-	exec_pause(r.p); /* `yes` fills the pipe and blocks */
+	assert_int_equal(exec_spawn(f->table, &spec, &r.p), 0);
+	pid = exec_pid(r.p);
+	/* A lossless watcher that never reads: `yes` fills the journal up to
+	 * the high-water mark, reading pauses, the pipe fills, yes blocks. */
+	assert_int_equal(exec_watch_new(r.p, NULL, EXEC_WATCH_LOSSLESS, on_ready_stalled, &r, &r.w),
+			 0);
 	uv_timer_init(&f->loop, &t);
 	t.data = &r;
-	uv_timer_start(&t, on_kill_timer, 200, 0);
-	run_until_idle(f);
+	uv_timer_start(&t, on_kill_timer, 300, 0);
+	wait_exited(f, r.p);
+	drain(&r, false);
 	assert_true(r.exited);
-	assert_true(r.ex.killed);
+	assert_true(r.contiguous);
+	assert_int_equal(r.ex.killed_by, EXEC_KILLED_DETACHED);
 	assert_false(r.ex.timed_out);
 	assert_int_equal(r.ex.signal, SIGKILL);
-	assert_int_equal(r.len[0], 0); /* paused all along */
-	assert_group_gone(pgid);
+	/* paused at about 1 MiB of a 4 MiB journal */
+	assert_true(r.len[0] >= 1024 * 1024 && r.len[0] <= 1024 * 1024 + EXEC_READ_CHUNK);
+	assert_gone(f, pid);
 	uv_close((uv_handle_t *)&t, NULL);
 	uv_run(&f->loop, UV_RUN_NOWAIT);
 	result_done(&r);
@@ -549,24 +899,292 @@ static void test_kill_while_paused(void **state)
 static void test_process_limit(void **state)
 {
 	struct fixture *f = *state;
+	struct exec_config cfg = { .max_running = 1 };
 	struct exec_table *small;
 	const char *argv[] = { "sleep", "300", NULL };
 	struct exec_spec spec = { .argv = argv, .cwd_fd = -1 };
-	struct result r1, r2;
+	struct exec_process *p1, *p2;
+	struct result r;
 
-	assert_int_equal(exec_table_new(&f->loop, 1, &small), 0);
+	assert_int_equal(exec_table_new(&f->loop, &cfg, &small), 0);
 	assert_int_equal(exec_table_max(small), 1);
-	result_init(&r1);
-	result_init(&r2);
-	assert_int_equal(exec_spawn(small, &spec, &ops, &r1, &r1.p), 0);
-	assert_int_equal(exec_spawn(small, &spec, &ops, &r2, &r2.p), -EAGAIN);
-	assert_int_equal(exec_table_count(small), 1);
-	exec_table_free(small); /* kills r1; freed with it */
+	result_init(&r);
+	assert_int_equal(exec_spawn(small, &spec, &p1), 0);
+	assert_int_equal(exec_spawn(small, &spec, &p2), -EAGAIN);
+	assert_int_equal(exec_table_running(small), 1);
+	r.p = p1;
+	assert_int_equal(watch(f, &r, NULL, 0), 0);
+	exec_table_free(small); /* kills p1; freed with it */
 	uv_run(&f->loop, UV_RUN_DEFAULT);
-	assert_true(r1.exited);
-	assert_true(r1.ex.killed);
-	assert_false(r2.exited);
-	result_done(&r1);
+	assert_true(r.exited);
+	assert_int_equal(r.ex.killed_by, EXEC_KILLED_SHUTDOWN);
+	assert_int_equal(r.ex.signal, SIGKILL);
+	result_done(&r);
+}
+
+/* E1: a signal reaches the whole tree, a setsid grandchild through the
+ * cgroup where this kernel lets us make one (setup_small enables cgroups). */
+static void test_signal_tree(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "setsid sleep 300 & echo $!; sleep 300 & sleep 300",
+		.cwd_fd = -1,
+	};
+	char path[64], buf[512] = "";
+	struct result r;
+	pid_t gc;
+	FILE *fp;
+
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	exec_ref(r.p);
+	while (!r.out[0] || !strchr((char *)r.out[0], '\n'))
+		uv_run(&f->loop, UV_RUN_ONCE);
+	gc = first_line_pid(&r);
+	run_ms(f, 100);
+	assert_int_equal(exec_signal(r.p, 0), -EINVAL);
+	assert_int_equal(exec_signal(r.p, _NSIG), -EINVAL);
+	assert_int_equal(exec_signal(r.p, SIGTERM), 0);
+	run_until_exited(f, &r);
+	assert_int_equal(r.ex.signal, SIGTERM);
+	assert_int_equal(r.ex.killed_by, EXEC_KILLED_SIGNAL_CALL);
+	assert_int_equal(exec_signal(r.p, SIGTERM), -ESRCH);
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)gc);
+	fp = fopen(path, "re");
+	if (fp) {
+		size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+
+		buf[n] = 0;
+		fclose(fp);
+	}
+	if (alive(gc) && !strstr(buf, "wsbridge-agentd")) {
+		/* No cgroup here: the setsid grandchild escaped the group. */
+		kill(gc, SIGKILL);
+		print_message("# no cgroup v2 for commands here: only the group was signalled\n");
+	}
+	assert_gone(f, gc);
+	exec_unref(r.p);
+	result_done(&r);
+}
+
+/* One Signal is one delivery, although the group and the cgroup overlap. */
+static void test_signal_delivered_once(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "trap 'echo usr1' USR1; echo ready; while :; do sleep 0.05; done",
+		.cwd_fd = -1,
+	};
+	struct result r;
+
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	while (!r.out[0] || !strstr((char *)r.out[0], "ready\n"))
+		uv_run(&f->loop, UV_RUN_ONCE);
+	assert_int_equal(exec_signal(r.p, SIGUSR1), 0);
+	run_ms(f, 500);
+	exec_kill(r.p, EXEC_KILLED_DETACHED);
+	run_until_exited(f, &r);
+	assert_string_equal((char *)r.out[0], "ready\nusr1\n");
+	assert_int_equal(r.ex.killed_by, EXEC_KILLED_DETACHED);
+	result_done(&r);
+}
+
+/* The reaper reaps an orphan re-parented to us (a subreaper, as agentd). */
+static void test_reap_orphan(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = { .shell = "sh -c 'sleep 0.3 >/dev/null & echo $!'", .cwd_fd = -1 };
+	struct result r;
+	uint64_t t0;
+	pid_t orphan;
+
+	run(f, &spec, &r);
+	orphan = first_line_pid(&r);
+	assert_true(orphan > 0);
+	t0 = now_ms();
+	/* gone entirely (not even a zombie) once the reaper waited for it */
+	while (kill(orphan, 0) == 0 && now_ms() - t0 < 3000)
+		run_ms(f, 10);
+	assert_int_equal(kill(orphan, 0), -1);
+	assert_int_equal(errno, ESRCH);
+	result_done(&r);
+}
+
+/* ---- the table: tags, info, keeping exits ---- */
+
+static void test_tags_and_info(void **state)
+{
+	struct fixture *f = *state;
+	const char *args[] = { "x y", NULL };
+	struct exec_spec spec = { .shell = "echo \"$1\"; echo e >&2", .args = args, .tag = "build-1" };
+	struct exec_spec dup = { .shell = "true", .tag = "build-1", .cwd_fd = -1 };
+	char long_tag[EXEC_TAG_MAX + 2];
+	struct exec_process *p, *q;
+	struct exec_info in;
+	struct result r;
+
+	assert_int_equal(exec_tag_check("a"), 0);
+	assert_int_equal(exec_tag_check("job.1_x-y"), 0);
+	assert_int_equal(exec_tag_check(""), -EINVAL);
+	assert_int_equal(exec_tag_check("123"), -EINVAL);
+	assert_int_equal(exec_tag_check("a b"), -EINVAL);
+	assert_int_equal(exec_tag_check("caf\xc3\xa9"), -EINVAL);
+	memset(long_tag, 'a', sizeof(long_tag) - 1);
+	long_tag[sizeof(long_tag) - 1] = 0;
+	assert_int_equal(exec_tag_check(long_tag), -EINVAL);
+	long_tag[EXEC_TAG_MAX] = 0;
+	assert_int_equal(exec_tag_check(long_tag), 0);
+
+	assert_int_equal(mkdirat(f->root.fd, "d", 0755), 0);
+	spec.cwd_fd = exec_cwd_open(&f->root, "d", 1);
+	spec.cwd_name = "d";
+	spec.cwd_len = 1;
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	close(spec.cwd_fd);
+	p = r.p;
+	exec_get_info(p, &in);
+	assert_int_equal(in.state, EXEC_RUNNING);
+	assert_true(in.id > 0);
+	assert_int_equal(in.pid, exec_pid(p));
+	assert_string_equal(in.tag, "build-1");
+	assert_int_equal(in.argc, 5);
+	assert_string_equal(in.argv[0], "/bin/sh");
+	assert_string_equal(in.argv[1], "-c");
+	assert_string_equal(in.argv[3], "sh");
+	assert_string_equal(in.argv[4], "x y");
+	assert_int_equal(in.cwd_len, 1);
+	assert_memory_equal(in.cwd, "d", 1);
+	assert_true(in.start_ns > 1000000000LL * 1600000000LL);
+	assert_int_equal(in.end_ns, 0);
+	assert_false(in.pty);
+
+	assert_int_equal(exec_spawn(f->table, &dup, &q), -EEXIST);
+	dup.tag = "12";
+	assert_int_equal(exec_spawn(f->table, &dup, &q), -EINVAL);
+	assert_ptr_equal(exec_find_tag(f->table, "build-1"), p);
+	assert_ptr_equal(exec_find(f->table, exec_id(p)), p);
+	assert_null(exec_find_tag(f->table, "nope"));
+	assert_null(exec_find(f->table, 9999));
+
+	run_until_exited(f, &r);
+	exec_get_info(p, &in);
+	assert_int_equal(in.state, EXEC_EXITED);
+	assert_true(in.end_ns >= in.start_ns);
+	assert_int_equal(in.bytes[0], 4);
+	assert_int_equal(in.bytes[1], 2);
+	/* still kept: the tag stays taken */
+	dup.tag = "build-1";
+	assert_int_equal(exec_spawn(f->table, &dup, &q), -EEXIST);
+	dup.tag = "other";
+	assert_int_equal(exec_spawn(f->table, &dup, &q), 0);
+	/* id order */
+	assert_ptr_equal(exec_table_next(f->table, NULL), p);
+	assert_ptr_equal(exec_table_next(f->table, p), q);
+	assert_null(exec_table_next(f->table, q));
+	assert_true(exec_id(q) > exec_id(p));
+	result_done(&r);
+}
+
+/* E8: the exit status is kept for exit_keep_ms (300 ms in setup_small). */
+static void test_exit_kept_then_dropped(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = { .shell = "exit 7", .cwd_fd = -1, .tag = "seven" };
+	struct exec_info in;
+	struct result r;
+	uint64_t id;
+
+	run(f, &spec, &r);
+	id = exec_id(r.p);
+	assert_int_equal(r.ex.code, 7);
+	run_ms(f, 100);
+	assert_non_null(exec_find(f->table, id));
+	exec_get_info(exec_find(f->table, id), &in);
+	assert_int_equal(in.state, EXEC_EXITED);
+	assert_int_equal(in.exit.code, 7);
+	run_ms(f, 400);
+	assert_null(exec_find(f->table, id));
+	assert_null(exec_find_tag(f->table, "seven"));
+	assert_int_equal(exec_table_count(f->table), 0);
+	result_done(&r);
+}
+
+/* At most max_kept (2 in setup_small) exits are kept: the oldest go. */
+static void test_max_kept(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = { .shell = "true", .cwd_fd = -1 };
+	uint64_t id[3];
+	struct result r;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		run(f, &spec, &r);
+		id[i] = exec_id(r.p);
+		result_done(&r);
+	}
+	assert_null(exec_find(f->table, id[0]));
+	assert_non_null(exec_find(f->table, id[1]));
+	assert_non_null(exec_find(f->table, id[2]));
+	assert_int_equal(exec_table_count(f->table), 2);
+}
+
+/* ---- PTY ---- */
+
+static void test_pty(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "stty size; [ -t 0 ] && [ -t 1 ] && echo tty; echo \"$TERM\"; "
+			 "read x; echo \"got $x\"; stty size",
+		.cwd_fd = -1,
+		.pty = true,
+		.rows = 30,
+		.cols = 100,
+		.stdin_open = true,
+		.timeout_ms = 10000,
+	};
+	const char *argv[] = { "true", NULL };
+	struct exec_spec plain = { .argv = argv, .cwd_fd = -1 };
+	struct exec_process *q;
+	struct written w = { 0 };
+	struct exec_info in;
+	struct result r;
+
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	while (!r.out[0] || !strstr((char *)r.out[0], "xterm-256color\r\n"))
+		uv_run(&f->loop, UV_RUN_ONCE);
+	assert_string_equal((char *)r.out[0], "30 100\r\ntty\r\nxterm-256color\r\n");
+	assert_int_equal(exec_resize(r.p, 0, 10), -EINVAL);
+	assert_int_equal(exec_resize(r.p, 40, 120), 0);
+	assert_int_equal(exec_write_stdin(r.p, "hi\n", 3, false, on_written, &w), 0);
+	run_until_exited(f, &r);
+	/* the terminal echoes the input; stdout and stderr are both the tty */
+	assert_string_equal((char *)r.out[0],
+			    "30 100\r\ntty\r\nxterm-256color\r\nhi\r\ngot hi\r\n40 120\r\n");
+	assert_int_equal(r.len[1], 0);
+	assert_int_equal(r.ex.code, 0);
+	assert_int_equal(w.n, 1);
+	assert_int_equal(w.err[0], 0);
+	exec_get_info(r.p, &in);
+	assert_true(in.pty);
+	assert_int_equal(exec_resize(r.p, 10, 10), -ESRCH);
+	result_done(&r);
+
+	/* Without stdin_open the terminal reads EOF (VEOF) at once. */
+	spec.shell = "cat; echo done";
+	spec.stdin_open = false;
+	spec.term = "vt100";
+	run(f, &spec, &r);
+	assert_string_equal((char *)r.out[0], "done\r\n");
+	result_done(&r);
+
+	assert_int_equal(exec_spawn(f->table, &plain, &q), 0);
+	assert_int_equal(exec_resize(q, 10, 10), -ENOTTY);
 }
 
 /* ---- spawn errors and working directory ---- */
@@ -582,8 +1200,6 @@ static void test_spawn_errors(void **state)
 
 	result_init(&r);
 	assert_int_equal(spawn(f, &spec, &r), -ENOENT);
-	run_until_idle(f);
-	assert_false(r.exited);
 
 	fd = openat(f->root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(fd >= 0);
@@ -603,9 +1219,14 @@ static void test_spawn_errors(void **state)
 	spec.argv = missing;
 	spec.shell = "true";
 	assert_int_equal(spawn(f, &spec, &r), -EINVAL);
-	run_until_idle(f);
-	assert_false(r.exited);
+	/* a PTY too large */
+	spec.argv = NULL;
+	spec.pty = true;
+	spec.rows = 70000;
+	assert_int_equal(spawn(f, &spec, &r), -EINVAL);
+	run_ms(f, 50);
 	assert_int_equal(exec_table_count(f->table), 0);
+	assert_int_equal(exec_table_running(f->table), 0);
 }
 
 static void test_cwd(void **state)
@@ -741,16 +1362,33 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stdin_bytes_then_eof, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_stdin_is_eof, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stdin_not_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stdin_chunks_then_eof, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stdin_closed_by_command, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_combined_output_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replay_keeps_arrival_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_burst_1mib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_burst_1mib_slow_consumer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_burst_1mib_slow_small_journal, setup_small,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_binary_output, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_waits_for_last_output, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_status_and_signal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replay_from_offset_and_lost, setup_small,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_attach_mid_run, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout_term_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout_term_kills_group, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_idle_not_while_paused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill_while_paused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_process_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signal_tree, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_signal_delivered_once, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_reap_orphan, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tags_and_info, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exit_kept_then_dropped, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_max_kept, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_pty, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_spawn_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cwd, setup, teardown),
 		cmocka_unit_test(test_utf8_sanitize),
@@ -759,7 +1397,7 @@ int main(void)
 
 	/* agentd ignores SIGPIPE; so do we, to check the child does not. */
 	signal(SIGPIPE, SIG_IGN);
-	/* Orphaned background children become ours, so we can reap them. */
+	/* Orphaned background children become ours, so the reaper reaps them. */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
 		return 1;
 	return cmocka_run_group_tests(tests, NULL, NULL);
