@@ -824,15 +824,30 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 		if (r < 0)
 			goto out;
 	}
-	if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID)) &&
-	    fchownat(fd, "", (sa->valid & FSOPS_SET_UID) ? sa->uid : (uid_t)-1,
-		     (sa->valid & FSOPS_SET_GID) ? sa->gid : (gid_t)-1, AT_EMPTY_PATH) < 0)
-		goto fail_errno;
+	if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID))) {
+		uid_t uid = (sa->valid & FSOPS_SET_UID) ? sa->uid : (uid_t)-1;
+		gid_t gid = (sa->valid & FSOPS_SET_GID) ? sa->gid : (gid_t)-1;
+
+		if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH) < 0) {
+			char p[PROC_FD_PATH_MAX];
+
+			/* gVisor: EBADF for an O_PATH fd. The /proc path names
+			 * the fd's own inode, a symlink too (flags 0: with
+			 * AT_SYMLINK_NOFOLLOW it would name the /proc link). */
+			if (errno != EBADF && errno != EINVAL)
+				goto fail_errno;
+			proc_fd_path(p, fd);
+			if (fchownat(AT_FDCWD, p, uid, gid, 0) < 0)
+				goto fail_errno;
+		}
+	}
 	if (times && utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
 		char p[PROC_FD_PATH_MAX];
 
-		/* AT_EMPTY_PATH needs Linux 5.8; else the /proc path (not a symlink) */
-		if (errno != EINVAL || S_ISLNK(st.st_mode))
+		/* AT_EMPTY_PATH needs Linux 5.8 (and gVisor refuses it);
+		 * else the /proc path, which names the fd's own inode, a
+		 * symlink too. */
+		if (errno != EINVAL)
 			goto fail_errno;
 		proc_fd_path(p, fd);
 		if (utimensat(AT_FDCWD, p, ts, 0) < 0)
@@ -866,7 +881,8 @@ int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, m
 		r = -errno;
 		goto out;
 	}
-	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_PATH: gVisor follows a symlink on O_RDONLY|O_DIRECTORY|O_NOFOLLOW */
+	fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		r = -errno;
 		goto out;
@@ -1556,6 +1572,37 @@ int fsops_download_begin(const struct resolve_root *root, const void *path, size
 	return 0;
 }
 
+#define DL_ZERO_BLOCK ((size_t)4096)
+
+/* Offset in a chunk at file offset @p pos where its first whole block ends. */
+static size_t first_block_end(uint64_t pos, size_t len)
+{
+	size_t k = (size_t)(DL_ZERO_BLOCK - pos % DL_ZERO_BLOCK) % DL_ZERO_BLOCK;
+
+	return k ? k : (len ? DL_ZERO_BLOCK : 0);
+}
+
+/*
+ * Bytes of whole zero blocks (block-aligned in the file) at the start of
+ * @p buf (file offset @p pos, @p len bytes); a zero tail shorter than a
+ * block counts when it ends the chunk at a block boundary or the chunk is
+ * all zeros. 0 if @p pos is not block-aligned or the first block has data.
+ */
+static size_t zero_prefix(uint64_t pos, const char *buf, size_t len)
+{
+	size_t z = 0, n;
+
+	if (pos % DL_ZERO_BLOCK)
+		return 0;
+	while (z < len) {
+		n = len - z < DL_ZERO_BLOCK ? len - z : DL_ZERO_BLOCK;
+		if (buf[z] || memcmp(buf + z, buf + z + 1, n - 1))
+			break;
+		z += n;
+	}
+	return z;
+}
+
 /* Length of the hole at d->pos (0 if data is there), bounded by d->end. */
 static int download_hole_at(struct fsops_download *d, uint64_t *ret_hole)
 {
@@ -1619,6 +1666,26 @@ ssize_t fsops_download_next(struct fsops_download *d, void *buf, size_t size, ui
 			break;
 		}
 		done += (size_t)got;
+	}
+	/*
+	 * Whole zero blocks are holes too: where SEEK_DATA/SEEK_HOLE report
+	 * none (gVisor's gofer, docs/gvisor.md), a sparse file would
+	 * otherwise go out as zeros. A leading run is reported as a hole
+	 * (no data); a later one ends the data here.
+	 */
+	{
+		size_t z = zero_prefix(d->pos, buf, done), k;
+
+		if (z) {
+			d->pos += z;
+			*ret_hole = z;
+			return 0;
+		}
+		for (k = first_block_end(d->pos, done); k < done; k += DL_ZERO_BLOCK)
+			if (zero_prefix(d->pos + k, (char *)buf + k, done - k)) {
+				done = k;
+				break;
+			}
 	}
 	d->pos += done;
 	if (done == want && d->pos == lim && lim < d->end) {

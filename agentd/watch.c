@@ -936,10 +936,14 @@ static int node_open(const struct wsession *s, const struct wnode *n, int flags)
 	for (long i = depth - 1; i >= 0; i--, n = n->parent)
 		chain[i] = n;
 	fd = s->w->root_fd;
+	/*
+	 * Every component, the last one too, with O_PATH | O_NOFOLLOW: gVisor
+	 * (runsc 20221219) follows a final symlink on openat(O_RDONLY |
+	 * O_DIRECTORY | O_NOFOLLOW), which could lead outside the root
+	 * (docs/gvisor.md). The last one is then reopened as "." of itself.
+	 */
 	for (long i = 0; i < depth; i++) {
-		int f = i == depth - 1 ? flags : O_PATH;
-
-		nfd = openat(fd, chain[i]->name, f | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		nfd = openat(fd, chain[i]->name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (nfd < 0)
 			nfd = -errno;
 		if (fd != s->w->root_fd)
@@ -951,7 +955,13 @@ static int node_open(const struct wsession *s, const struct wnode *n, int flags)
 		fd = nfd;
 	}
 	free(chain);
-	return fd;
+	if (flags & O_PATH)
+		return fd;
+	nfd = openat(fd, ".", flags | O_DIRECTORY | O_CLOEXEC);
+	if (nfd < 0)
+		nfd = -errno;
+	close(fd);
+	return nfd;
 }
 
 /*
