@@ -31,7 +31,7 @@ teardown() {
 	run --separate-stderr "$WSCTL" exec --cwd "$weird" -- pwd
 	assert_status 0
 	assert_eq "$output" "$(cd "$ROOT/$weird" && pwd -P)"
-	run --separate-stderr "$WSCTL" exec --cwd "$weird" -- printf '[%s]' "" ' ' '*' '$HOME' $'tab\there' '\' "'"
+	run --separate-stderr "$WSCTL" exec --cwd "$weird" -- printf '[%s]' "" ' ' '*' '$HOME' $'tab\there' "\\" "'"
 	assert_status 0
 	assert_eq "$output" "[][ ][*][\$HOME][$(printf 'tab\there')][\\][']"
 	# Nothing was run by a shell on the way.

@@ -56,11 +56,11 @@ show_latencies() {
 	echo "# latencies: $LATENCIES" >&3
 }
 
-# listing_is DIR NAME...: DIR lists exactly NAME... (sorted, with ls -A).
+# listing_is DIR NAME...: DIR lists exactly NAME... (sorted, like ls -A).
 listing_is() {
 	local dir=$1
 	shift
-	[ "$(ls -A "$dir" | LC_ALL=C sort)" = "$(printf '%s\n' "$@" | LC_ALL=C sort)" ]
+	[ "$(find -H "$dir" -mindepth 1 -maxdepth 1 -printf '%f\n' | LC_ALL=C sort)" = "$(printf '%s\n' "$@" | LC_ALL=C sort)" ]
 }
 
 absent() {
@@ -351,6 +351,7 @@ size_is() {
 	visible "POD symlink" bash -c '[ "$(readlink "$1")" = "$2" ]' _ "$MNT/pod-abs" "$ROOT/g"
 }
 
+# shellcheck disable=SC2030 # bats @test is not a subshell; status is run's global
 @test "A1/R1: appends from the mount and from the pod interleave whole" {
 	up
 	local w n=300 pids=()
@@ -433,6 +434,7 @@ bounded_fail() {
 	run --separate-stderr timeout 30 bash -c '"$@" >/dev/null' _ "$@"
 	ms=$(($(now_ms) - t0))
 	LATENCIES+="$what=${ms}ms "
+	# shellcheck disable=SC2031 # status comes from the run above (whole if)
 	if [ "$status" -eq 124 ]; then
 		problem "$what: still blocked after 30 s (hangs)"
 	elif [ "$status" -eq 0 ]; then
@@ -451,7 +453,9 @@ bounded() {
 	t0=$(now_ms)
 	run timeout 30 "$@"
 	ms=$(($(now_ms) - t0))
+	# shellcheck disable=SC2031 # status comes from the run above
 	LATENCIES+="$what=${ms}ms(exit $status) "
+	# shellcheck disable=SC2031 # status comes from the run above (whole if)
 	if [ "$status" -eq 124 ] || [ "$ms" -ge "$bound" ]; then
 		problem "$what: took $ms ms, exit $status (bound $bound ms)"
 	fi
@@ -479,7 +483,7 @@ recovers() {
 	write_synced "$MNT/g" "$BATS_TEST_TMPDIR/small"
 	cmp "$ROOT/f" "$BATS_TEST_TMPDIR/data"
 	cmp "$MNT/f" "$BATS_TEST_TMPDIR/data"
-	local wsfs_pid=$WSFS_PID
+	local orig_wsfs=$WSFS_PID
 
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
@@ -494,7 +498,7 @@ recovers() {
 	recovers "after restart: cat" cmp -s "$MNT/f" "$BATS_TEST_TMPDIR/data"
 	show_latencies
 	# The same mount, the same wsfs, no remount; the data is intact.
-	proc_alive "$wsfs_pid"
+	proc_alive "$orig_wsfs"
 	is_mounted "$MNT"
 	cmp "$MNT/f" "$BATS_TEST_TMPDIR/data"
 	assert_content "$MNT/g" $'precious\n'
@@ -512,7 +516,7 @@ recovers() {
 	printf 'synced before the stop\n' >"$BATS_TEST_TMPDIR/small"
 	write_synced "$MNT/f" "$BATS_TEST_TMPDIR/small"
 	assert_content "$ROOT/f" $'synced before the stop\n'
-	local wsfs_pid=$WSFS_PID
+	local orig_wsfs=$WSFS_PID
 
 	kill -STOP "$AGENTD_PID"
 	bounded_fail "cat" cat "$MNT/f"
@@ -523,7 +527,7 @@ recovers() {
 
 	recovers "after SIGCONT: cat" content_is "$MNT/f" $'synced before the stop\n'
 	show_latencies
-	proc_alive "$wsfs_pid"
+	proc_alive "$orig_wsfs"
 	is_mounted "$MNT"
 	assert_content "$MNT/f" $'synced before the stop\n'
 	echo after >"$MNT/after"

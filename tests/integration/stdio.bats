@@ -51,6 +51,7 @@ only_http2_frames() {
 	local st=0
 	timeout 10 "$AGENTD" --root "$ROOT" --stdio --log-level debug </dev/null \
 		>"$BATS_TEST_TMPDIR/stdout" 2>"$BATS_TEST_TMPDIR/stderr" || st=$?
+	# shellcheck disable=SC2030 # bats @test is not a subshell; teardown reads WSB_LOGS
 	WSB_LOGS+=("$BATS_TEST_TMPDIR/stderr")
 	assert_eq "$st" 0 "exit status"
 	run only_http2_frames "$BATS_TEST_TMPDIR/stdout"
@@ -87,6 +88,7 @@ only_http2_frames() {
 
 @test "wsctl --exec 'agentd --root R --stdio': health, exec, put, get, ls" {
 	local cmd="$AGENTD --root $ROOT --stdio --log-level debug 2>>$BATS_TEST_TMPDIR/agentd.err"
+	# shellcheck disable=SC2031 # bats @test is not a subshell; teardown reads WSB_LOGS
 	WSB_LOGS+=("$BATS_TEST_TMPDIR/agentd.err")
 	run --separate-stderr "$WSCTL" --exec "$cmd" health
 	assert_status 0

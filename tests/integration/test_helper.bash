@@ -122,7 +122,7 @@ bg() {
 # AGENTD_OUT and AGENTD_ERR (its stdout and stderr files). Fails (printing
 # agentd's stderr) if it does not come up.
 agentd_start() {
-	local a prev= addrs=()
+	local a prev='' addrs=()
 	if wsb_runsc; then
 		agentd_start_runsc "$@"
 		return

@@ -62,7 +62,7 @@ round_trip() {
 	${CMP:-cmp} "$L/$1" "$L/$1.back"
 	# No temp file was left on either side.
 	assert_eq "$(ls -A "$ROOT")" "$1" "remote directory"
-	assert_eq "$(ls -A "$L" | grep -v "^$1\$" || true)" "$1.back" "local directory"
+	assert_eq "$(find -H "$L" -mindepth 1 -maxdepth 1 ! -name "$1" -printf '%f\n' | LC_ALL=C sort)" "$1.back" "local directory"
 }
 
 small_files() {
