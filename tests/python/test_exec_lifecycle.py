@@ -208,7 +208,17 @@ class Lifecycle(ExecTest):
     def test_attach_replay_and_follow(self):
         """E3: replay from offsets, then follow to the exit; no_follow stops
         when caught up; an offset beyond the output is OUT_OF_RANGE."""
-        s = self.start(shell=b"printf 0123456789; printf abc >&2; sleep 0.5; printf XY")
+        s = self.start(shell=b"printf 0123456789; printf abc >&2; sleep 2; printf XY")
+        # An offset beyond what was written is OUT_OF_RANGE (checked below),
+        # so attach only once the first output is in the journal; on a slow
+        # machine (ASan) the command may not have printed yet.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            info = [p for p in self.ex.List(pb.ListRequest(), timeout=TIMEOUT).processes
+                    if p.id == s.id]
+            if info and info[0].stdout_bytes >= 10 and info[0].stderr_bytes >= 3:
+                break
+            time.sleep(0.02)
         evs = self.attach(s.id, out=4, err=1)
         self.assertTrue(evs[0].HasField("started"))
         self.assertEqual((evs[0].started.id, evs[0].started.pid), (s.id, s.pid))
