@@ -114,22 +114,8 @@ trap cleanup EXIT
 trap 'say "exec.sh: interrupted, cleaning up"; exit 130' INT
 trap 'exit 143' TERM
 
-show_log() { # NAME
-	[ -s "$LOGS/$1.log" ] && { say "--- last lines of $1's log:"; tail -n 20 "$LOGS/$1.log" >&2; }
-	return 0
-}
-
-free_port() {
-	local p i
-	for i in $(seq 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ---------------------------------------------------------------- agentd --
 
@@ -153,69 +139,16 @@ done
 # ------------------------------------------------------------------ sshd --
 
 SSH_CIPHER=aes128-gcm@openssh.com
-d=$TMP/ssh
-me=$(id -un)
-mkdir -p "$d"
-chmod 700 "$d"
-ssh-keygen -q -t ed25519 -N '' -C wsb-bench-host -f "$d/host_ed25519"
-ssh-keygen -q -t ed25519 -N '' -C wsb-bench-client -f "$d/client_ed25519"
-cp "$d/client_ed25519.pub" "$d/authorized_keys"
-echo "wsb-bench $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" >"$d/known_hosts"
-SSHD_PORT=$(free_port) || die "no free TCP port on 127.0.0.1"
-cat >"$d/sshd_config" <<EOF
-Port $SSHD_PORT
-ListenAddress 127.0.0.1
-HostKey $d/host_ed25519
-PidFile $d/sshd.pid
-AuthorizedKeysFile $d/authorized_keys
-AllowUsers $me
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-X11Forwarding no
-PrintMotd no
+start_sshd 'PrintMotd no
 PrintLastLog no
-MaxSessions 100
-LogLevel ERROR
-EOF
-cat >"$d/client_config" <<EOF
-Host wsb-bench
-	HostName 127.0.0.1
-	Port $SSHD_PORT
-	User $me
-	HostKeyAlias wsb-bench
-	IdentityFile $d/client_ed25519
-	IdentitiesOnly yes
-	UserKnownHostsFile $d/known_hosts
-	GlobalKnownHostsFile /dev/null
-	StrictHostKeyChecking yes
-	BatchMode yes
-	Ciphers $SSH_CIPHER
-	Compression no
-	ControlMaster auto
-	ControlPath $d/ctl
-	ControlPersist 600
-EOF
-if [ "$(id -u)" = 0 ] && [ ! -d /run/sshd ]; then
-	mkdir -p /run/sshd && chmod 755 /run/sshd && CREATED_RUN_SSHD=1
-fi
-/usr/sbin/sshd -t -f "$d/sshd_config" 2>"$LOGS/sshd.log" ||
-	{ show_log sshd; die "sshd rejects its config"; }
-/usr/sbin/sshd -D -f "$d/sshd_config" -E "$LOGS/sshd.log" &
-DAEMONS[sshd]=$!
+MaxSessions 100' "	ControlMaster auto
+	ControlPath $TMP/ssh/ctl
+	ControlPersist 600"
+d=$SSH_DIR
 SSH=(ssh -F "$d/client_config" -S "$d/ctl")
-ok=0
-for i in $(seq 100); do
-	# The first successful connection becomes the ControlMaster (warm-up);
-	# ControlPersist keeps it in the background.
-	if "${SSH[@]}" wsb-bench true 2>>"$LOGS/ssh.log" </dev/null; then ok=1; break; fi
-	kill -0 "${DAEMONS[sshd]}" 2>/dev/null || { show_log sshd; die "sshd exited at start"; }
-	sleep 0.1
-done
-[ "$ok" = 1 ] || { show_log sshd; show_log ssh; die "cannot ssh to the throwaway sshd on 127.0.0.1:$SSHD_PORT"; }
+# The first successful connection becomes the ControlMaster (warm-up);
+# ControlPersist keeps it in the background.
+wait_ssh "${SSH[@]}"
 SSH_MASTER=1
 "${SSH[@]}" -O check wsb-bench 2>>"$LOGS/ssh.log" || die "no ssh ControlMaster at $d/ctl"
 

@@ -268,22 +268,8 @@ LOGS=$TMP/logs
 ERR_FILE=$LOGS/command.err   # stderr of the last timed command
 mkdir -p "$LOGS"
 
-show_log() { # NAME
-	[ -s "$LOGS/$1.log" ] && { say "--- last lines of $1's log:"; tail -n 20 "$LOGS/$1.log" >&2; }
-	return 0
-}
-
-free_port() {
-	local p i
-	for i in $(seq 100); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	return 1
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 WSFS_FG=()
 if [ -x "$WSFS" ] && "$WSFS" --help 2>&1 | grep -qE '(^|[[:space:]])-f([[:space:],]|$)'; then
@@ -406,63 +392,8 @@ start_agentd() { # NAME LISTEN ROOT
 }
 
 setup_sshd() {
-	local d=$TMP/ssh me port i
-	me=$(id -un)
-	mkdir -p "$d"
-	chmod 700 "$d"
-	ssh-keygen -q -t ed25519 -N '' -C wsb-bench-host -f "$d/host_ed25519"
-	ssh-keygen -q -t ed25519 -N '' -C wsb-bench-client -f "$d/client_ed25519"
-	cp "$d/client_ed25519.pub" "$d/authorized_keys"
-	echo "wsb-bench $(cut -d' ' -f1,2 "$d/host_ed25519.pub")" >"$d/known_hosts"
-	port=$(free_port) || die "no free TCP port on 127.0.0.1"
-	SSHD_PORT=$port
-	cat >"$d/sshd_config" <<EOF
-Port $port
-ListenAddress 127.0.0.1
-HostKey $d/host_ed25519
-PidFile $d/sshd.pid
-AuthorizedKeysFile $d/authorized_keys
-AllowUsers $me
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-X11Forwarding no
-Subsystem sftp internal-sftp
-LogLevel ERROR
-EOF
-	cat >"$d/client_config" <<EOF
-Host wsb-bench
-	HostName 127.0.0.1
-	Port $port
-	User $me
-	HostKeyAlias wsb-bench
-	IdentityFile $d/client_ed25519
-	IdentitiesOnly yes
-	UserKnownHostsFile $d/known_hosts
-	GlobalKnownHostsFile /dev/null
-	StrictHostKeyChecking yes
-	BatchMode yes
-	Ciphers $SSH_CIPHER
-	Compression no
-EOF
-	if [ "$(id -u)" = 0 ] && [ ! -d /run/sshd ]; then
-		mkdir -p /run/sshd && chmod 755 /run/sshd && CREATED_RUN_SSHD=1
-	fi
-	/usr/sbin/sshd -t -f "$d/sshd_config" 2>"$LOGS/sshd.log" ||
-		{ show_log sshd; die "sshd rejects its config"; }
-	/usr/sbin/sshd -D -f "$d/sshd_config" -E "$LOGS/sshd.log" &
-	DAEMONS[sshd]=$!
-	for i in $(seq 100); do
-		ssh -F "$d/client_config" wsb-bench true 2>>"$LOGS/ssh.log" && return 0
-		kill -0 "${DAEMONS[sshd]}" 2>/dev/null || { show_log sshd; die "sshd exited at start"; }
-		sleep 0.1
-	done
-	show_log sshd
-	show_log ssh
-	die "cannot ssh to the throwaway sshd on 127.0.0.1:$port"
+	start_sshd 'Subsystem sftp internal-sftp' ''
+	wait_ssh ssh -F "$SSH_DIR/client_config"
 }
 
 # --------------------------------------------------------- the source tree --
