@@ -21,6 +21,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP */
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -1399,6 +1400,7 @@ struct child_ctx {
 	int cwd_fd;
 	char cwd_path[32]; /* "/proc/self/fd/N", if fchdir(2) on O_PATH fails */
 	int cg_procs;    /* cgroup.procs of cmd-<id>, or -1 */
+	int cg_dir;      /* O_PATH fd of cmd-<id> for clone3(2), or -1 */
 	int err_w;       /* write end of the error pipe */
 	bool pty;        /* fd[0] is the slave: make it the controlling tty */
 	char **argv, **envp;
@@ -1426,8 +1428,9 @@ __attribute__((noreturn)) static void child_fail(const struct child_ctx *c, int 
 	_exit(127);
 }
 
-/* In the child, after fork(2): async-signal-safe calls only, then exec. */
-__attribute__((noreturn)) static void child_main(const struct child_ctx *c)
+/* In the child, after fork(2) or clone3(2): async-signal-safe calls only,
+ * then exec. @joined: clone3 already put the child into its cgroup. */
+__attribute__((noreturn)) static void child_main(const struct child_ctx *c, bool joined)
 {
 	struct sigaction sa;
 	sigset_t none;
@@ -1442,7 +1445,7 @@ __attribute__((noreturn)) static void child_main(const struct child_ctx *c)
 			(void)sigaction(i, &sa, NULL);
 	if (setsid() < 0)
 		child_fail(c, STAGE_SETSID);
-	if (c->cg_procs >= 0 && write(c->cg_procs, "0", 1) != 1)
+	if (!joined && c->cg_procs >= 0 && write(c->cg_procs, "0", 1) != 1)
 		child_note(c->err_w, STAGE_CGROUP, errno);
 	if (c->pty) {
 		pid_t me = getpid();
@@ -1480,6 +1483,32 @@ __attribute__((noreturn)) static void child_main(const struct child_ctx *c)
 }
 
 /*
+ * clone3(2) with CLONE_INTO_CGROUP (Linux 5.7): a fork(2) whose child starts
+ * in the cgroup @p cg_dir. Joining at birth spares the write to cgroup.procs,
+ * which waits for the cgroup_threadgroup_rwsem (an RCU grace period: 10 ms
+ * and more here, most of a short command's round trip). The raw syscall, as
+ * glibc 2.36 has no wrapper; the child runs only child_main(), which does
+ * nothing that reads glibc's per-thread state (no malloc, raise or locks).
+ * Returns the pid in the parent, 0 in the child, or -1 with errno set when
+ * there is no cgroup or the kernel (gVisor, older Linux) refuses: then the
+ * caller forks and the child writes cgroup.procs itself.
+ */
+static pid_t clone_into_cgroup(int cg_dir)
+{
+	struct clone_args args = {
+		.flags = CLONE_INTO_CGROUP,
+		.exit_signal = SIGCHLD,
+		.cgroup = (uint64_t)cg_dir,
+	};
+
+	if (cg_dir < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	return (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+}
+
+/*
  * fork and exec; reads the child's error pipe to its EOF (exec) or a fatal
  * record. Returns the pid, or -errno (the failed child reaped). Sets
  * *cg_failed to a positive errno when the child could not join its cgroup.
@@ -1492,9 +1521,14 @@ static int fork_exec(struct child_ctx *c, int err_r, int *cg_failed)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = fork();
+	pid = clone_into_cgroup(c->cg_dir);
 	if (pid == 0)
-		child_main(c);
+		child_main(c, true);
+	if (pid < 0) {
+		pid = fork();
+		if (pid == 0)
+			child_main(c, false);
+	}
 	saved = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	close_fd(&c->err_w);
@@ -1574,7 +1608,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	/* Descriptors: [0] ours, [1] the child's, per pipe. */
 	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 }, perr[2] = { -1, -1 }, perrp[2] = { -1, -1 };
 	int master = -1, slave = -1, devnull = -1, cg_procs = -1, cg_failed = 0;
-	struct child_ctx c = { .fd = { -1, -1, -1 }, .cg_procs = -1, .err_w = -1 };
+	struct child_ctx c = { .fd = { -1, -1, -1 }, .cg_procs = -1, .cg_dir = -1, .err_w = -1 };
 	char **envp = NULL, *term_env = NULL;
 	struct exec_process *p = NULL;
 	size_t jmax;
@@ -1709,6 +1743,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	c.cwd_fd = spec->cwd_fd;
 	snprintf(c.cwd_path, sizeof(c.cwd_path), "/proc/self/fd/%d", spec->cwd_fd);
 	c.cg_procs = cg_procs;
+	c.cg_dir = cg_procs >= 0 ? p->cg_fd : -1;
 	c.err_w = perrp[1];
 	perrp[1] = -1;
 	c.argv = p->argv;

@@ -32,7 +32,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +73,7 @@ struct wsc {
 
 	char *target;
 	char *exec_cmd;
+	bool direct;
 	uint32_t timeout_ms;
 	size_t max_recv;
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
@@ -332,6 +340,105 @@ static void reap_child(pid_t pid)
 
 /* ---- channel ---- */
 
+/*
+ * Parse a "unix:/path", "unix:///path", "unix-abstract:name", "A.B.C.D:port"
+ * or "[v6]:port" gRPC target (gRPC's doc/naming.md) into @p sa. Returns its
+ * length, or 0 when the target is of another kind (a host name, a scheme).
+ */
+static socklen_t target_sockaddr(const char *target, struct sockaddr_storage *sa)
+{
+	struct sockaddr_un *un = (struct sockaddr_un *)sa;
+	struct sockaddr_in *in4 = (struct sockaddr_in *)sa;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+	char host[INET6_ADDRSTRLEN + 1];
+	const char *colon, *h = target;
+	size_t hl;
+	unsigned long port;
+	char *end;
+
+	memset(sa, 0, sizeof(*sa));
+	if (strncmp(target, "unix:", 5) == 0 || strncmp(target, "unix-abstract:", 14) == 0) {
+		size_t abstract = target[4] == '-'; /* a leading NUL in sun_path */
+		const char *path = target + (abstract ? 14 : 5);
+		size_t n;
+
+		if (!abstract && strncmp(path, "//", 2) == 0)
+			path += 2;
+		n = strlen(path);
+		if (n == 0 || abstract + n >= sizeof(un->sun_path))
+			return 0;
+		un->sun_family = AF_UNIX;
+		memcpy(un->sun_path + abstract, path, n);
+		/* A path's length counts its NUL; an abstract name's does not. */
+		return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + abstract + n + !abstract);
+	}
+	if (*h == '[') {
+		h++;
+		colon = strstr(h, "]:");
+		hl = colon ? (size_t)(colon - h) : 0;
+		if (colon)
+			colon++;
+	} else {
+		colon = strrchr(h, ':');
+		hl = colon ? (size_t)(colon - h) : 0;
+	}
+	if (!colon || hl == 0 || hl >= sizeof(host))
+		return 0;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || *end || end == colon + 1 || port == 0 || port > 65535)
+		return 0;
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons((uint16_t)port);
+		return sizeof(*in4);
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		return sizeof(*in6);
+	}
+	return 0;
+}
+
+/*
+ * connect(2) to @p target (see target_sockaddr), waiting at most
+ * @p timeout_ms (0: 20 s) for a TCP handshake. Returns a connected,
+ * non-blocking, close-on-exec socket (TCP_NODELAY set, as gRPC sets it),
+ * or -1 on any failure: the caller then uses an ordinary channel, which
+ * reports the reason.
+ */
+static int direct_connect(const char *target, uint32_t timeout_ms)
+{
+	struct sockaddr_storage sa;
+	socklen_t len = target_sockaddr(target, &sa), errlen = sizeof(int);
+	int fd, one = 1, err = 0, wait_ms;
+	struct pollfd pfd;
+
+	if (len == 0)
+		return -1;
+	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (sa.ss_family != AF_UNIX)
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&sa, len) == 0)
+		return fd;
+	if (errno != EINPROGRESS)
+		goto fail;
+	wait_ms = timeout_ms == 0 ? 20000 : timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms;
+	pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
+	if (poll(&pfd, 1, wait_ms) != 1 ||
+	    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 || err)
+		goto fail;
+	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
 static int chan_new(struct wsc *c, struct wsc_chan **ret)
 {
 	/*
@@ -377,8 +484,13 @@ static int chan_new(struct wsc *c, struct wsc_chan **ret)
 		creds = grpc_insecure_credentials_create();
 		ch->ch = grpc_channel_create_from_fd("wsbridge-exec", fd, creds, &args);
 	} else {
+		int fd = c->direct ? direct_connect(c->target, c->timeout_ms) : -1;
+
 		creds = grpc_insecure_credentials_create();
-		ch->ch = grpc_channel_create(c->target, creds, &args);
+		if (fd >= 0)
+			ch->ch = grpc_channel_create_from_fd(c->target, fd, creds, &args);
+		else
+			ch->ch = grpc_channel_create(c->target, creds, &args);
 	}
 	grpc_channel_credentials_release(creds);
 	if (!ch->ch) {
@@ -499,6 +611,12 @@ static bool token_ok(const char *t)
 	return true;
 }
 
+void wsc_tune_malloc(void)
+{
+	(void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
+	(void)mallopt(M_TRIM_THRESHOLD, 16 << 20);
+}
+
 int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 {
 	struct wsc *c;
@@ -515,6 +633,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->reconnect_lock, NULL);
 	c->timeout_ms = o->timeout_ms;
+	c->direct = o->direct;
 	c->max_recv = o->max_recv_bytes ? o->max_recv_bytes : WSC_MAX_RECV_DEFAULT;
 	c->md_flags = o->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY |
 					  GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET

@@ -38,6 +38,36 @@ teardown() {
 	assert_contains "$stderr" "UNAVAILABLE"
 }
 
+@test "wsctl reaches agentd by every address form: unix path, unix URI, IPv4, IPv6, host name" {
+	local sock="$BATS_TEST_TMPDIR/s" p6 a forms
+	agentd_stop
+	PORT=$(free_port)
+	p6=$(free_port)
+	forms=("unix:$sock" "unix://$sock" "127.0.0.1:$PORT" "localhost:$PORT")
+	if [[ -z ${WSB_RUNSC:-} ]] && ip -6 addr show lo 2>/dev/null | grep -q '::1/128'; then
+		agentd_start --root "$ROOT" --listen "127.0.0.1:$PORT" --listen "unix:$sock" \
+			--listen "[::1]:$p6"
+		forms+=("[::1]:$p6")
+	else
+		agentd_start --root "$ROOT" --listen "127.0.0.1:$PORT" --listen "unix:$sock"
+	fi
+	echo hello >"$ROOT/f"
+	# wsctl connects unix and IP-literal addresses itself (client.h
+	# "direct") and host names through gRPC's resolver: each must work.
+	for a in "${forms[@]}"; do
+		run --separate-stderr "$WSCTL" -a "$a" cat f
+		assert_status 0
+		assert_eq "$output" "hello"
+		run --separate-stderr "$WSCTL" -a "$a" exec -- sh -c 'echo out; exit 7'
+		assert_status 7
+		assert_eq "$output" "out"
+	done
+	# A socket path nobody listens on: gRPC's own UNAVAILABLE, as before.
+	run --separate-stderr timeout 40 "$WSCTL" -a "unix:$BATS_TEST_TMPDIR/nobody" cat f
+	assert_status 1
+	assert_contains "$stderr" "UNAVAILABLE"
+}
+
 @test "wsctl takes the address from -a, else from \$WSBRIDGE_ADDR" {
 	local port
 	port=$(free_port)
