@@ -654,7 +654,7 @@ static int file_stat(struct wsfs *fs, struct wsfs_file *f, struct stat *st)
 static void ws_init(void *userdata, struct fuse_conn_info *conn)
 {
 	unsigned want = FUSE_CAP_ASYNC_READ | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_READDIRPLUS |
-			FUSE_CAP_READDIRPLUS_AUTO | FUSE_CAP_PARALLEL_DIROPS |
+			FUSE_CAP_PARALLEL_DIROPS |
 			FUSE_CAP_ATOMIC_O_TRUNC;
 
 	struct wsfs *fs = userdata;
@@ -673,6 +673,13 @@ static void ws_init(void *userdata, struct fuse_conn_info *conn)
 				  FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_NO_OPEN_SUPPORT |
 				  FUSE_CAP_NO_OPENDIR_SUPPORT | FUSE_CAP_EXPORT_SUPPORT |
 				  FUSE_CAP_DONT_MASK);
+	/*
+	 * READDIRPLUS always, not _AUTO: a ReadDir RPC returns the names and
+	 * attributes of a whole page at once, and with _AUTO the kernel asks
+	 * for plain READDIR after the first request, then LOOKUPs each
+	 * subdirectory it enters: one more round trip per directory.
+	 */
+	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_write = (unsigned)CHUNK_MAX;
 	conn->max_readahead = (unsigned)CHUNK_MAX;
 	conn->max_background = 64;
@@ -1721,6 +1728,16 @@ static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	pthread_mutex_init(&d->lock, NULL);
 	dir_reset(d);
 	fi->fh = (uint64_t)(uintptr_t)d;
+	/*
+	 * The kernel keeps the listing in the directory's page cache
+	 * (FOPEN_CACHE_DIR, Linux 4.20) and drops it when the directory
+	 * changes through this mount (its iversion), when its mtime differs
+	 * at the next listing, and on notify_inval_inode. Across opens it
+	 * keeps it (FOPEN_KEEP_CACHE) only while the watch stream reports
+	 * the pod's changes; without it, each opendir lists afresh.
+	 */
+	fi->cache_readdir = 1;
+	fi->keep_cache = atomic_load(&FS(req)->watch_live) && FS(req)->cfg.watch_timeout > 0;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		pthread_mutex_destroy(&d->lock);
 		free(d->ents);

@@ -120,7 +120,7 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 		return;
 	if (parent) {
 		inval_entry(fs, parent, name, len);
-		inval_inode(fs, parent, -1); /* its mtime, nlink */
+		inval_inode(fs, parent, 0); /* mtime, nlink and cached listing */
 	}
 	if (id) {
 		node_seen_set(fs->nodes, id, NULL);

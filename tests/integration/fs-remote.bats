@@ -103,6 +103,37 @@ size_is() {
 	show_latencies
 }
 
+# readdirs: how many READDIR/READDIRPLUS requests for any
+# directory reached wsfs so far (its -d log).
+readdirs() {
+	grep -c 'opcode: READDIR' "$WSFS_ERR" || true
+}
+
+@test "R1: an unchanged directory is listed from the kernel's cache; a change in the POD drops it" {
+	agentd_unix
+	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir -p "$ROOT/c"
+	touch "$ROOT/c/a" "$ROOT/c/b"
+	listing_is "$MNT/c" a b
+	listing_is "$MNT/c" a b
+	local n0 n1
+	n0=$(readdirs)
+	# FOPEN_CACHE_DIR + FOPEN_KEEP_CACHE: the kernel answers by itself.
+	listing_is "$MNT/c" a b
+	ls -la "$MNT/c" >/dev/null
+	n1=$(readdirs)
+	assert_eq "$n1" "$n0" "READDIR requests for an unchanged, cached directory"
+	# A change in the pod: the watch drops the cached listing.
+	touch "$ROOT/c/x"
+	visible "created in a cached listing" listing_is "$MNT/c" a b x
+	rm "$ROOT/c/a"
+	visible "removed from a cached listing" listing_is "$MNT/c" b x
+	# And a change through the mount, at once.
+	touch "$MNT/c/y"
+	listing_is "$MNT/c" b x y
+	[ "$(readdirs)" -gt "$n1" ]
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	printf 'AAAA\n' >"$MNT/f"
