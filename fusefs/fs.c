@@ -337,8 +337,10 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * attributes @st: count one lookup and send the entry. The lookup is taken
  * back if the reply cannot be delivered (the request was interrupted).
  */
-static void reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
-			const struct stat *st, uint64_t seq0)
+/* Reply with the entry (@parent, @name) -> @st; returns its nodeid, or 0
+ * when it could not be given to the kernel. */
+static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
+			    const struct stat *st, uint64_t seq0)
 {
 	struct fuse_entry_param e;
 	struct ttl t = ttl_for(fs, seq0, st);
@@ -349,28 +351,62 @@ static void reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, cons
 			(uint32_t)st->st_nlink, &id);
 	if (r < 0) {
 		reply_err(req, r == -ESTALE ? -ENOENT : r);
-		return;
+		return 0;
 	}
 	memset(&e, 0, sizeof(e));
 	e.ino = id;
 	e.attr = *st;
 	e.attr_timeout = t.attr;
 	e.entry_timeout = t.entry;
-	if (fuse_reply_entry(req, &e) == -ENOENT)
+	if (fuse_reply_entry(req, &e) == -ENOENT) {
 		node_forget(fs->nodes, id, 1);
+		return 0;
+	}
+	return id;
 }
 
-/* Reply with an AttrReply that created @name in @parent. */
-static void reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
-			  Wsbridge__V1__AttrReply *rep, uint64_t seq0)
+/* Reply with an AttrReply that created @name in @parent; returns the new
+ * nodeid, or 0. */
+static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent,
+			      const char *name, Wsbridge__V1__AttrReply *rep, uint64_t seq0)
 {
 	struct stat st;
 	int r = attr_to_stat(rep->attr, &st);
 
-	if (r < 0)
+	if (r < 0) {
 		reply_err(req, r);
+		return 0;
+	}
+	return reply_entry(req, fs, parent, name, &st, seq0);
+}
+
+/*
+ * Keep what this mount knows of @dir's names (node.h, node_known_*) in step
+ * with its own operation on @name: @r is the operation's result and @exists
+ * whether the name exists after it. A failure may mean that the pod changed
+ * the directory behind the mount's back: what is known of it is dropped.
+ */
+static void known_update(struct wsfs *fs, uint64_t dir, const char *name, int r, bool exists)
+{
+	if (r < 0)
+		node_known_drop(fs->nodes, dir);
+	else if (exists)
+		node_known_add(fs->nodes, dir, name, strlen(name));
 	else
-		reply_entry(req, fs, parent, name, &st, seq0);
+		node_known_del(fs->nodes, dir, name, strlen(name));
+}
+
+/*
+ * @dir was just made by this mount, so it is empty: from now on its names
+ * are known (LOOKUP of a missing one needs no round trip). Only while the
+ * watch stream is live (it drops the set on the pod's changes) and when no
+ * invalidation arrived since @seq0 (a change in the new directory that
+ * the watch reported before the set existed).
+ */
+static void known_begin(struct wsfs *fs, uint64_t dir, uint64_t seq0)
+{
+	if (dir && fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live))
+		(void)node_known_begin(fs->nodes, dir, &fs->inval_seq, seq0);
 }
 
 /*
@@ -702,6 +738,12 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	size_t len;
 	int r;
 
+	/* A name missing from a directory whose names are all known (a name
+	 * too long for any directory is agentd's ENAMETOOLONG). */
+	if (strlen(name) <= NAME_MAX && node_known_has(fs->nodes, parent, name, strlen(name)) == 0) {
+		r = -ENOENT;
+		goto out;
+	}
 	r = child_path(fs, parent, name, &path, &len);
 	if (r < 0)
 		goto out;
@@ -709,6 +751,8 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
+	if (r == -ENOENT)
+		node_known_del(fs->nodes, parent, name, strlen(name));
 out:
 	if (r == 0) {
 		reply_entry(req, fs, parent, name, &st, seq0);
@@ -1022,6 +1066,7 @@ static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
 		r = rpc(fs, M("Mknod"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+		known_update(fs, parent, name, r, true);
 	}
 	if (r < 0)
 		reply_err(req, r);
@@ -1048,11 +1093,12 @@ static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
 		r = rpc(fs, M("Mkdir"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+		known_update(fs, parent, name, r, true);
 	}
 	if (r < 0)
 		reply_err(req, r);
 	else
-		reply_created(req, fs, parent, name, rep, seq0);
+		known_begin(fs, reply_created(req, fs, parent, name, rep, seq0), seq0);
 	free(path);
 	free_reply(rep);
 }
@@ -1074,6 +1120,7 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
 		r = rpc(fs, M("Symlink"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+		known_update(fs, parent, name, r, true);
 	}
 	if (r < 0)
 		reply_err(req, r);
@@ -1097,6 +1144,7 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const
 		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
 		r = rpc(fs, method, &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		wsfs_self_end(fs, path, len, r == 0, NULL);
+		known_update(fs, parent, name, r, false);
 	}
 	if (r == 0)
 		node_unlink(fs->nodes, parent, name, strlen(name));
@@ -1146,6 +1194,11 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		r = rpc(fs, M("Rename"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		wsfs_self_end(fs, from, from_len, r == 0, NULL);
 		wsfs_self_end(fs, to, to_len, r == 0, NULL);
+		/* An exchange leaves both names in place. */
+		if (r < 0 || !q.exchange) {
+			known_update(fs, parent, name, r, false);
+			known_update(fs, newparent, newname, r, true);
+		}
 	}
 	if (r == 0 && node_rename(fs->nodes, parent, name, strlen(name), newparent, newname,
 				  strlen(newname), flags & RENAME_EXCHANGE) < 0) {
@@ -1181,6 +1234,7 @@ static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		r = rpc(fs, M("Link"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, from, from_len, r, rep ? rep->attr : NULL);
 		self_end_attr(fs, to, to_len, r, rep ? rep->attr : NULL);
+		known_update(fs, newparent, newname, r, true);
 	}
 	if (r < 0)
 		fuse_reply_err(req, errno_out(r, true));
@@ -1342,6 +1396,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	known_update(fs, parent, name, r, true);
 	if (r == -ELOOP && !(fi->flags & O_NOFOLLOW))
 		r = -ESTALE; /* a symlink appeared in the pod: let the VFS follow it */
 	if (r < 0)

@@ -46,8 +46,20 @@ struct node {
 	struct node_seen seen;
 	struct node_fh *files; /* open files, most recent first */
 	unsigned n_files;
+	bool known;            /* a directory whose names are all in t->known */
+	struct kname *knames;  /* those names (dnext list) */
 	struct node *id_next;
 	struct node *ino_next;
+};
+
+/* A name of a directory whose listing is known in full (node_known_*). */
+struct kname {
+	uint64_t hash;
+	struct node *dir;
+	struct kname *hnext;        /* t->known chain */
+	struct kname *dnext, *dprev; /* dir->knames list */
+	size_t len;
+	char name[];
 };
 
 struct node_table {
@@ -61,6 +73,9 @@ struct node_table {
 	struct link **by_name;
 	size_t name_cap; /* power of two */
 	size_t n_named;
+	struct kname **known;
+	size_t known_cap; /* power of two */
+	size_t n_known;   /* names, in all known directories */
 	uint64_t next_id;
 	uint64_t k0, k1; /* SipHash key */
 	struct node *root;
@@ -369,6 +384,76 @@ static void link_move(struct node_table *t, struct link *l, struct node *p, char
 	link_to_front(l);
 }
 
+/* ---- known directory listings (table lock held) ---- */
+
+static uint64_t kname_key(const void *e)
+{
+	return ((const struct kname *)e)->hash;
+}
+
+static struct kname *kname_find(struct node_table *t, struct node *dir, const char *name,
+				size_t len)
+{
+	uint64_t h = name_hash(t, dir->id, name, len);
+	struct kname *k = t->known[h & (t->known_cap - 1)];
+
+	for (; k; k = k->hnext)
+		if (k->hash == h && k->dir == dir && k->len == len && memcmp(k->name, name, len) == 0)
+			return k;
+	return NULL;
+}
+
+static void kname_remove(struct node_table *t, struct kname *k)
+{
+	struct kname **pp = &t->known[k->hash & (t->known_cap - 1)];
+
+	while (*pp != k)
+		pp = &(*pp)->hnext;
+	*pp = k->hnext;
+	if (k->dprev)
+		k->dprev->dnext = k->dnext;
+	else
+		k->dir->knames = k->dnext;
+	if (k->dnext)
+		k->dnext->dprev = k->dprev;
+	t->n_known--;
+	free(k);
+}
+
+static void known_drop(struct node_table *t, struct node *dir)
+{
+	while (dir->knames)
+		kname_remove(t, dir->knames);
+	dir->known = false;
+}
+
+/* Add @name to @dir's set; drops the set on ENOMEM or past NODE_KNOWN_MAX. */
+static void kname_add(struct node_table *t, struct node *dir, const char *name, size_t len)
+{
+	struct kname *k;
+
+	if (kname_find(t, dir, name, len))
+		return;
+	if (t->n_known >= NODE_KNOWN_MAX || !(k = malloc(sizeof(*k) + len))) {
+		known_drop(t, dir);
+		return;
+	}
+	if (t->n_known >= t->known_cap)
+		grow((void ***)&t->known, &t->known_cap, offsetof(struct kname, hnext), kname_key);
+	k->hash = name_hash(t, dir->id, name, len);
+	k->dir = dir;
+	k->len = len;
+	memcpy(k->name, name, len);
+	k->hnext = t->known[k->hash & (t->known_cap - 1)];
+	t->known[k->hash & (t->known_cap - 1)] = k;
+	k->dprev = NULL;
+	k->dnext = dir->knames;
+	if (dir->knames)
+		dir->knames->dprev = k;
+	dir->knames = k;
+	t->n_known++;
+}
+
 /* Free @n, and then its parents, while nothing holds them. */
 static void maybe_free(struct node_table *t, struct node *n)
 {
@@ -384,6 +469,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 			else if (p != next)
 				maybe_free(t, p); /* another hard link's directory */
 		}
+		known_drop(t, n);
 		ino_remove(t, n);
 		id_remove(t, n);
 		free(n);
@@ -437,11 +523,14 @@ int node_table_new(struct node_table **ret)
 	t->id_cap = 64;
 	t->ino_cap = 64;
 	t->name_cap = 64;
+	t->known_cap = 64;
+	t->known = calloc(t->known_cap, sizeof(*t->known));
 	t->by_id = calloc(t->id_cap, sizeof(*t->by_id));
 	t->by_ino = calloc(t->ino_cap, sizeof(*t->by_ino));
 	t->by_name = calloc(t->name_cap, sizeof(*t->by_name));
 	t->root = calloc(1, sizeof(*t->root));
-	if (!t->by_id || !t->by_ino || !t->by_name || !t->root) {
+	if (!t->by_id || !t->by_ino || !t->by_name || !t->root || !t->known) {
+		free(t->known);
 		free(t->by_id);
 		free(t->by_ino);
 		free(t->by_name);
@@ -481,6 +570,14 @@ void node_table_free(struct node_table *t)
 			free(l);
 		}
 	}
+	for (size_t i = 0; i < t->known_cap; i++) {
+		struct kname *k = t->known[i], *next;
+
+		for (; k; k = next) {
+			next = k->hnext;
+			free(k);
+		}
+	}
 	for (size_t i = 0; i < t->id_cap; i++) {
 		struct node *n = t->by_id[i], *next;
 
@@ -489,6 +586,7 @@ void node_table_free(struct node_table *t)
 			free(n);
 		}
 	}
+	free(t->known);
 	free(t->by_id);
 	free(t->by_ino);
 	free(t->by_name);
@@ -1014,4 +1112,93 @@ void node_snapshot_free(struct node_ref *refs, size_t n)
 	for (size_t i = 0; refs && i < n; i++)
 		free(refs[i].name);
 	free(refs);
+}
+
+int node_known_begin(struct node_table *t, uint64_t dir, const atomic_uint_fast64_t *seq,
+		     uint64_t seq0)
+{
+	struct node *n;
+	int r = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, dir);
+	if (atomic_load(seq) != seq0)
+		r = -EAGAIN;
+	else if (!n || !S_ISDIR(n->mode))
+		r = -ESTALE;
+	else if (t->n_known >= NODE_KNOWN_MAX)
+		r = -ENOSPC;
+	if (r == 0) {
+		known_drop(t, n);
+		n->known = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+void node_known_add(struct node_table *t, uint64_t dir, const char *name, size_t len)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, dir);
+	if (n && n->known)
+		kname_add(t, n, name, len);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_known_del(struct node_table *t, uint64_t dir, const char *name, size_t len)
+{
+	struct node *n;
+	struct kname *k;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, dir);
+	if (n && n->known && (k = kname_find(t, n, name, len)))
+		kname_remove(t, k);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_known_drop(struct node_table *t, uint64_t dir)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, dir);
+	if (n)
+		known_drop(t, n);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_known_drop_all(struct node_table *t)
+{
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->known_cap; i++) {
+		struct kname *k = t->known[i], *next;
+
+		for (; k; k = next) {
+			next = k->hnext;
+			k->dir->knames = NULL;
+			free(k);
+		}
+		t->known[i] = NULL;
+	}
+	t->n_known = 0;
+	for (size_t i = 0; i < t->id_cap; i++)
+		for (struct node *n = t->by_id[i]; n; n = n->id_next)
+			n->known = false;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len)
+{
+	struct node *n;
+	int r = -1;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, dir);
+	if (n && n->known)
+		r = kname_find(t, n, name, len) ? 1 : 0;
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }

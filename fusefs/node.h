@@ -33,6 +33,7 @@
 #ifndef WSFS_NODE_H
 #define WSFS_NODE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -192,6 +193,50 @@ uint64_t node_by_ino(struct node_table *t, uint64_t ino);
  * first Stat). Returns 0 or -ESTALE.
  */
 int node_set_ino(struct node_table *t, uint64_t id, uint64_t ino, uint32_t mode);
+
+/*
+ * Directories whose names this mount knows in full, so that a LOOKUP of a
+ * missing name is answered without a round trip (untar, git and compilers
+ * look up each name before creating it). A directory's set is begun empty
+ * (node_known_begin(): the directory was just made by this mount), then
+ * kept up to date by this mount's own creates, links, removes and renames
+ * (node_known_add/del). Whatever else may change the directory (a change in
+ * the pod, a failed operation, a lost watch stream) drops the set
+ * (node_known_drop/_drop_all), as does freeing the directory's node. Names
+ * are bytes, as in node_lookup().
+ */
+
+/** Most names kept in all sets together; past it sets are dropped. */
+#define NODE_KNOWN_MAX ((size_t)1 << 20)
+
+/**
+ * Begin an empty set for directory @p dir, replacing any, unless @p *seq
+ * moved on from @p seq0 (read under the table lock: a caller that bumps
+ * @p *seq before node_known_drop() cannot lose a drop to this).
+ * @return 0, -EAGAIN (@p *seq moved), -ESTALE (no such node, or not a
+ *         directory), -ENOSPC (at NODE_KNOWN_MAX names).
+ */
+int node_known_begin(struct node_table *t, uint64_t dir, const atomic_uint_fast64_t *seq,
+		     uint64_t seq0);
+
+/** Add @p name to @p dir's set, if it has one (ENOMEM or NODE_KNOWN_MAX drop the set). */
+void node_known_add(struct node_table *t, uint64_t dir, const char *name, size_t len);
+
+/** Remove @p name from @p dir's set, if it has one. */
+void node_known_del(struct node_table *t, uint64_t dir, const char *name, size_t len);
+
+/** Forget @p dir's set: its names are no longer known in full. */
+void node_known_drop(struct node_table *t, uint64_t dir);
+
+/** Forget every set. */
+void node_known_drop_all(struct node_table *t);
+
+/**
+ * @return 1 when @p name is in @p dir's set, 0 when @p dir has a set without
+ *         it (the name does not exist, as far as this mount knows), -1 when
+ *         @p dir has no set.
+ */
+int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len);
 
 /** Replace what this mount last saw of @p id's contents (@p s may be NULL: forget). */
 void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s);

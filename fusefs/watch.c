@@ -75,6 +75,7 @@ void wsfs_invalidate_all(struct wsfs *fs)
 	size_t n;
 
 	atomic_fetch_add(&fs->inval_seq, 1);
+	node_known_drop_all(fs->nodes);
 	if (node_snapshot(fs->nodes, &refs, &n) < 0) {
 		inval_inode(fs, NODE_ROOT_ID, 0);
 		return;
@@ -118,13 +119,16 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0)
 		return;
+	/* Each after inval_*() bumped inval_seq (node_known_begin()). */
 	if (parent) {
 		inval_entry(fs, parent, name, len);
 		inval_inode(fs, parent, 0); /* mtime, nlink and cached listing */
+		node_known_drop(fs->nodes, parent);
 	}
 	if (id) {
 		node_seen_set(fs->nodes, id, NULL);
 		inval_inode(fs, id, 0);
+		node_known_drop(fs->nodes, id); /* a directory moved or removed */
 	}
 }
 

@@ -134,6 +134,34 @@ readdirs() {
 	[ "$(readdirs)" -gt "$n1" ]
 }
 
+@test "R1: names the POD creates or removes in directories the mount just made show at once" {
+	up
+	# wsfs knows every name of a directory it made, and answers lookups of
+	# missing names itself; the pod's changes must still show.
+	mkdir "$MNT/n"
+	run stat "$MNT/n/f"
+	assert_status 1
+	printf 'v\n' >"$ROOT/n/f"
+	visible "created in a directory made on MNT" content_is "$MNT/n/f" $'v\n'
+	mkdir "$MNT/n/s"
+	touch "$MNT/n/s/own"
+	mkdir "$ROOT/n/s/t"
+	printf 'w\n' >"$ROOT/n/s/t/g"
+	visible "created two levels down" content_is "$MNT/n/s/t/g" $'w\n'
+	rm "$ROOT/n/s/own"
+	visible "removed by the pod" absent "$MNT/n/s/own"
+	touch "$MNT/n/s/own"
+	[ -e "$ROOT/n/s/own" ]
+	# A name the mount removed and the pod made again.
+	rm "$MNT/n/s/own"
+	run stat "$MNT/n/s/own"
+	assert_status 1
+	printf 'again\n' >"$ROOT/n/s/own"
+	visible "made again by the pod" content_is "$MNT/n/s/own" $'again\n'
+	listing_is "$MNT/n/s" own t
+	show_latencies
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	printf 'AAAA\n' >"$MNT/f"

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -436,6 +437,74 @@ static void test_many(void **state)
 	assert_int_equal(node_count(t), 1);
 }
 
+/* Directories whose names are known in full (node_known_*). */
+static void test_known(void **state)
+{
+	struct node_table *t = *state;
+	atomic_uint_fast64_t seq;
+	uint64_t d, e, f;
+	char name[32];
+
+	atomic_init(&seq, 7);
+	d = add(t, NODE_ROOT_ID, "d", 10, DIR_);
+	f = add(t, NODE_ROOT_ID, "f", 11, REG);
+	/* No set yet: unknown; adds and removes are no-ops. */
+	assert_int_equal(node_known_has(t, d, "x", 1), -1);
+	node_known_add(t, d, "x", 1);
+	assert_int_equal(node_known_has(t, d, "x", 1), -1);
+	/* Only directories, only while the sequence has not moved. */
+	assert_int_equal(node_known_begin(t, f, &seq, 7), -ESTALE);
+	assert_int_equal(node_known_begin(t, 999, &seq, 7), -ESTALE);
+	assert_int_equal(node_known_begin(t, d, &seq, 6), -EAGAIN);
+	assert_int_equal(node_known_has(t, d, "x", 1), -1);
+	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
+	/* An empty set: every name is missing. */
+	assert_int_equal(node_known_has(t, d, "x", 1), 0);
+	node_known_add(t, d, "x", 1);
+	node_known_add(t, d, "x", 1); /* twice is once */
+	node_known_add(t, d, "y\nz", 3);
+	assert_int_equal(node_known_has(t, d, "x", 1), 1);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3), 1);
+	assert_int_equal(node_known_has(t, d, "y", 1), 0);
+	/* Names are bytes: a prefix or another directory's name differs. */
+	assert_int_equal(node_known_has(t, NODE_ROOT_ID, "x", 1), -1);
+	node_known_del(t, d, "x", 1);
+	assert_int_equal(node_known_has(t, d, "x", 1), 0);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3), 1);
+	/* Two sets side by side, then one dropped. */
+	e = add(t, d, "e", 12, DIR_);
+	assert_int_equal(node_known_begin(t, e, &seq, 7), 0);
+	node_known_add(t, e, "x", 1);
+	assert_int_equal(node_known_has(t, e, "x", 1), 1);
+	node_known_drop(t, d);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3), -1);
+	assert_int_equal(node_known_has(t, e, "x", 1), 1);
+	/* Begin again: empty, whatever was there before. */
+	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3), 0);
+	/* Many names make the table grow; all stay findable. */
+	for (int i = 0; i < 5000; i++) {
+		snprintf(name, sizeof(name), "n%d", i);
+		node_known_add(t, d, name, strlen(name));
+	}
+	for (int i = 0; i < 5000; i += 7) {
+		snprintf(name, sizeof(name), "n%d", i);
+		assert_int_equal(node_known_has(t, d, name, strlen(name)), 1);
+	}
+	assert_int_equal(node_known_has(t, d, "n5000", 5), 0);
+	node_known_drop_all(t);
+	assert_int_equal(node_known_has(t, d, "n1", 2), -1);
+	assert_int_equal(node_known_has(t, e, "x", 1), -1);
+	/* A freed directory takes its set with it (teardown frees the rest). */
+	assert_int_equal(node_known_begin(t, e, &seq, 7), 0);
+	node_known_add(t, e, "x", 1);
+	node_forget(t, e, 1);
+	assert_int_equal(node_known_has(t, e, "x", 1), -1);
+	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
+	node_known_add(t, d, "left", 4); /* freed by node_table_free() */
+	(void)f;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -450,6 +519,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_known, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
