@@ -275,8 +275,9 @@ static int call_end(struct rpc_call *c, int code, int err, const char *msg)
 		return -EINVAL;
 	}
 	c->ended = true;
-	if (code != WSB_OK)
-		wsb_debug("%s: %s: %s", rpc_method_path(c), wsb_status_name(code), msg ? msg : "");
+	/* Every call at debug level: what a client asked for, one line each. */
+	wsb_debug("%s: %s%s%s", rpc_method_path(c), wsb_status_name(code), msg ? ": " : "",
+		  msg ? msg : "");
 	r = send_status(c, code, err, msg);
 	if (r == 0 && atomic_load(&c->cancelled))
 		r = -ECANCELED;
@@ -294,6 +295,7 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	if (c->ended)
 		return -EINVAL;
 	c->ended = true;
+	wsb_debug("%s: OK", rpc_method_path(c));
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {
 		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;

@@ -25,9 +25,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/falloc.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 
 #include "agentd.h"
@@ -165,50 +167,185 @@ static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	rpc_reply(call, &rep.base);
 }
 
+/** Most entries ReadDir's prefetch lists, and most subdirectories. */
+#define PREFETCH_MAX_ENTRIES 4096u
+#define PREFETCH_MAX_DIRS 512u
+
+/* One directory's listing and the messages that point into it. */
+struct listing {
+	char *path; /* relative to the root; NULL for the requested directory */
+	size_t len;
+	struct fsops_dirent *ents;
+	size_t n;
+	Wsbridge__V1__DirEntry *de, **dep;
+	Wsbridge__V1__Attr *attrs;
+	Wsbridge__V1__DirListing msg;
+};
+
+static void listing_free(struct listing *l)
+{
+	free(l->path);
+	free(l->de);
+	free(l->dep);
+	free(l->attrs);
+	fsops_dirents_free(l->ents, l->n);
+}
+
+/* Fill l->de/dep/attrs from l->ents (borrowing the names). 0 or -ENOMEM. */
+static int listing_msgs(struct listing *l)
+{
+	if (l->n == 0)
+		return 0;
+	l->de = calloc(l->n, sizeof(*l->de));
+	l->dep = calloc(l->n, sizeof(*l->dep));
+	l->attrs = calloc(l->n, sizeof(*l->attrs));
+	if (!l->de || !l->dep || !l->attrs)
+		return -ENOMEM;
+	for (size_t i = 0; i < l->n; i++) {
+		wsbridge__v1__dir_entry__init(&l->de[i]);
+		l->de[i].name.data = (uint8_t *)l->ents[i].name;
+		l->de[i].name.len = l->ents[i].name_len;
+		l->de[i].next_offset = l->ents[i].next_offset;
+		if (l->ents[i].has_attr) {
+			attr_from_stat(&l->attrs[i], &l->ents[i].st);
+			l->de[i].attr = &l->attrs[i];
+		}
+		l->dep[i] = &l->de[i];
+	}
+	return 0;
+}
+
+/* "@p/@name", or @name when @p is the root (""). Malloc'd, or NULL. */
+static char *child_of(const char *p, size_t plen, const char *name, size_t nlen, size_t *ret_len)
+{
+	size_t len = plen + (plen ? 1 : 0) + nlen;
+	char *s = malloc(len + 1);
+
+	if (!s)
+		return NULL;
+	memcpy(s, p, plen);
+	if (plen)
+		s[plen] = '/';
+	memcpy(s + len - nlen, name, nlen);
+	s[len] = '\0';
+	*ret_len = len;
+	return s;
+}
+
+/*
+ * ReadDir's prefetch: list the subdirectories of @top (the whole listing
+ * of @top_path) breadth first, each whole (a directory too large for what
+ * is left is skipped), while the entries add up to at most @budget.
+ * Appends to *@out (*@n_out of them); a directory that cannot be listed
+ * (removed meanwhile, no permission) is skipped. 0 or -ENOMEM.
+ */
+static int prefetch(const struct resolve_root *root, const struct listing *top,
+		    const void *top_path, size_t top_len, unsigned budget,
+		    struct listing **out, size_t *n_out)
+{
+	struct listing *ls = NULL;
+	size_t n = 0, cap = 0;
+	int r = 0;
+
+	if (budget > PREFETCH_MAX_ENTRIES)
+		budget = PREFETCH_MAX_ENTRIES;
+	/* Walk top's entries, then each listed directory's, in order (ci
+	 * -1 is top). What is read of ls[ci] is read before ls may move. */
+	for (ptrdiff_t ci = -1; ci < (ptrdiff_t)n; ci++) {
+		const struct fsops_dirent *ents = ci < 0 ? top->ents : ls[ci].ents;
+		size_t cnt = ci < 0 ? top->n : ls[ci].n;
+		const char *cpath = ci < 0 ? top_path : ls[ci].path;
+		size_t clen = ci < 0 ? top_len : ls[ci].len;
+
+		for (size_t i = 0; i < cnt && budget > 0 && n < PREFETCH_MAX_DIRS; i++) {
+			const struct fsops_dirent *e = &ents[i];
+			struct listing l = { 0 };
+			bool eof = false;
+
+			if (!e->has_attr || !S_ISDIR(e->st.st_mode))
+				continue;
+			l.path = child_of(cpath, clen, e->name, e->name_len, &l.len);
+			if (!l.path) {
+				r = -ENOMEM;
+				break;
+			}
+			/* Whole, or not at all: a directory larger than what is
+			 * left is skipped, as is one that cannot be listed. */
+			if (fsops_readdir(root, l.path, l.len, 0, budget, &l.ents, &l.n, &eof) < 0 ||
+			    !eof) {
+				listing_free(&l);
+				continue;
+			}
+			if (n == cap) {
+				size_t ncap = cap ? 2 * cap : 16;
+				struct listing *a = realloc(ls, ncap * sizeof(*a));
+
+				if (!a) {
+					listing_free(&l);
+					r = -ENOMEM;
+					break;
+				}
+				ls = a;
+				cap = ncap;
+			}
+			budget -= (unsigned)l.n;
+			ls[n++] = l;
+		}
+		if (r < 0 || budget == 0 || n >= PREFETCH_MAX_DIRS)
+			break;
+	}
+	*out = ls;
+	*n_out = n;
+	return r;
+}
+
 static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__ReadDirRequest *q = (const void *)req;
 	Wsbridge__V1__ReadDirReply rep = WSBRIDGE__V1__READ_DIR_REPLY__INIT;
-	Wsbridge__V1__DirEntry *de = NULL, **dep = NULL;
-	Wsbridge__V1__Attr *attrs = NULL;
-	struct fsops_dirent *ents;
-	size_t n;
+	Wsbridge__V1__DirListing **subp = NULL;
+	struct listing top = { 0 }, *sub = NULL;
+	size_t n_sub = 0;
 	bool eof;
 	int r;
 
 	r = fsops_readdir(&AD(data)->root, q->path.data, q->path.len, q->offset, q->max_entries,
-			  &ents, &n, &eof);
+			  &top.ents, &top.n, &eof);
 	if (r < 0)
 		return fail_path(call, r, "readdir", &q->path);
-	if (n) {
-		de = calloc(n, sizeof(*de));
-		dep = calloc(n, sizeof(*dep));
-		attrs = calloc(n, sizeof(*attrs));
-		if (!de || !dep || !attrs) {
-			rpc_fail_errno(call, ENOMEM, "readdir");
-			goto out;
-		}
+	if (q->prefetch && q->offset == 0 && eof)
+		r = prefetch(&AD(data)->root, &top, q->path.data, q->path.len, q->prefetch, &sub,
+			     &n_sub);
+	if (r == 0)
+		r = listing_msgs(&top);
+	for (size_t i = 0; r == 0 && i < n_sub; i++) {
+		r = listing_msgs(&sub[i]);
+		wsbridge__v1__dir_listing__init(&sub[i].msg);
+		sub[i].msg.path.data = (uint8_t *)sub[i].path;
+		sub[i].msg.path.len = sub[i].len;
+		sub[i].msg.n_entries = sub[i].n;
+		sub[i].msg.entries = sub[i].dep;
 	}
-	for (size_t i = 0; i < n; i++) {
-		wsbridge__v1__dir_entry__init(&de[i]);
-		de[i].name.data = (uint8_t *)ents[i].name;
-		de[i].name.len = ents[i].name_len;
-		de[i].next_offset = ents[i].next_offset;
-		if (ents[i].has_attr) {
-			attr_from_stat(&attrs[i], &ents[i].st);
-			de[i].attr = &attrs[i];
-		}
-		dep[i] = &de[i];
+	if (r == 0 && n_sub && !(subp = calloc(n_sub, sizeof(*subp))))
+		r = -ENOMEM;
+	if (r < 0) {
+		rpc_fail_errno(call, -r, "readdir");
+		goto out;
 	}
-	rep.n_entries = n;
-	rep.entries = dep;
+	for (size_t i = 0; i < n_sub; i++)
+		subp[i] = &sub[i].msg;
+	rep.n_entries = top.n;
+	rep.entries = top.dep;
 	rep.eof = eof;
+	rep.n_subdirs = n_sub;
+	rep.subdirs = subp;
 	rpc_reply(call, &rep.base);
 out:
-	free(de);
-	free(dep);
-	free(attrs);
-	fsops_dirents_free(ents, n);
+	free(subp);
+	for (size_t i = 0; i < n_sub; i++)
+		listing_free(&sub[i]);
+	free(sub);
+	listing_free(&top);
 }
 
 static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *data)

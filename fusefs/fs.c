@@ -53,6 +53,8 @@
 #define CHUNK_MAX ((size_t)1024 * 1024)
 /** Entries asked per ReadDir page (the server's cap). */
 #define READDIR_PAGE 4096u
+/** Entries of subdirectories a ReadDir may prefetch (the server's cap). */
+#define READDIR_PREFETCH 4096u
 /** Largest xattr value / name list accepted, bytes (XATTR_SIZE_MAX/LIST_MAX). */
 #define XATTR_MAX ((size_t)64 * 1024)
 
@@ -1697,46 +1699,55 @@ static void dir_drop_before(struct wsfs_dir *d, uint64_t idx)
 	d->base += k;
 }
 
-/* Fetch the next page of directory @ino into @d. */
-static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
-{
-	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
-	Wsbridge__V1__ReadDirReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs);
-	char *path = NULL;
+/* ---- prefetched listings ---- */
+
+/* A whole directory listing that a ReadDir of an ancestor brought along. */
+struct wsfs_pf {
+	char *path; /* as path_of() gives it */
 	size_t len;
-	int r;
+	uint64_t seq; /* inval_seq when fetched */
+	struct wsfs_dirent *ents;
+	size_t n;
+};
 
-	r = path_of(fs, ino, &path, &len);
-	if (r == -ESTALE)
-		r = -ENOENT; /* a removed directory */
-	if (r < 0)
-		return r;
-	q.path = bin(path, len);
-	q.offset = d->cookie;
-	q.max_entries = READDIR_PAGE;
-	r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
-	free(path);
-	if (r < 0)
-		return r;
-	if (rep->n_entries > READDIR_PAGE * 4) {
-		r = -EIO;
-		goto out;
-	}
-	if (d->cap < d->n + rep->n_entries) {
-		size_t cap = d->n + rep->n_entries;
-		struct wsfs_dirent *a = realloc(d->ents, cap * sizeof(*a));
+static void dirents_free(struct wsfs_dirent *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ents[i].name);
+	free(ents);
+}
 
-		if (!a) {
-			r = -ENOMEM;
-			goto out;
-		}
-		d->ents = a;
-		d->cap = cap;
+static void pf_free(struct wsfs_pf *p)
+{
+	if (p) {
+		free(p->path);
+		dirents_free(p->ents, p->n);
+		free(p);
 	}
-	for (size_t i = 0; i < rep->n_entries; i++) {
-		Wsbridge__V1__DirEntry *de = rep->entries[i];
-		struct wsfs_dirent *e = &d->ents[d->n];
+}
+
+/*
+ * Append the usable entries of @des (names valid as node.h has them, with
+ * attributes) to @ents (*@n of *@cap used), stamped with @seq. Returns 0,
+ * -EIO (too many entries) or -ENOMEM.
+ */
+static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
+		       Wsbridge__V1__DirEntry **des, size_t n_des, uint64_t seq)
+{
+	if (n_des > READDIR_PAGE * 4)
+		return -EIO;
+	if (*cap < *n + n_des) {
+		size_t ncap = *n + n_des;
+		struct wsfs_dirent *a = realloc(*ents, ncap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		*ents = a;
+		*cap = ncap;
+	}
+	for (size_t i = 0; i < n_des; i++) {
+		Wsbridge__V1__DirEntry *de = des[i];
+		struct wsfs_dirent *e = &(*ents)[*n];
 
 		if (!de)
 			continue;
@@ -1746,18 +1757,155 @@ static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		if (attr_to_stat(de->attr, &e->st) < 0)
 			continue; /* vanished between readdir and lstat */
 		e->name = malloc(de->name.len + 1);
-		if (!e->name) {
-			r = -ENOMEM;
-			goto out;
-		}
+		if (!e->name)
+			return -ENOMEM;
 		memcpy(e->name, de->name.data, de->name.len);
 		e->name[de->name.len] = '\0';
 		e->len = de->name.len;
-		e->seq = seq0;
-		d->n++;
+		e->seq = seq;
+		(*n)++;
 	}
+	return 0;
+}
+
+/*
+ * Keep the prefetched listings of @rep for the opendir that may follow;
+ * fetched at inval_seq @seq. Replaces an older listing of the same path,
+ * else the oldest kept one.
+ */
+static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq)
+{
+	for (size_t i = 0; i < rep->n_subdirs; i++) {
+		const Wsbridge__V1__DirListing *dl = rep->subdirs[i];
+		struct wsfs_pf *p;
+		size_t cap = 0, slot;
+
+		if (!dl || dl->path.len == 0 || memchr(dl->path.data, '\0', dl->path.len))
+			continue;
+		p = calloc(1, sizeof(*p));
+		if (!p || !(p->path = malloc(dl->path.len + 1)) ||
+		    dirents_add(&p->ents, &p->n, &cap, dl->entries, dl->n_entries, seq) < 0) {
+			pf_free(p);
+			return;
+		}
+		memcpy(p->path, dl->path.data, dl->path.len);
+		p->path[dl->path.len] = '\0';
+		p->len = dl->path.len;
+		p->seq = seq;
+		pthread_mutex_lock(&fs->pf_lock);
+		slot = fs->pf_next;
+		for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
+			struct wsfs_pf *o = fs->pf[k];
+
+			if (o && o->len == p->len && memcmp(o->path, p->path, p->len) == 0) {
+				slot = k;
+				break;
+			}
+		}
+		if (slot == fs->pf_next)
+			fs->pf_next = (fs->pf_next + 1) % WSFS_PF_DIRS;
+		pf_free(fs->pf[slot]);
+		fs->pf[slot] = p;
+		pthread_mutex_unlock(&fs->pf_lock);
+	}
+}
+
+/*
+ * Take the prefetched listing of @path, if one is kept and nothing was
+ * invalidated since it was fetched (the watch reports every change, so it
+ * is still the directory's listing). Returns it (pf_free() it) or NULL.
+ */
+static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
+{
+	struct wsfs_pf *p = NULL;
+
+	pthread_mutex_lock(&fs->pf_lock);
+	for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
+		struct wsfs_pf *o = fs->pf[k];
+
+		if (o && o->len == len && memcmp(o->path, path, len) == 0) {
+			fs->pf[k] = NULL;
+			p = o;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fs->pf_lock);
+	if (p && (p->seq != seq_now(fs) || !atomic_load(&fs->watch_live))) {
+		pf_free(p);
+		p = NULL;
+	}
+	return p;
+}
+
+/*
+ * @ino's listing in @d is whole and was fetched at inval_seq @seq: its
+ * names are known in full (node.h node_known_*), unless something was
+ * invalidated since.
+ */
+static void known_from_listing(struct wsfs *fs, fuse_ino_t ino, const struct wsfs_dir *d,
+			       uint64_t seq)
+{
+	if (fs->cfg.watch_timeout <= 0 || !atomic_load(&fs->watch_live) ||
+	    node_known_begin(fs->nodes, ino, &fs->inval_seq, seq) < 0)
+		return;
+	for (size_t i = 0; i < d->n; i++)
+		node_known_add(fs->nodes, ino, d->ents[i].name, d->ents[i].len);
+}
+
+/* Fetch the next page of directory @ino into @d. */
+static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
+{
+	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
+	Wsbridge__V1__ReadDirReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	bool whole = d->cookie == 0 && d->n == 0;
+	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	r = path_of(fs, ino, &path, &len);
+	if (r == -ESTALE)
+		r = -ENOENT; /* a removed directory */
+	if (r < 0)
+		return r;
+	if (whole) {
+		struct wsfs_pf *p = pf_take(fs, path, len);
+
+		if (p) {
+			/* Listed along with an ancestor: no round trip. */
+			dirents_free(d->ents, d->n);
+			d->ents = p->ents;
+			d->n = d->cap = p->n;
+			d->eof = true;
+			p->ents = NULL;
+			p->n = 0;
+			known_from_listing(fs, ino, d, p->seq);
+			pf_free(p);
+			free(path);
+			return 0;
+		}
+	}
+	q.path = bin(path, len);
+	q.offset = d->cookie;
+	q.max_entries = READDIR_PAGE;
+	/* Bring the subdirectories' listings along, for find, ls -R and
+	 * include searches: usable only while the watch reports changes. */
+	if (whole && live)
+		q.prefetch = READDIR_PREFETCH;
+	r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
+	free(path);
+	if (r < 0)
+		return r;
+	r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0);
+	if (r < 0)
+		goto out;
+	if (live)
+		pf_put_all(fs, rep, seq0);
 	if (rep->n_entries == 0 || rep->eof) {
 		d->eof = true;
+		if (whole)
+			known_from_listing(fs, ino, d, seq0);
 	} else {
 		int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
 
@@ -2327,6 +2475,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->expire_only, false);
 	pthread_mutex_init(&fs->mon_lock, NULL);
 	pthread_mutex_init(&fs->self_lock, NULL);
+	pthread_mutex_init(&fs->pf_lock, NULL);
 	{
 		pthread_condattr_t ca;
 
@@ -2354,6 +2503,9 @@ void wsfs_free(struct wsfs *fs)
 
 	if (!fs)
 		return;
+	for (size_t k = 0; k < WSFS_PF_DIRS; k++)
+		pf_free(fs->pf[k]);
+	pthread_mutex_destroy(&fs->pf_lock);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
 	pthread_cond_destroy(&fs->self_cond);

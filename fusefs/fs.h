@@ -84,6 +84,10 @@ enum wsfs_self_kind {
 #define WSFS_SELF_WAIT_MS 500
 
 struct wsfs_self;
+struct wsfs_pf;
+
+/** Most directory listings ReadDir prefetched and kept for a later opendir. */
+#define WSFS_PF_DIRS 1024
 
 /** The mounted filesystem. Fields are shared by fs.c and watch.c. */
 struct wsfs {
@@ -118,6 +122,12 @@ struct wsfs {
 	 * monitor when it answers again (wsfs_release_pending). */
 	uint64_t *pending;
 	size_t n_pending, cap_pending;
+
+	/* Listings that ReadDir prefetched (fs.c, pf_*): a ring, oldest
+	 * replaced first; protected by pf_lock. */
+	pthread_mutex_t pf_lock;
+	struct wsfs_pf *pf[WSFS_PF_DIRS];
+	size_t pf_next;
 
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
 	pthread_mutex_t self_lock;

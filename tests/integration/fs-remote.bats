@@ -162,6 +162,36 @@ readdirs() {
 	show_latencies
 }
 
+# calls METHOD: how many METHOD calls agentd answered so far (its debug log).
+calls() {
+	grep -c "wsbridge.v1.Workspace/$1: " "$AGENTD_ERR" || true
+}
+
+@test "R1: find on a fresh mount lists a whole tree in one ReadDir; a change in the POD still shows" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	# The watch must be live for the prefetch: wait until a pod-side
+	# change shows (the mount starts before the stream is up).
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	# Made after the mount listed anything.
+	mkdir -p "$ROOT/t/a/b/c" "$ROOT/t/d" "$ROOT/t/e/f"
+	touch "$ROOT/t/a/1" "$ROOT/t/a/b/2" "$ROOT/t/a/b/c/3" "$ROOT/t/e/f/4"
+	visible "tree made in the pod" content_is "$MNT/t/e/f/4" ""
+	local n0 n1
+	n0=$(calls ReadDir)
+	run find "$MNT/t"
+	assert_status 0
+	assert_eq "$(printf '%s\n' "${lines[@]#"$MNT/"}" | LC_ALL=C sort | tr '\n' ' ')" \
+		"t t/a t/a/1 t/a/b t/a/b/2 t/a/b/c t/a/b/c/3 t/d t/e t/e/f t/e/f/4 "
+	n1=$(calls ReadDir)
+	assert_eq "$((n1 - n0))" 1 "ReadDir calls for find over 7 directories"
+	# A prefetched listing is not used once the pod changed something.
+	ls "$MNT" >/dev/null
+	touch "$ROOT/t/a/b/new"
+	visible "created under a prefetched tree" listing_is "$MNT/t/a/b" 2 c new
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	printf 'AAAA\n' >"$MNT/f"

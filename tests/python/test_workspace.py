@@ -225,6 +225,42 @@ class Behaviour(Base):
         self.assertEqual(sorted(got), names)
         self.assertGreaterEqual(pages, 5)
 
+    def test_readdir_prefetch(self):
+        # pf/a/{1,2}, pf/a/b/{3}, pf/big/ (50 entries), pf/c/, pf/ln -> a
+        base = rp("pf")
+        for d in ("a/b", "big", "c"):
+            os.makedirs(os.path.join(base, d))
+        for f in ("a/1", "a/2", "a/b/3"):
+            open(os.path.join(base, f), "w").close()
+        for i in range(50):
+            open(os.path.join(base, "big", "f%02d" % i), "w").close()
+        os.symlink("a", os.path.join(base, "ln"))
+
+        def listing(budget):
+            r = self.ws.ReadDir(pb.ReadDirRequest(path=b"pf", prefetch=budget), timeout=TIMEOUT)
+            self.assertTrue(r.eof)
+            return {d.path: sorted(e.name for e in d.entries) for d in r.subdirs}
+
+        self.assertEqual(listing(0), {}, "no prefetch asked")
+        # Everything fits: every directory, breadth first, paths from the
+        # root; the symlink is not followed.
+        got = listing(4096)
+        self.assertEqual(got, {b"pf/a": [b"1", b"2", b"b"], b"pf/a/b": [b"3"],
+                               b"pf/big": [b"f%02d" % i for i in range(50)], b"pf/c": []})
+        # A budget of 10: big (50) does not fit and is skipped whole; the
+        # rest is listed while the budget lasts.
+        got = listing(10)
+        self.assertNotIn(b"pf/big", got)
+        self.assertEqual(got.get(b"pf/a"), [b"1", b"2", b"b"])
+        self.assertLessEqual(sum(len(v) for v in got.values()), 10)
+        for path, names in got.items():
+            self.assertEqual(sorted(os.listdir(os.path.join(ROOT.encode(), path))), names, path)
+        # Only for a whole listing from offset 0.
+        r = self.ws.ReadDir(pb.ReadDirRequest(path=b"pf", max_entries=1, prefetch=4096),
+                            timeout=TIMEOUT)
+        self.assertFalse(r.eof)
+        self.assertEqual(list(r.subdirs), [])
+
     def test_rename_link_symlink(self):
         with open(rp("a"), "w") as f:
             f.write("A")
