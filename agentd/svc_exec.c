@@ -353,12 +353,20 @@ static void stream_pump(struct stream_ctx *c)
 		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_LOST;
 		ev.lost = &lost;
 		break;
-	case EXEC_EV_EXITED:
+	case EXEC_EV_EXITED: {
+		struct rpc_call *call = c->call;
+
 		exit_to_msg(&e.exit, &ex);
 		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED;
 		ev.exited = &ex;
+		/* The last event and the OK status in one batch: one write
+		 * and one wake-up less at the end of every command. */
 		c->done = true;
-		break;
+		stream_unwatch(c);
+		c->call = NULL;
+		(void)rpc_reply(call, &ev.base);
+		return;
+	}
 	case EXEC_EV_NONE:
 		if (c->no_follow)
 			stream_end(c, WSB_OK, NULL); /* caught up: the replay is over */
