@@ -727,6 +727,106 @@ static void ws_init(void *userdata, struct fuse_conn_info *conn)
 		 conn->proto_minor, conn->capable, conn->want, conn->max_write);
 }
 
+/* ---- readahead ---- */
+
+/*
+ * The device number ("MAJ:MIN") of the mount at @mnt, from
+ * /proc/self/mountinfo (proc(5): field 3, the mount point in field 5 with
+ * spaces, tabs, newlines and backslashes as octal escapes); the last such
+ * mount wins (the one on top). Returns 0 or -ENOENT.
+ */
+static int mount_devnum(const char *mnt, char *ret, size_t size)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int r = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (getline(&line, &cap, f) > 0) {
+		char dev[32], point[PATH_MAX + 1], *q = point;
+		const char *p;
+
+		if (sscanf(line, "%*s %*s %31s %*s %4096s", dev, point) != 2)
+			continue;
+		/* Unescape \ooo in place. */
+		for (p = point; *p; p++) {
+			if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' &&
+			    p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+				*q++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+				p += 3;
+			} else {
+				*q++ = *p;
+			}
+		}
+		*q = '\0';
+		if (strcmp(point, mnt) == 0 && strstr(line, " - fuse") &&
+		    snprintf(ret, size, "%s", dev) < (int)size)
+			r = 0;
+	}
+	free(line);
+	fclose(f);
+	return r;
+}
+
+/*
+ * Raise the kernel's readahead for this mount to cfg.read_ahead_kb. A FUSE
+ * mount's backing device starts at the kernel's default (128 KiB) and FUSE
+ * INIT can only lower it (fs/fuse/inode.c process_init_reply), so a cold
+ * sequential read went out as one 128 KiB-1 MiB request at a time; with a
+ * few MiB the kernel keeps several 1 MiB READs in flight. The knob is
+ * /sys/class/bdi/MAJ:MIN/read_ahead_kb (sysfs-class-bdi), which only root
+ * may write: otherwise the default stays, and this says so at info level.
+ * Runs once, on the first request after INIT (which the kernel has applied
+ * by then).
+ */
+static void readahead_tune(struct wsfs *fs)
+{
+	char dev[32], path[96], cur[32];
+	unsigned have = 0;
+	FILE *f;
+	int r;
+
+	if (!fs->cfg.read_ahead_kb || !fs->cfg.mountpoint)
+		return;
+	r = mount_devnum(fs->cfg.mountpoint, dev, sizeof(dev));
+	if (r < 0) {
+		wsb_info("readahead: %s not found in /proc/self/mountinfo", fs->cfg.mountpoint);
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	f = fopen(path, "re");
+	if (f && fgets(cur, sizeof(cur), f))
+		have = (unsigned)strtoul(cur, NULL, 10);
+	if (f)
+		fclose(f);
+	if (have >= fs->cfg.read_ahead_kb)
+		return;
+	f = fopen(path, "we");
+	if (!f || fprintf(f, "%u\n", fs->cfg.read_ahead_kb) < 0 || fclose(f) != 0) {
+		wsb_info("readahead: cannot set %s to %u KiB (%s); it stays %u KiB", path,
+			 fs->cfg.read_ahead_kb, strerror(errno), have);
+		return;
+	}
+	wsb_debug("readahead: %s: %u KiB", path, fs->cfg.read_ahead_kb);
+}
+
+static pthread_once_t readahead_once = PTHREAD_ONCE_INIT;
+static struct wsfs *readahead_fs;
+
+static void readahead_run(void)
+{
+	readahead_tune(readahead_fs);
+}
+
+/* The first request after INIT: readahead_tune(), once per process. */
+static void first_request(struct wsfs *fs)
+{
+	readahead_fs = fs;
+	(void)pthread_once(&readahead_once, readahead_run);
+}
+
 /* ---- lookup / forget / getattr ---- */
 
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -740,6 +840,7 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	size_t len;
 	int r;
 
+	first_request(fs);
 	/* A name missing from a directory whose names are all known (a name
 	 * too long for any directory is agentd's ENAMETOOLONG). */
 	if (strlen(name) <= NAME_MAX && node_known_has(fs->nodes, parent, name, strlen(name)) == 0) {
@@ -865,8 +966,10 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct wsfs *fs = FS(req);
 	uint64_t seq0 = seq_now(fs);
 	struct stat st;
-	int r = node_stat(fs, ino, fi, &st);
+	int r;
 
+	first_request(fs);
+	r = node_stat(fs, ino, fi, &st);
 	if (r < 0) {
 		reply_err(req, r);
 		return;

@@ -51,6 +51,11 @@ struct wsfs_config {
 	bool exec_transport;
 	/** Do not subscribe to the Watch stream. */
 	bool no_watch;
+	/** Kernel readahead for the mount, KiB; 0 = the kernel's default. */
+	unsigned read_ahead_kb;
+	/** The mount point, absolute and canonical (for /proc/self/mountinfo);
+	 * borrowed, outlives the wsfs; NULL = unknown. */
+	const char *mountpoint;
 };
 
 /*

@@ -45,6 +45,7 @@ struct opts {
 	double watch_timeout;
 	double rpc_timeout;
 	unsigned max_threads;
+	unsigned read_ahead_kb;
 	int foreground;
 	int single;
 	int clone_fd;
@@ -66,6 +67,7 @@ static const struct fuse_opt spec[] = {
 	OPT("watch_timeout=%lf", watch_timeout, 0),
 	OPT("rpc_timeout=%lf", rpc_timeout, 0),
 	OPT("max_threads=%u", max_threads, 0),
+	OPT("read_ahead_kb=%u", read_ahead_kb, 0),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
 	OPT("--token-file %s", token_file, 0),
@@ -144,6 +146,8 @@ static void usage(FILE *f)
 		"                         of hanging; while agentd is unreachable calls fail\n"
 		"                         at once (ENOTCONN) (default 5)\n"
 		"  -o max_threads=N       FUSE worker threads (default 16)\n"
+		"  -o read_ahead_kb=N     kernel readahead for the mount, KiB (default 4096;\n"
+		"                         needs root, else the kernel's 128 stays; 0 = leave)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
@@ -240,6 +244,7 @@ int main(int argc, char **argv)
 		.watch_timeout = 10.0,
 		.rpc_timeout = 5.0,
 		.max_threads = 16,
+		.read_ahead_kb = 4096,
 	};
 	struct wsc_options wo = { 0 };
 	struct wsfs_config cfg;
@@ -248,6 +253,7 @@ int main(int argc, char **argv)
 	struct wsfs *fs = NULL;
 	struct wsc *client = NULL;
 	const char *addr = NULL, *mnt;
+	char *mnt_real = NULL;
 	char *token = NULL, *fsarg = NULL;
 	char msg[600];
 	int parent_fd = -1, ret = 1, r;
@@ -297,6 +303,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: max_threads wants 1..1024\n");
 		goto out;
 	}
+	if (o.read_ahead_kb > 1024 * 1024) {
+		fprintf(stderr, "wsfs: read_ahead_kb wants 0..1048576\n");
+		goto out;
+	}
 	if (!o.token_file) {
 		const char *e = getenv("WSBRIDGE_TOKEN_FILE");
 
@@ -322,6 +332,10 @@ int main(int argc, char **argv)
 	cfg.rpc_timeout_ms = (uint32_t)(o.rpc_timeout * 1000.0);
 	cfg.exec_transport = o.exec_cmd != NULL;
 	cfg.no_watch = o.no_watch;
+	cfg.read_ahead_kb = o.read_ahead_kb;
+	/* For /proc/self/mountinfo (readahead); the mount point exists. */
+	mnt_real = realpath(mnt, NULL);
+	cfg.mountpoint = mnt_real;
 	/* No thread yet: the client is connected after the fork. */
 	r = wsfs_new(&cfg, NULL, &fs);
 	if (r < 0) {
@@ -453,5 +467,6 @@ out:
 	free(o.token_file);
 	free(token);
 	free(fsarg);
+	free(mnt_real);
 	return ret;
 }

@@ -252,3 +252,21 @@ for i in range(2000):
 	run cmp "$MNT/shared.log" "$ROOT/shared.log"
 	assert_status 0
 }
+
+@test "a big file reads back exactly with the mount's readahead raised (read_ahead_kb)" {
+	[ "$(id -u)" = 0 ] || skip "only root may set a mount's readahead"
+	local dev
+	head -c $((24 * 1024 * 1024 + 4099)) /dev/urandom >"$ROOT/big"
+	cmp "$ROOT/big" "$MNT/big"
+	dev=$(mountpoint -d "$MNT")
+	# The default, 4096 KiB, set by wsfs on its first request.
+	assert_eq "$(cat "/sys/class/bdi/$dev/read_ahead_kb")" 4096 "read_ahead_kb of $MNT ($dev)"
+	umount_wsfs "$MNT"
+	wsfs_wait_exit
+	mount_wsfs -o read_ahead_kb=2048
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	cmp "$ROOT/big" "$MNT/big"
+	dev=$(mountpoint -d "$MNT")
+	assert_eq "$(cat "/sys/class/bdi/$dev/read_ahead_kb")" 2048 "read_ahead_kb=2048"
+}
