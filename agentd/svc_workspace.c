@@ -354,6 +354,7 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	Wsbridge__V1__OpenReply rep = WSBRIDGE__V1__OPEN_REPLY__INIT;
 	struct agentd *ad = AD(data);
 	Wsbridge__V1__Attr a;
+	uint8_t *buf = NULL;
 	struct stat st;
 	uint64_t id;
 	int flags, r;
@@ -397,7 +398,24 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	attr_from_stat(&a, &st);
 	rep.handle = id;
 	rep.attr = &a;
+	if (q->read_ahead && q->access != WSBRIDGE__V1__ACCESS__WRONLY && S_ISREG(st.st_mode)) {
+		size_t want = q->read_ahead < FSOPS_CHUNK_MAX - 1 ? q->read_ahead : FSOPS_CHUNK_MAX - 1;
+		ssize_t n;
+
+		if ((uint64_t)st.st_size < want)
+			want = (size_t)st.st_size;
+		/* One byte more than wanted: fewer back means the end of the
+		 * file (also for one that grew or shrank since the fstat). */
+		buf = malloc(want + 1);
+		n = buf ? fsops_read(ad->handles, id, 0, buf, want + 1) : -ENOMEM;
+		if (n >= 0) {
+			rep.data_eof = (size_t)n <= want;
+			rep.data.data = buf;
+			rep.data.len = (size_t)n <= want ? (size_t)n : want;
+		}
+	}
 	rpc_reply(call, &rep.base);
+	free(buf);
 }
 
 static void do_read(struct rpc_call *call, const ProtobufCMessage *req, void *data)

@@ -55,6 +55,8 @@
 #define READDIR_PAGE 4096u
 /** Entries of subdirectories a ReadDir may prefetch (the server's cap). */
 #define READDIR_PREFETCH 4096u
+/** Bytes a read-only Open brings along (OpenRequest.read_ahead). */
+#define OPEN_READ_AHEAD ((uint32_t)128 * 1024)
 /** Largest xattr value / name list accepted, bytes (XATTR_SIZE_MAX/LIST_MAX). */
 #define XATTR_MAX ((size_t)64 * 1024)
 
@@ -69,6 +71,12 @@ struct wsfs_file {
 	Wsbridge__V1__Access access;
 	bool append;
 	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
+	/* The file's first bytes as Open read them (OpenRequest.read_ahead),
+	 * for the first Read; under lock. */
+	char *ra;
+	size_t ra_len;
+	bool ra_have, ra_eof; /* ra_eof: ra is the whole file */
+	uint64_t ra_seq, ra_wgen; /* inval_seq and wgen before the Open */
 	struct wsfs_file *prev, *next; /* fs_files list */
 };
 
@@ -516,6 +524,7 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 	release_handle(fs, f->sh);
 	release_handle(fs, f->sh_pos);
 	pthread_mutex_destroy(&f->lock);
+	free(f->ra);
 	free(f);
 }
 
@@ -1049,6 +1058,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
 		q.size = (uint64_t)attr->st_size;
+		atomic_fetch_add(&fs->wgen, 1); /* read_from_open() */
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
 		set_time(&at, to_set & FUSE_SET_ATTR_ATIME_NOW, &attr->st_atim);
@@ -1413,6 +1423,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
 	Wsbridge__V1__OpenReply *rep = NULL;
+	uint64_t seq0, wgen0;
 	struct node_info info;
 	struct stat st;
 	char *path = NULL;
@@ -1429,8 +1440,16 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	q.truncate = fi->flags & O_TRUNC;
 	q.append = fi->flags & O_APPEND;
 	q.nofollow = true;
-	if (q.truncate)
+	/* Reading a file whose contents this mount has not seen: bring the
+	 * first bytes along (most files are read whole, at once). */
+	if (q.access == WSBRIDGE__V1__ACCESS__RDONLY && !info.seen.valid)
+		q.read_ahead = OPEN_READ_AHEAD;
+	seq0 = seq_now(fs);
+	wgen0 = atomic_load(&fs->wgen);
+	if (q.truncate) {
+		atomic_fetch_add(&fs->wgen, 1);
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	}
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	if (q.truncate)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
@@ -1462,6 +1481,21 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
 	else
 		release_handle(fs, rep->handle);
+	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
+		struct wsfs_file *f = file_of(fi);
+
+		/* Not yet shared: no lock needed. */
+		f->ra = rep->data.len ? malloc(rep->data.len) : NULL;
+		if (f->ra || !rep->data.len) {
+			if (rep->data.len)
+				memcpy(f->ra, rep->data.data, rep->data.len);
+			f->ra_len = rep->data.len;
+			f->ra_have = true;
+			f->ra_eof = rep->data_eof;
+			f->ra_seq = seq0;
+			f->ra_wgen = wgen0;
+		}
+	}
 out:
 	if (r < 0) {
 		reply_err(req, r);
@@ -1498,6 +1532,8 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	q.append = fi->flags & O_APPEND;
 	q.nofollow = true;
 	q.mode = mode & 07777;
+	if (q.truncate)
+		atomic_fetch_add(&fs->wgen, 1); /* read_from_open() */
 	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
@@ -1539,6 +1575,47 @@ out:
 	free_reply(rep);
 }
 
+/*
+ * Answer READ (@size bytes at @off) from the bytes Open brought along, when
+ * they cover it (or hold the whole file) and nothing was written through
+ * this mount (wgen) nor invalidated by the watch (inval_seq) since the Open:
+ * the read then returns what it would have at open time (close-to-open).
+ * The bytes are dropped once read to their end, or when stale. Returns
+ * true when it replied.
+ */
+static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req, size_t size,
+			   off_t off)
+{
+	bool done = false, drop = false;
+	size_t n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->ra_have)
+		goto out;
+	if (f->ra_seq != seq_now(fs) || f->ra_wgen != atomic_load(&fs->wgen)) {
+		drop = true;
+		goto out;
+	}
+	if ((uint64_t)off + size <= f->ra_len)
+		n = size;
+	else if (f->ra_eof)
+		n = (uint64_t)off < f->ra_len ? f->ra_len - (size_t)off : 0;
+	else
+		goto out; /* beyond what Open read: ask agentd */
+	fuse_reply_buf(req, n ? f->ra + off : NULL, n);
+	done = true;
+	drop = (uint64_t)off + n >= f->ra_len;
+out:
+	if (drop) {
+		free(f->ra);
+		f->ra = NULL;
+		f->ra_len = 0;
+		f->ra_have = f->ra_eof = false;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return done;
+}
+
 static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -1556,6 +1633,8 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (f && read_from_open(fs, f, req, size, off))
+		return;
 	if (size <= CHUNK_MAX) {
 		/* The common case: one RPC, replied from its buffer. */
 		q.offset = (uint64_t)off;
@@ -1681,6 +1760,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
+
+	atomic_fetch_add(&FS(req)->wgen, 1); /* read_from_open() */
 
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
@@ -2439,6 +2520,8 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	struct hslot s = { file_of(fi), &q.handle };
 	int r;
 
+	atomic_fetch_add(&FS(req)->wgen, 1); /* read_from_open() */
+
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -2493,6 +2576,8 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	Wsbridge__V1__CopyFileRangeReply *rep = NULL;
 	struct hslot s[2] = { { file_of(fi_in), &q.handle_in }, { file_of(fi_out), &q.handle_out } };
 	int r;
+
+	atomic_fetch_add(&FS(req)->wgen, 1); /* read_from_open() */
 
 	(void)ino_in;
 	if (flags != 0 || off_in < 0 || off_out < 0) {
@@ -2574,6 +2659,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->conn_gen, 1);
 	atomic_init(&fs->conn_down, false);
 	atomic_init(&fs->inval_seq, 0);
+	atomic_init(&fs->wgen, 0);
 	atomic_init(&fs->watch_live, false);
 	atomic_init(&fs->expire_only, false);
 	pthread_mutex_init(&fs->mon_lock, NULL);

@@ -110,6 +110,9 @@ struct wsfs {
 	/** Bumped by the monitor thread before it sends invalidations; a reply
 	 * computed across a bump gets the short (no-watch) timeouts. */
 	atomic_uint_fast64_t inval_seq;
+	/** Bumped by every write, truncate, fallocate and copy through this
+	 * mount (fs.c): bytes read before a bump may be stale. */
+	atomic_uint_fast64_t wgen;
 	/** The watch stream is subscribed (READY seen) and running. */
 	atomic_bool watch_live;
 	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */

@@ -192,6 +192,56 @@ calls() {
 	visible "created under a prefetched tree" listing_is "$MNT/t/a/b" 2 c new
 }
 
+@test "R2: Open brings a file's first bytes along; a write in between, here or in the POD, is never missed" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	local i n0 n1
+	for i in 1 2 3 4 5; do
+		printf 'file %s\n' "$i" >"$ROOT/s$i"
+	done
+	head -c 300000 /dev/urandom >"$ROOT/big"
+	n0=$(calls Read)
+	for i in 1 2 3 4 5; do
+		assert_content "$MNT/s$i" "file $i"$'\n'
+	done
+	n1=$(calls Read)
+	assert_eq "$((n1 - n0))" 0 "Read calls for 5 small files (Open brought them)"
+	cmp "$ROOT/big" "$MNT/big"
+	# Opened, then written through another descriptor, then read.
+	printf 'old contents\n' >"$ROOT/w"
+	run python3 - "$MNT/w" <<'PY'
+import sys
+p = sys.argv[1]
+r = open(p, "rb", buffering=0)
+with open(p, "r+b", buffering=0) as w:
+    w.write(b"NEW")
+print(r.read().decode(), end="")
+PY
+	assert_status 0
+	assert_eq "$output" "NEW contents"
+	# Opened, then rewritten in place in the pod, then read.
+	printf 'pod before\n' >"$ROOT/p"
+	run python3 - "$MNT/p" "$ROOT/p" <<'PY'
+import os, sys, time
+mnt, pod = sys.argv[1], sys.argv[2]
+r = open(mnt, "rb", buffering=0)
+with open(pod, "r+b") as w:
+    w.write(b"POD")
+deadline = time.time() + 2
+while True:
+    os.lseek(r.fileno(), 0, os.SEEK_SET)
+    got = r.read()
+    if got.startswith(b"POD") or time.time() > deadline:
+        break
+    time.sleep(0.01)
+print(got.decode(), end="")
+PY
+	assert_status 0
+	assert_eq "$output" "POD before"
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	printf 'AAAA\n' >"$MNT/f"

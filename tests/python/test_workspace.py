@@ -261,6 +261,36 @@ class Behaviour(Base):
         self.assertFalse(r.eof)
         self.assertEqual(list(r.subdirs), [])
 
+    def test_open_read_ahead(self):
+        with open(rp("ra"), "wb") as f:
+            f.write(b"x" * 1000)
+        ws = self.ws
+
+        def opened(**kw):
+            r = ws.Open(pb.OpenRequest(path=b"ra", **kw), timeout=TIMEOUT)
+            ws.Release(pb.HandleRequest(handle=r.handle), timeout=TIMEOUT)
+            return r
+
+        r = opened()
+        self.assertEqual((r.data, r.data_eof), (b"", False), "no read_ahead asked")
+        r = opened(read_ahead=4096)
+        self.assertEqual((r.data, r.data_eof), (b"x" * 1000, True))
+        r = opened(read_ahead=1000)  # exactly the size: still known whole
+        self.assertEqual((r.data, r.data_eof), (b"x" * 1000, True))
+        r = opened(read_ahead=999)
+        self.assertEqual((r.data, r.data_eof), (b"x" * 999, False))
+        r = opened(read_ahead=4096, access=pb.WRONLY)
+        self.assertEqual((r.data, r.data_eof), (b"", False), "write-only: nothing read")
+        # Capped below 1 MiB + 1: a 3 MiB file gives a partial first chunk.
+        with open(rp("ra3"), "wb") as f:
+            f.write(os.urandom(3 << 20))
+        r = ws.Open(pb.OpenRequest(path=b"ra3", read_ahead=64 << 20), timeout=TIMEOUT)
+        ws.Release(pb.HandleRequest(handle=r.handle), timeout=TIMEOUT)
+        self.assertFalse(r.data_eof)
+        self.assertTrue(0 < len(r.data) < (1 << 20) + 1)
+        with open(rp("ra3"), "rb") as f:
+            self.assertEqual(r.data, f.read(len(r.data)))
+
     def test_rename_link_symlink(self):
         with open(rp("a"), "w") as f:
             f.write("A")
