@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 
 #include "agentd.h"
 #include "fsops.h"
@@ -170,6 +171,12 @@ static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *da
 /** Most entries ReadDir's prefetch lists, and most subdirectories. */
 #define PREFETCH_MAX_ENTRIES 4096u
 #define PREFETCH_MAX_DIRS 512u
+/** Largest subdirectory prefetched, entries: a larger one is listed when
+ * asked for (each entry costs an lstat, wasted on a directory skipped). */
+#define PREFETCH_DIR_MAX 256u
+/** Time a prefetch may take, ns: on a slow file system (gVisor's gofer, a
+ * network disk) the reply must not wait, nor risk the client's deadline. */
+#define PREFETCH_TIME_NS (20 * 1000 * 1000LL)
 
 /* One directory's listing and the messages that point into it. */
 struct listing {
@@ -223,9 +230,10 @@ static char *child_of(const char *p, size_t plen, const char *name, size_t nlen,
 
 	if (!s)
 		return NULL;
-	memcpy(s, p, plen);
-	if (plen)
+	if (plen) {
+		memcpy(s, p, plen);
 		s[plen] = '/';
+	}
 	memcpy(s + len - nlen, name, nlen);
 	s[len] = '\0';
 	*ret_len = len;
@@ -234,8 +242,9 @@ static char *child_of(const char *p, size_t plen, const char *name, size_t nlen,
 
 /*
  * ReadDir's prefetch: list the subdirectories of @top (the whole listing
- * of @top_path) breadth first, each whole (a directory too large for what
- * is left is skipped), while the entries add up to at most @budget.
+ * of @top_path) breadth first, each whole (a directory larger than
+ * PREFETCH_DIR_MAX or than what is left is skipped), while the entries add
+ * up to at most @budget and for at most PREFETCH_TIME_NS.
  * Appends to *@out (*@n_out of them); a directory that cannot be listed
  * (removed meanwhile, no permission) is skipped. 0 or -ENOMEM.
  */
@@ -245,10 +254,14 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 {
 	struct listing *ls = NULL;
 	size_t n = 0, cap = 0;
+	struct timespec t0, now;
+	size_t tried = 0; /* entries read, kept or not */
+	bool late = false;
 	int r = 0;
 
 	if (budget > PREFETCH_MAX_ENTRIES)
 		budget = PREFETCH_MAX_ENTRIES;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	/* Walk top's entries, then each listed directory's, in order (ci
 	 * -1 is top). What is read of ls[ci] is read before ls may move. */
 	for (ptrdiff_t ci = -1; ci < (ptrdiff_t)n; ci++) {
@@ -264,6 +277,12 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 
 			if (!e->has_attr || !S_ISDIR(e->st.st_mode))
 				continue;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if ((now.tv_sec - t0.tv_sec) * 1000000000LL + (now.tv_nsec - t0.tv_nsec) >
+			    PREFETCH_TIME_NS) {
+				late = true;
+				break;
+			}
 			l.path = child_of(cpath, clen, e->name, e->name_len, &l.len);
 			if (!l.path) {
 				r = -ENOMEM;
@@ -271,8 +290,18 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 			}
 			/* Whole, or not at all: a directory larger than what is
 			 * left is skipped, as is one that cannot be listed. */
-			if (fsops_readdir(root, l.path, l.len, 0, budget, &l.ents, &l.n, &eof) < 0 ||
-			    !eof) {
+			if (tried >= 2 * PREFETCH_MAX_ENTRIES) {
+				late = true; /* too much read for nothing */
+				break;
+			}
+			if (fsops_readdir(root, l.path, l.len, 0,
+					  budget < PREFETCH_DIR_MAX ? budget : PREFETCH_DIR_MAX,
+					  &l.ents, &l.n, &eof) < 0) {
+				listing_free(&l);
+				continue;
+			}
+			tried += l.n;
+			if (!eof) {
 				listing_free(&l);
 				continue;
 			}
@@ -291,7 +320,7 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 			budget -= (unsigned)l.n;
 			ls[n++] = l;
 		}
-		if (r < 0 || budget == 0 || n >= PREFETCH_MAX_DIRS)
+		if (r < 0 || late || budget == 0 || n >= PREFETCH_MAX_DIRS)
 			break;
 	}
 	*out = ls;
@@ -313,11 +342,17 @@ static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void 
 			  &top.ents, &top.n, &eof);
 	if (r < 0)
 		return fail_path(call, r, "readdir", &q->path);
-	if (q->prefetch && q->offset == 0 && eof)
-		r = prefetch(&AD(data)->root, &top, q->path.data, q->path.len, q->prefetch, &sub,
-			     &n_sub);
-	if (r == 0)
-		r = listing_msgs(&top);
+	if (q->prefetch && q->offset == 0 && eof &&
+	    prefetch(&AD(data)->root, &top, q->path.data, q->path.len, q->prefetch, &sub,
+		     &n_sub) < 0) {
+		/* Out of memory: the reply goes without the prefetch. */
+		for (size_t i = 0; i < n_sub; i++)
+			listing_free(&sub[i]);
+		free(sub);
+		sub = NULL;
+		n_sub = 0;
+	}
+	r = listing_msgs(&top);
 	for (size_t i = 0; r == 0 && i < n_sub; i++) {
 		r = listing_msgs(&sub[i]);
 		wsbridge__v1__dir_listing__init(&sub[i].msg);

@@ -67,6 +67,7 @@ struct wsfs_file {
 	uint64_t sh;   /* agentd's handle; under lock */
 	uint64_t gen;  /* conn_gen when sh was obtained; under lock */
 	bool broken;   /* could not be reopened safely: EIO; under lock */
+	bool lazy;     /* opened without agentd (sh 0 until first needed); under lock */
 	uint64_t ino;  /* server inode at open */
 	Wsbridge__V1__Access access;
 	bool append;
@@ -76,7 +77,7 @@ struct wsfs_file {
 	char *ra;
 	size_t ra_len;
 	bool ra_have, ra_eof; /* ra_eof: ra is the whole file */
-	uint64_t ra_seq, ra_wgen; /* inval_seq and wgen before the Open */
+	uint64_t ra_seq, ra_mgen; /* inval_seq and mgen before the Open */
 	struct wsfs_file *prev, *next; /* fs_files list */
 };
 
@@ -270,13 +271,15 @@ static int64_t ns_of_ts(const struct timespec *ts)
 	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-static struct node_seen seen_of(const struct stat *st)
+/* What @st says of a file's contents, seen when inval_seq was @seq. */
+static struct node_seen seen_of(const struct stat *st, uint64_t seq)
 {
 	return (struct node_seen){
 		.valid = true,
 		.ino = st->st_ino,
 		.size = (uint64_t)st->st_size,
 		.mtime_ns = ns_of_ts(&st->st_mtim),
+		.seq = seq,
 	};
 }
 
@@ -347,10 +350,16 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * attributes @st: count one lookup and send the entry. The lookup is taken
  * back if the reply cannot be delivered (the request was interrupted).
  */
-/* Reply with the entry (@parent, @name) -> @st; returns its nodeid, or 0
- * when it could not be given to the kernel. */
+static void known_begin(struct wsfs *fs, uint64_t dir, uint64_t seq0);
+
+/*
+ * Reply with the entry (@parent, @name) -> @st; returns its nodeid, or 0
+ * when it could not be given to the kernel. @empty: a directory this
+ * mount just made, whose (no) names are known from before the kernel can
+ * ask for any (known_begin).
+ */
 static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
-			    const struct stat *st, uint64_t seq0)
+			    const struct stat *st, uint64_t seq0, bool empty)
 {
 	struct fuse_entry_param e;
 	struct ttl t = ttl_for(fs, seq0, st);
@@ -368,6 +377,8 @@ static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, 
 	e.attr = *st;
 	e.attr_timeout = t.attr;
 	e.entry_timeout = t.entry;
+	if (empty)
+		known_begin(fs, id, seq0);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
 		node_forget(fs->nodes, id, 1);
 		return 0;
@@ -378,7 +389,8 @@ static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, 
 /* Reply with an AttrReply that created @name in @parent; returns the new
  * nodeid, or 0. */
 static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent,
-			      const char *name, Wsbridge__V1__AttrReply *rep, uint64_t seq0)
+			      const char *name, Wsbridge__V1__AttrReply *rep, uint64_t seq0,
+			      bool empty)
 {
 	struct stat st;
 	int r = attr_to_stat(rep->attr, &st);
@@ -387,7 +399,13 @@ static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent
 		reply_err(req, r);
 		return 0;
 	}
-	return reply_entry(req, fs, parent, name, &st, seq0);
+	return reply_entry(req, fs, parent, name, &st, seq0, empty && S_ISDIR(st.st_mode));
+}
+
+/* A change of this mount's own has reached agentd (fs.h mgen). */
+static void mutated(struct wsfs *fs)
+{
+	atomic_fetch_add(&fs->mgen, 1);
 }
 
 /*
@@ -398,6 +416,7 @@ static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent
  */
 static void known_update(struct wsfs *fs, uint64_t dir, const char *name, int r, bool exists)
 {
+	mutated(fs);
 	if (r < 0)
 		node_known_drop(fs->nodes, dir);
 	else if (exists)
@@ -560,7 +579,9 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 		r = 0; /* reopened meanwhile */
 		goto out;
 	}
-	if (f->gen == gen) {
+	if (f->lazy) {
+		/* The first call that needs agentd's handle (file_lazy_open). */
+	} else if (f->gen == gen) {
 		/* Lost without a failure seen: agentd restarted between calls. */
 		gen = atomic_fetch_add(&fs->conn_gen, 1) + 1;
 	}
@@ -591,7 +612,10 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 	} else {
 		f->sh = rep->handle;
 		f->gen = gen;
-		wsb_notice("reopened a file that agentd had lost (generation %" PRIu64 ")", gen);
+		if (!f->lazy)
+			wsb_notice("reopened a file that agentd had lost (generation %" PRIu64 ")",
+				   gen);
+		f->lazy = false;
 	}
 out:
 	if (r == -EIO && f->broken) {
@@ -657,6 +681,12 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 
 		for (size_t i = 0; i < n; i++) {
 			r = file_handle(slots[i].f, &used[i]);
+			if (r == 0 && used[i] == 0) {
+				/* Opened without agentd (ws_open): open it now. */
+				r = file_reopen(fs, slots[i].f, 0);
+				if (r == 0)
+					r = file_handle(slots[i].f, &used[i]);
+			}
 			if (r < 0)
 				return r;
 			*slots[i].field = used[i];
@@ -678,6 +708,42 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 		}
 		if (!reopened)
 			return -EBADF; /* a genuine EBADF (wrong access mode) */
+	}
+}
+
+/* An own unlink or rename begins: file_lazy() keeps off (fs.h ns_busy). */
+static void ns_enter(struct wsfs *fs)
+{
+	atomic_fetch_add(&fs->ns_busy, 1);
+	atomic_fetch_add(&fs->ns_gen, 1);
+}
+
+/*
+ * Give every file of node @id that was opened without agentd (ws_open's
+ * lazy open) its handle now: before the name goes away (unlink, rename
+ * over it), so that such a file stays readable as an open descriptor of
+ * an unlinked file does. Best effort: one that cannot be opened fails with
+ * EIO later.
+ */
+static void files_materialize(struct wsfs *fs, uint64_t id)
+{
+	struct node_fh *links[64];
+	size_t n;
+
+	if (!id)
+		return;
+	/* More than 64 open files of one node: the rest stay lazy. */
+	n = node_fh_all(fs->nodes, id, links, sizeof(links) / sizeof(links[0]));
+	for (size_t i = 0; i < n; i++) {
+		struct wsfs_file *f = (struct wsfs_file *)links[i];
+		bool lazy;
+
+		pthread_mutex_lock(&f->lock);
+		lazy = f->lazy && f->sh == 0 && !f->broken;
+		pthread_mutex_unlock(&f->lock);
+		if (lazy)
+			(void)file_reopen(fs, f, 0);
+		file_put(fs, f);
 	}
 }
 
@@ -852,7 +918,9 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	first_request(fs);
 	/* A name missing from a directory whose names are all known (a name
 	 * too long for any directory is agentd's ENAMETOOLONG). */
-	if (strlen(name) <= NAME_MAX && node_known_has(fs->nodes, parent, name, strlen(name)) == 0) {
+	if (strlen(name) <= NAME_MAX &&
+	    node_known_has(fs->nodes, parent, name, strlen(name),
+			   (int64_t)(fs->cfg.watch_timeout * 1e9)) == 0) {
 		r = -ENOENT;
 		goto out;
 	}
@@ -867,7 +935,7 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		node_known_del(fs->nodes, parent, name, strlen(name));
 out:
 	if (r == 0) {
-		reply_entry(req, fs, parent, name, &st, seq0);
+		reply_entry(req, fs, parent, name, &st, seq0, false);
 	} else if (r == -ENOENT) {
 		struct ttl t = ttl_for(fs, seq0, NULL);
 
@@ -926,8 +994,13 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 	link = node_fh_get(fs->nodes, ino);
 	if (link) {
 		struct wsfs_file *f = (struct wsfs_file *)link;
+		bool lazy;
 
-		r = file_stat(fs, f, st);
+		pthread_mutex_lock(&f->lock);
+		lazy = f->sh == 0;
+		pthread_mutex_unlock(&f->lock);
+		/* One opened without agentd: stat the name, not open it now. */
+		r = lazy ? -EIO : file_stat(fs, f, st);
 		file_put(fs, f);
 		if (r != -EIO)
 			return r;
@@ -1058,7 +1131,6 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
 		q.size = (uint64_t)attr->st_size;
-		atomic_fetch_add(&fs->wgen, 1); /* read_from_open() */
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
 		set_time(&at, to_set & FUSE_SET_ATTR_ATIME_NOW, &attr->st_atim);
@@ -1100,6 +1172,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 		r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 	}
+	mutated(fs);
 	if (path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if (r == 0)
@@ -1107,7 +1180,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	if (r == 0 && S_ISREG(st.st_mode)) {
 		/* The kernel truncated its own pages; what it keeps matches. */
 		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
-			struct node_seen s = seen_of(&st);
+			struct node_seen s = seen_of(&st, seq0);
 
 			node_seen_set(fs->nodes, ino, &s);
 		}
@@ -1186,7 +1259,7 @@ static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	if (r < 0)
 		reply_err(req, r);
 	else
-		reply_created(req, fs, parent, name, rep, seq0);
+		reply_created(req, fs, parent, name, rep, seq0, false);
 	free(path);
 	free_reply(rep);
 }
@@ -1213,7 +1286,7 @@ static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	if (r < 0)
 		reply_err(req, r);
 	else
-		known_begin(fs, reply_created(req, fs, parent, name, rep, seq0), seq0);
+		reply_created(req, fs, parent, name, rep, seq0, true);
 	free(path);
 	free_reply(rep);
 }
@@ -1240,7 +1313,7 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	if (r < 0)
 		reply_err(req, r);
 	else
-		reply_created(req, fs, parent, name, rep, seq0);
+		reply_created(req, fs, parent, name, rep, seq0, false);
 	free(path);
 	free_reply(rep);
 }
@@ -1253,9 +1326,11 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const
 	size_t len;
 	int r;
 
+	ns_enter(fs);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
+		files_materialize(fs, node_child(fs->nodes, parent, name, strlen(name)));
 		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
 		r = rpc(fs, method, &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		wsfs_self_end(fs, path, len, r == 0, NULL);
@@ -1263,6 +1338,7 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const
 	}
 	if (r == 0)
 		node_unlink(fs->nodes, parent, name, strlen(name));
+	atomic_fetch_sub(&fs->ns_busy, 1); /* ns_enter() */
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
 }
@@ -1291,6 +1367,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	ns_enter(fs);
 	r = child_path(fs, parent, name, &from, &from_len);
 	if (r == 0)
 		r = child_path(fs, newparent, newname, &to, &to_len);
@@ -1299,6 +1376,8 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		q.to = bin(to, to_len);
 		q.noreplace = flags & RENAME_NOREPLACE;
 		q.exchange = flags & RENAME_EXCHANGE;
+		/* What the new name holds goes away (or moves, for exchange). */
+		files_materialize(fs, node_child(fs->nodes, newparent, newname, strlen(newname)));
 		{
 			unsigned both = WSFS_SELF_MOVED_FROM | WSFS_SELF_MOVED_TO;
 
@@ -1313,6 +1392,8 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		if (r < 0 || !q.exchange) {
 			known_update(fs, parent, name, r, false);
 			known_update(fs, newparent, newname, r, true);
+		} else {
+			mutated(fs);
 		}
 	}
 	if (r == 0 && node_rename(fs->nodes, parent, name, strlen(name), newparent, newname,
@@ -1321,6 +1402,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		node_unlink(fs->nodes, parent, name, strlen(name));
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
 	}
+	atomic_fetch_sub(&fs->ns_busy, 1); /* ns_enter() */
 	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
 	free(from);
 	free(to);
@@ -1354,7 +1436,7 @@ static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	if (r < 0)
 		fuse_reply_err(req, errno_out(r, true));
 	else
-		reply_created(req, fs, newparent, newname, rep, seq0);
+		reply_created(req, fs, newparent, newname, rep, seq0, false);
 	free(from);
 	free(to);
 	free_reply(rep);
@@ -1380,11 +1462,11 @@ static Wsbridge__V1__Access access_of(int flags)
  * -errno (the handle is released then).
  */
 static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__OpenReply *rep,
-		       const struct stat *st, struct fuse_file_info *fi)
+		       const struct stat *st, uint64_t seq0, struct fuse_file_info *fi)
 {
 	struct wsfs_file *f;
 	struct node_info info;
-	struct node_seen now = seen_of(st);
+	struct node_seen now = seen_of(st, seq0);
 
 	f = file_new(fs, rep->handle, st, access_of(flags), flags & O_APPEND);
 	if (!f) {
@@ -1418,12 +1500,67 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	return 0;
 }
 
+/*
+ * Whether a read-only open of a file can go without agentd: the watch
+ * stream is live, nothing was invalidated since this mount last saw the
+ * file's contents, so the kernel's pages and attributes are the file's.
+ * The handle is opened (by path, checking the inode) when a call first
+ * needs it (file_rpc), and before the name goes away (files_materialize).
+ * A file the pod removes in between then fails with EIO: on a local disk
+ * the descriptor would still read the old contents.
+ */
+static bool open_lazily(struct wsfs *fs, const struct node_info *info,
+			const struct fuse_file_info *fi)
+{
+	return (fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & (O_TRUNC | O_DIRECT)) &&
+	       fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live) && info->attached &&
+	       info->seen.valid && info->seen.ino == info->ino && S_ISREG(info->mode) &&
+	       info->seen.seq == seq_now(fs);
+}
+
+/*
+ * Open @ino without agentd (open_lazily() said so): keep the kernel's
+ * pages. Returns 0, or -EAGAIN when an own unlink or rename of a name ran
+ * meanwhile (ns_gen): the caller then opens through agentd.
+ */
+static int file_lazy(struct wsfs *fs, fuse_ino_t ino, const struct node_info *info,
+		     struct fuse_file_info *fi)
+{
+	uint64_t gen = atomic_load(&fs->ns_gen);
+	struct stat st;
+	struct wsfs_file *f;
+
+	if (atomic_load(&fs->ns_busy))
+		return -EAGAIN;
+	memset(&st, 0, sizeof(st));
+	st.st_ino = info->seen.ino;
+	f = file_new(fs, 0, &st, WSBRIDGE__V1__ACCESS__RDONLY, false);
+	if (!f)
+		return -ENOMEM;
+	f->lazy = true;
+	if (node_fh_add(fs->nodes, ino, &f->link) < 0) {
+		f->link.refs = 0;
+		file_destroy(fs, f);
+		return -ESTALE;
+	}
+	/* Registered before any later unlink or rename materializes (ns_busy
+	 * is counted in before ns_gen moves; both before materializing). */
+	if (atomic_load(&fs->ns_gen) != gen || atomic_load(&fs->ns_busy)) {
+		file_put(fs, f);
+		return -EAGAIN;
+	}
+	fi->noflush = 1;
+	fi->keep_cache = 1;
+	fi->fh = (uint64_t)(uintptr_t)f;
+	return 0;
+}
+
 static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
 	Wsbridge__V1__OpenReply *rep = NULL;
-	uint64_t seq0, wgen0;
+	uint64_t seq0, mgen0;
 	struct node_info info;
 	struct stat st;
 	char *path = NULL;
@@ -1431,6 +1568,8 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r;
 
 	r = node_info(fs->nodes, ino, &info);
+	if (r == 0 && open_lazily(fs, &info, fi) && file_lazy(fs, ino, &info, fi) == 0)
+		goto out;
 	if (r == 0)
 		r = path_of(fs, ino, &path, &len);
 	if (r < 0)
@@ -1442,15 +1581,16 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	q.nofollow = true;
 	/* Reading a file whose contents this mount has not seen: bring the
 	 * first bytes along (most files are read whole, at once). */
-	if (q.access == WSBRIDGE__V1__ACCESS__RDONLY && !info.seen.valid)
+	if (q.access == WSBRIDGE__V1__ACCESS__RDONLY && !info.seen.valid &&
+	    atomic_load(&fs->watch_live))
 		q.read_ahead = OPEN_READ_AHEAD;
 	seq0 = seq_now(fs);
-	wgen0 = atomic_load(&fs->wgen);
-	if (q.truncate) {
-		atomic_fetch_add(&fs->wgen, 1);
+	mgen0 = atomic_load(&fs->mgen);
+	if (q.truncate)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-	}
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	if (q.truncate)
+		mutated(fs);
 	if (q.truncate)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if (r == -ENOENT || r == -ELOOP) {
@@ -1478,7 +1618,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fi->keep_cache = 0;
 	}
 	if (r == 0)
-		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
+		r = file_opened(fs, ino, fi->flags, rep, &st, seq0, fi);
 	else
 		release_handle(fs, rep->handle);
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
@@ -1493,7 +1633,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			f->ra_have = true;
 			f->ra_eof = rep->data_eof;
 			f->ra_seq = seq0;
-			f->ra_wgen = wgen0;
+			f->ra_mgen = mgen0;
 		}
 	}
 out:
@@ -1532,8 +1672,6 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	q.append = fi->flags & O_APPEND;
 	q.nofollow = true;
 	q.mode = mode & 07777;
-	if (q.truncate)
-		atomic_fetch_add(&fs->wgen, 1); /* read_from_open() */
 	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
@@ -1552,7 +1690,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			r = -ENOENT;
 		goto out;
 	}
-	r = file_opened(fs, id, fi->flags, rep, &e.attr, fi);
+	r = file_opened(fs, id, fi->flags, rep, &e.attr, seq0, fi);
 	if (r < 0) {
 		node_forget(fs->nodes, id, 1);
 		goto out;
@@ -1578,7 +1716,8 @@ out:
 /*
  * Answer READ (@size bytes at @off) from the bytes Open brought along, when
  * they cover it (or hold the whole file) and nothing was written through
- * this mount (wgen) nor invalidated by the watch (inval_seq) since the Open:
+ * this mount (mgen) nor invalidated by the watch (inval_seq) since the Open
+ * (and the watch is live, so that inval_seq would have moved):
  * the read then returns what it would have at open time (close-to-open).
  * The bytes are dropped once read to their end, or when stale. Returns
  * true when it replied.
@@ -1592,7 +1731,8 @@ static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req,
 	pthread_mutex_lock(&f->lock);
 	if (!f->ra_have)
 		goto out;
-	if (f->ra_seq != seq_now(fs) || f->ra_wgen != atomic_load(&fs->wgen)) {
+	if (f->ra_seq != seq_now(fs) || f->ra_mgen != atomic_load(&fs->mgen) ||
+	    !atomic_load(&fs->watch_live)) {
 		drop = true;
 		goto out;
 	}
@@ -1754,14 +1894,13 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct wsfs_file *f = file_of(fi);
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
 	struct hslot s = { f, &q.handle };
+	uint64_t seq0 = seq_now(fs);
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
-
-	atomic_fetch_add(&FS(req)->wgen, 1); /* read_from_open() */
 
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
@@ -1791,13 +1930,14 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		if (n < want)
 			break;
 	}
+	mutated(fs);
 	if (path) {
 		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
 		free(path);
 	}
 	if (have_st && S_ISREG(st.st_mode)) {
 		/* Our own write: the kernel's pages hold it (write-through). */
-		struct node_seen now = seen_of(&st);
+		struct node_seen now = seen_of(&st, seq0);
 
 		node_seen_set(fs->nodes, ino, &now);
 	}
@@ -1885,11 +2025,21 @@ static void dir_drop_before(struct wsfs_dir *d, uint64_t idx)
 
 /* ---- prefetched listings ---- */
 
+static int64_t mono_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 /* A whole directory listing that a ReadDir of an ancestor brought along. */
 struct wsfs_pf {
 	char *path; /* as path_of() gives it */
 	size_t len;
-	uint64_t seq; /* inval_seq when fetched */
+	uint64_t seq;  /* inval_seq when fetched */
+	uint64_t mgen; /* mgen when fetched */
+	int64_t at_ns; /* CLOCK_MONOTONIC when fetched */
 	struct wsfs_dirent *ents;
 	size_t n;
 };
@@ -1912,12 +2062,13 @@ static void pf_free(struct wsfs_pf *p)
 
 /*
  * Append the usable entries of @des (names valid as node.h has them, with
- * attributes) to @ents (*@n of *@cap used), stamped with @seq. Returns 0,
- * -EIO (too many entries) or -ENOMEM.
+ * attributes) to @ents (*@n of *@cap used), stamped with @seq; *@all says
+ * whether every entry was. Returns 0, -EIO (too many entries) or -ENOMEM.
  */
 static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
-		       Wsbridge__V1__DirEntry **des, size_t n_des, uint64_t seq)
+		       Wsbridge__V1__DirEntry **des, size_t n_des, uint64_t seq, bool *all)
 {
+	*all = true;
 	if (n_des > READDIR_PAGE * 4)
 		return -EIO;
 	if (*cap < *n + n_des) {
@@ -1933,13 +2084,13 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
 		Wsbridge__V1__DirEntry *de = des[i];
 		struct wsfs_dirent *e = &(*ents)[*n];
 
-		if (!de)
+		/* Names with '/' or NUL, ".", "..": skipped (node.h); so are
+		 * entries that vanished between readdir and lstat. */
+		if (!de || !node_name_ok((const char *)de->name.data, de->name.len) ||
+		    attr_to_stat(de->attr, &e->st) < 0) {
+			*all = false;
 			continue;
-		/* Names with '/' or NUL, ".", "..": skipped (node.h). */
-		if (!node_name_ok((const char *)de->name.data, de->name.len))
-			continue;
-		if (attr_to_stat(de->attr, &e->st) < 0)
-			continue; /* vanished between readdir and lstat */
+		}
 		e->name = malloc(de->name.len + 1);
 		if (!e->name)
 			return -ENOMEM;
@@ -1957,25 +2108,38 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
  * fetched at inval_seq @seq. Replaces an older listing of the same path,
  * else the oldest kept one.
  */
-static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq)
+static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq,
+		       uint64_t mgen)
 {
+	/* At most the server's cap per reply (several replies' worth stay:
+	 * WSFS_PF_DIRS listings, the oldest replaced first). */
+	if (rep->n_subdirs > 512)
+		return;
 	for (size_t i = 0; i < rep->n_subdirs; i++) {
 		const Wsbridge__V1__DirListing *dl = rep->subdirs[i];
 		struct wsfs_pf *p;
 		size_t cap = 0, slot;
+		bool all;
 
 		if (!dl || dl->path.len == 0 || memchr(dl->path.data, '\0', dl->path.len))
 			continue;
 		p = calloc(1, sizeof(*p));
 		if (!p || !(p->path = malloc(dl->path.len + 1)) ||
-		    dirents_add(&p->ents, &p->n, &cap, dl->entries, dl->n_entries, seq) < 0) {
+		    dirents_add(&p->ents, &p->n, &cap, dl->entries, dl->n_entries, seq, &all) < 0) {
 			pf_free(p);
 			return;
+		}
+		if (!all) {
+			/* Not the whole listing: list it when asked. */
+			pf_free(p);
+			continue;
 		}
 		memcpy(p->path, dl->path.data, dl->path.len);
 		p->path[dl->path.len] = '\0';
 		p->len = dl->path.len;
 		p->seq = seq;
+		p->mgen = mgen;
+		p->at_ns = mono_now_ns();
 		pthread_mutex_lock(&fs->pf_lock);
 		slot = fs->pf_next;
 		for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
@@ -1996,8 +2160,9 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 
 /*
  * Take the prefetched listing of @path, if one is kept and nothing was
- * invalidated since it was fetched (the watch reports every change, so it
- * is still the directory's listing). Returns it (pf_free() it) or NULL.
+ * invalidated (the watch reports the pod's changes) nor changed through
+ * this mount (mgen) since it was fetched: it is still the directory's
+ * listing. Returns it (pf_free() it) or NULL.
  */
 static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
 {
@@ -2014,7 +2179,11 @@ static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
 		}
 	}
 	pthread_mutex_unlock(&fs->pf_lock);
-	if (p && (p->seq != seq_now(fs) || !atomic_load(&fs->watch_live))) {
+	/* Also no older than the caches' watch_timeout: a change nobody
+	 * reported (a writer inotify cannot see) shows in bounded time. */
+	if (p && (p->seq != seq_now(fs) || p->mgen != atomic_load(&fs->mgen) ||
+		  !atomic_load(&fs->watch_live) ||
+		  mono_now_ns() - p->at_ns > (int64_t)(fs->cfg.watch_timeout * 1e9))) {
 		pf_free(p);
 		p = NULL;
 	}
@@ -2022,18 +2191,22 @@ static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
 }
 
 /*
- * @ino's listing in @d is whole and was fetched at inval_seq @seq: its
- * names are known in full (node.h node_known_*), unless something was
- * invalidated since.
+ * @ino's listing in @d is whole and was fetched at inval_seq @seq and mgen
+ * @mgen: its names are known in full (node.h node_known_*), unless
+ * something was invalidated or changed through this mount since.
  */
 static void known_from_listing(struct wsfs *fs, fuse_ino_t ino, const struct wsfs_dir *d,
-			       uint64_t seq)
+			       uint64_t seq, uint64_t mgen)
 {
 	if (fs->cfg.watch_timeout <= 0 || !atomic_load(&fs->watch_live) ||
 	    node_known_begin(fs->nodes, ino, &fs->inval_seq, seq) < 0)
 		return;
 	for (size_t i = 0; i < d->n; i++)
 		node_known_add(fs->nodes, ino, d->ents[i].name, d->ents[i].len);
+	/* An own change since the listing was fetched may be missing from it;
+	 * one from now on updates the set (known_update: mgen, then add). */
+	if (atomic_load(&fs->mgen) != mgen)
+		node_known_drop(fs->nodes, ino);
 }
 
 /* Fetch the next page of directory @ino into @d. */
@@ -2041,8 +2214,8 @@ static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 {
 	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
 	Wsbridge__V1__ReadDirReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs);
-	bool whole = d->cookie == 0 && d->n == 0;
+	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
+	bool whole = d->cookie == 0 && d->n == 0, all = false;
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
 	char *path = NULL;
 	size_t len;
@@ -2064,7 +2237,7 @@ static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 			d->eof = true;
 			p->ents = NULL;
 			p->n = 0;
-			known_from_listing(fs, ino, d, p->seq);
+			known_from_listing(fs, ino, d, p->seq, p->mgen);
 			pf_free(p);
 			free(path);
 			return 0;
@@ -2081,15 +2254,15 @@ static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	free(path);
 	if (r < 0)
 		return r;
-	r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0);
+	r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 	if (r < 0)
 		goto out;
 	if (live)
-		pf_put_all(fs, rep, seq0);
+		pf_put_all(fs, rep, seq0, mgen0);
 	if (rep->n_entries == 0 || rep->eof) {
 		d->eof = true;
-		if (whole)
-			known_from_listing(fs, ino, d, seq0);
+		if (whole && all)
+			known_from_listing(fs, ino, d, seq0, mgen0);
 	} else {
 		int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
 
@@ -2376,6 +2549,7 @@ static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		q.create = flags & XATTR_CREATE;
 		q.replace = flags & XATTR_REPLACE;
 		r = rpc(fs, M("SetXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		mutated(fs);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
@@ -2505,6 +2679,7 @@ static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		q.path = bin(path, len);
 		q.name = bin(name, strlen(name));
 		r = rpc(fs, M("RemoveXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		mutated(fs);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
@@ -2520,8 +2695,6 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	struct hslot s = { file_of(fi), &q.handle };
 	int r;
 
-	atomic_fetch_add(&FS(req)->wgen, 1); /* read_from_open() */
-
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -2536,6 +2709,7 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	q.punch_hole = mode & FALLOC_FL_PUNCH_HOLE;
 	q.zero_range = mode & FALLOC_FL_ZERO_RANGE;
 	r = file_rpc(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	mutated(fs);
 	node_seen_set(fs->nodes, ino, NULL);
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 }
@@ -2577,8 +2751,6 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	struct hslot s[2] = { { file_of(fi_in), &q.handle_in }, { file_of(fi_out), &q.handle_out } };
 	int r;
 
-	atomic_fetch_add(&FS(req)->wgen, 1); /* read_from_open() */
-
 	(void)ino_in;
 	if (flags != 0 || off_in < 0 || off_out < 0) {
 		fuse_reply_err(req, EINVAL);
@@ -2589,6 +2761,7 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	q.length = len;
 	r = file_rpc(fs, s, 2, M("CopyFileRange"), &q.base,
 		     &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
+	mutated(fs);
 	node_seen_set(fs->nodes, ino_out, NULL);
 	if (r == -ENOSYS || r == -EOPNOTSUPP) {
 		/* agentd without CopyFileRange: ENOSYS makes the kernel copy
@@ -2659,12 +2832,14 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->conn_gen, 1);
 	atomic_init(&fs->conn_down, false);
 	atomic_init(&fs->inval_seq, 0);
-	atomic_init(&fs->wgen, 0);
+	atomic_init(&fs->mgen, 0);
 	atomic_init(&fs->watch_live, false);
 	atomic_init(&fs->expire_only, false);
 	pthread_mutex_init(&fs->mon_lock, NULL);
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
+	atomic_init(&fs->ns_gen, 0);
+	atomic_init(&fs->ns_busy, 0);
 	{
 		pthread_condattr_t ca;
 

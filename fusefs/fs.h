@@ -110,9 +110,11 @@ struct wsfs {
 	/** Bumped by the monitor thread before it sends invalidations; a reply
 	 * computed across a bump gets the short (no-watch) timeouts. */
 	atomic_uint_fast64_t inval_seq;
-	/** Bumped by every write, truncate, fallocate and copy through this
-	 * mount (fs.c): bytes read before a bump may be stale. */
-	atomic_uint_fast64_t wgen;
+	/** Bumped after every change this mount makes (fs.c mutated()): names,
+	 * attributes, contents. A listing (prefetched) or bytes (Open's
+	 * read_ahead) fetched across a bump may be stale: the watch does not
+	 * report the mount's own changes (echoes are suppressed). */
+	atomic_uint_fast64_t mgen;
 	/** The watch stream is subscribed (READY seen) and running. */
 	atomic_bool watch_live;
 	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */
@@ -130,6 +132,14 @@ struct wsfs {
 	 * monitor when it answers again (wsfs_release_pending). */
 	uint64_t *pending;
 	size_t n_pending, cap_pending;
+
+	/** Own unlinks and renames running (ns_busy) and started (ns_gen): each
+	 * counts itself in before it opens the name's lazily opened files
+	 * (fs.c files_materialize) and out once the node table has the new
+	 * names. An open without agentd (file_lazy) that saw one running, or
+	 * one start, opens through agentd instead. */
+	atomic_uint_fast64_t ns_gen;
+	atomic_uint ns_busy;
 
 	/* Listings that ReadDir prefetched (fs.c, pf_*): a ring, oldest
 	 * replaced first; protected by pf_lock. */

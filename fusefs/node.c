@@ -47,6 +47,7 @@ struct node {
 	struct node_fh *files; /* open files, most recent first */
 	unsigned n_files;
 	bool known;            /* a directory whose names are all in t->known */
+	int64_t known_since;   /* CLOCK_MONOTONIC ns when that began */
 	struct kname *knames;  /* those names (dnext list) */
 	struct node *id_next;
 	struct node *ino_next;
@@ -977,6 +978,34 @@ struct node_fh *node_fh_get(struct node_table *t, uint64_t id)
 	return f;
 }
 
+uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len)
+{
+	struct link *l;
+	uint64_t id = 0;
+
+	pthread_mutex_lock(&t->lock);
+	l = link_find(t, parent, name, len);
+	if (l)
+		id = l->node->id;
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
+size_t node_fh_all(struct node_table *t, uint64_t id, struct node_fh **ret, size_t max)
+{
+	struct node *n;
+	size_t k = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	for (struct node_fh *f = n ? n->files : NULL; f && k < max; f = f->next) {
+		f->refs++;
+		ret[k++] = f;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return k;
+}
+
 void node_fh_ref(struct node_table *t, struct node_fh *f)
 {
 	pthread_mutex_lock(&t->lock);
@@ -1129,8 +1158,12 @@ int node_known_begin(struct node_table *t, uint64_t dir, const atomic_uint_fast6
 	else if (t->n_known >= NODE_KNOWN_MAX)
 		r = -ENOSPC;
 	if (r == 0) {
+		struct timespec ts;
+
 		known_drop(t, n);
 		n->known = true;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		n->known_since = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;
@@ -1190,13 +1223,19 @@ void node_known_drop_all(struct node_table *t)
 	pthread_mutex_unlock(&t->lock);
 }
 
-int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len)
+int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len,
+		   int64_t max_age_ns)
 {
+	struct timespec ts;
 	struct node *n;
 	int r = -1;
 
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, dir);
+	if (n && n->known && max_age_ns > 0 &&
+	    (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec - n->known_since > max_age_ns)
+		known_drop(t, n); /* too old to trust */
 	if (n && n->known)
 		r = kname_find(t, n, name, len) ? 1 : 0;
 	pthread_mutex_unlock(&t->lock);

@@ -69,6 +69,7 @@ struct node_seen {
 	uint64_t ino;
 	uint64_t size;     /**< bytes */
 	int64_t mtime_ns;  /**< ns since the epoch */
+	uint64_t seq;      /**< the caller's invalidation count when seen (wsfs inval_seq) */
 };
 
 /** A copy of one node's state (node_info()). */
@@ -232,11 +233,15 @@ void node_known_drop(struct node_table *t, uint64_t dir);
 void node_known_drop_all(struct node_table *t);
 
 /**
+ * @p max_age_ns: a set begun longer ago than this (CLOCK_MONOTONIC) is
+ * dropped first, so that a change nobody reported is seen in bounded time
+ * (0: no limit).
  * @return 1 when @p name is in @p dir's set, 0 when @p dir has a set without
  *         it (the name does not exist, as far as this mount knows), -1 when
  *         @p dir has no set.
  */
-int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len);
+int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len,
+		   int64_t max_age_ns);
 
 /** Replace what this mount last saw of @p id's contents (@p s may be NULL: forget). */
 void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s);
@@ -252,6 +257,15 @@ int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f);
  * when the node has none. The most recently opened one is returned.
  */
 struct node_fh *node_fh_get(struct node_table *t, uint64_t id);
+
+/** The nodeid that (@p parent, @p name) names in the table, or 0. */
+uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len);
+
+/**
+ * Up to @p max open files of @p id, most recent first, each with a reference
+ * taken (node_fh_put() each). Returns how many were stored in @p ret.
+ */
+size_t node_fh_all(struct node_table *t, uint64_t id, struct node_fh **ret, size_t max);
 
 /** Take one more reference on @p f (which must hold one). */
 void node_fh_ref(struct node_table *t, struct node_fh *f);

@@ -97,6 +97,9 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path)
 	const char *name;
 	size_t len;
 
+	/* Even for a file this mount has no node for: its attributes may sit
+	 * in a prefetched listing (fs.c), valid only while inval_seq stays. */
+	atomic_fetch_add(&fs->inval_seq, 1);
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0) {
 		/* The root itself (or a path we cannot name). */
@@ -116,6 +119,9 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 	const char *name;
 	size_t len;
 
+	/* Even for a path this mount has no node for: prefetched listings and
+	 * Open's bytes (fs.c) of it are only valid while inval_seq stays. */
+	atomic_fetch_add(&fs->inval_seq, 1);
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0)
 		return;

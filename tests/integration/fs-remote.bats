@@ -242,6 +242,64 @@ PY
 	assert_eq "$output" "POD before"
 }
 
+@test "R2: reopening an unchanged file needs no Open; it stays readable after rm on MNT; a POD change is seen" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	printf 'same\n' >"$ROOT/f"
+	assert_content "$MNT/f" $'same\n'
+	local n0 n1
+	n0=$(calls Open)
+	assert_content "$MNT/f" $'same\n'
+	assert_content "$MNT/f" $'same\n'
+	n1=$(calls Open)
+	assert_eq "$((n1 - n0))" 0 "Open calls for rereading an unchanged file"
+	# Opened that way, then removed through the mount: still readable, as
+	# an open descriptor of an unlinked file is.
+	run python3 - "$MNT/f" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.unlink(sys.argv[1])
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+print(os.pread(fd, 100, 0).decode(), end="")
+PY
+	assert_status 0
+	assert_eq "$output" "same"
+	[ ! -e "$ROOT/f" ]
+	# A change in the pod: the next open goes to agentd and reads it.
+	printf 'v1\n' >"$ROOT/g"
+	assert_content "$MNT/g" $'v1\n'
+	printf 'v2, longer\n' >"$ROOT/g"
+	visible "rewritten in the pod" content_is "$MNT/g" $'v2, longer\n'
+}
+
+@test "R1: listings prefetched with a parent's never hide the mount's own or the pod's later changes" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	mkdir -p "$ROOT/t/x" "$ROOT/t/p/q" "$ROOT/t/d" "$ROOT/t/a/b"
+	touch "$ROOT/t/x/h" "$ROOT/t/x/y" "$ROOT/t/a/b/f0"
+	printf 'one\n' >"$ROOT/t/d/f"
+	visible "tree made in the pod" content_is "$MNT/t/d/f" $'one\n'
+	# Listing t prefetches x, p, p/q, d, a, a/b.
+	ls "$MNT/t" >/dev/null
+	# Own changes after the prefetch.
+	mv "$MNT/t/x" "$MNT/t/z"
+	mkdir "$MNT/t/x"
+	assert_eq "$(ls -A "$MNT/t/x" | tr '\n' ' ')" "" "a new directory where a prefetched one was"
+	mkdir "$MNT/t/p/q/sub"
+	assert_eq "$(ls -A "$MNT/t/p/q" | tr '\n' ' ')" "sub " "a directory made in a prefetched one"
+	printf 'twotwotwo\n' >>"$MNT/t/d/f"
+	assert_eq "$(ls -l "$MNT/t/d" | awk '$NF == "f" { print $5 }')" 14 "size after an append"
+	assert_content "$MNT/t/d/f" $'one\ntwotwotwo\n'
+	# A pod change two levels below anything the mount has a node for.
+	ls "$MNT/t" >/dev/null
+	touch "$ROOT/t/a/b/new"
+	visible "created under a prefetched directory" listing_is "$MNT/t/a/b" f0 new
+	[ -e "$MNT/t/a/b/new" ]
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	printf 'AAAA\n' >"$MNT/f"

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -449,39 +450,39 @@ static void test_known(void **state)
 	d = add(t, NODE_ROOT_ID, "d", 10, DIR_);
 	f = add(t, NODE_ROOT_ID, "f", 11, REG);
 	/* No set yet: unknown; adds and removes are no-ops. */
-	assert_int_equal(node_known_has(t, d, "x", 1), -1);
+	assert_int_equal(node_known_has(t, d, "x", 1, 0), -1);
 	node_known_add(t, d, "x", 1);
-	assert_int_equal(node_known_has(t, d, "x", 1), -1);
+	assert_int_equal(node_known_has(t, d, "x", 1, 0), -1);
 	/* Only directories, only while the sequence has not moved. */
 	assert_int_equal(node_known_begin(t, f, &seq, 7), -ESTALE);
 	assert_int_equal(node_known_begin(t, 999, &seq, 7), -ESTALE);
 	assert_int_equal(node_known_begin(t, d, &seq, 6), -EAGAIN);
-	assert_int_equal(node_known_has(t, d, "x", 1), -1);
+	assert_int_equal(node_known_has(t, d, "x", 1, 0), -1);
 	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
 	/* An empty set: every name is missing. */
-	assert_int_equal(node_known_has(t, d, "x", 1), 0);
+	assert_int_equal(node_known_has(t, d, "x", 1, 0), 0);
 	node_known_add(t, d, "x", 1);
 	node_known_add(t, d, "x", 1); /* twice is once */
 	node_known_add(t, d, "y\nz", 3);
-	assert_int_equal(node_known_has(t, d, "x", 1), 1);
-	assert_int_equal(node_known_has(t, d, "y\nz", 3), 1);
-	assert_int_equal(node_known_has(t, d, "y", 1), 0);
+	assert_int_equal(node_known_has(t, d, "x", 1, 0), 1);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3, 0), 1);
+	assert_int_equal(node_known_has(t, d, "y", 1, 0), 0);
 	/* Names are bytes: a prefix or another directory's name differs. */
-	assert_int_equal(node_known_has(t, NODE_ROOT_ID, "x", 1), -1);
+	assert_int_equal(node_known_has(t, NODE_ROOT_ID, "x", 1, 0), -1);
 	node_known_del(t, d, "x", 1);
-	assert_int_equal(node_known_has(t, d, "x", 1), 0);
-	assert_int_equal(node_known_has(t, d, "y\nz", 3), 1);
+	assert_int_equal(node_known_has(t, d, "x", 1, 0), 0);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3, 0), 1);
 	/* Two sets side by side, then one dropped. */
 	e = add(t, d, "e", 12, DIR_);
 	assert_int_equal(node_known_begin(t, e, &seq, 7), 0);
 	node_known_add(t, e, "x", 1);
-	assert_int_equal(node_known_has(t, e, "x", 1), 1);
+	assert_int_equal(node_known_has(t, e, "x", 1, 0), 1);
 	node_known_drop(t, d);
-	assert_int_equal(node_known_has(t, d, "y\nz", 3), -1);
-	assert_int_equal(node_known_has(t, e, "x", 1), 1);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3, 0), -1);
+	assert_int_equal(node_known_has(t, e, "x", 1, 0), 1);
 	/* Begin again: empty, whatever was there before. */
 	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
-	assert_int_equal(node_known_has(t, d, "y\nz", 3), 0);
+	assert_int_equal(node_known_has(t, d, "y\nz", 3, 0), 0);
 	/* Many names make the table grow; all stay findable. */
 	for (int i = 0; i < 5000; i++) {
 		snprintf(name, sizeof(name), "n%d", i);
@@ -489,17 +490,28 @@ static void test_known(void **state)
 	}
 	for (int i = 0; i < 5000; i += 7) {
 		snprintf(name, sizeof(name), "n%d", i);
-		assert_int_equal(node_known_has(t, d, name, strlen(name)), 1);
+		assert_int_equal(node_known_has(t, d, name, strlen(name), 0), 1);
 	}
-	assert_int_equal(node_known_has(t, d, "n5000", 5), 0);
+	assert_int_equal(node_known_has(t, d, "n5000", 5, 0), 0);
 	node_known_drop_all(t);
-	assert_int_equal(node_known_has(t, d, "n1", 2), -1);
-	assert_int_equal(node_known_has(t, e, "x", 1), -1);
+	assert_int_equal(node_known_has(t, d, "n1", 2, 0), -1);
+	assert_int_equal(node_known_has(t, e, "x", 1, 0), -1);
 	/* A freed directory takes its set with it (teardown frees the rest). */
 	assert_int_equal(node_known_begin(t, e, &seq, 7), 0);
 	node_known_add(t, e, "x", 1);
 	node_forget(t, e, 1);
-	assert_int_equal(node_known_has(t, e, "x", 1), -1);
+	assert_int_equal(node_known_has(t, e, "x", 1, 0), -1);
+	/* A set older than the age limit is dropped at the lookup. */
+	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
+	node_known_add(t, d, "a", 1);
+	assert_int_equal(node_known_has(t, d, "a", 1, 60LL * 1000000000), 1);
+	{
+		struct timespec ts = { 0, 3 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	assert_int_equal(node_known_has(t, d, "b", 1, 1000 * 1000), -1);
+	assert_int_equal(node_known_has(t, d, "a", 1, 0), -1);
 	assert_int_equal(node_known_begin(t, d, &seq, 7), 0);
 	node_known_add(t, d, "left", 4); /* freed by node_table_free() */
 	(void)f;
