@@ -283,6 +283,10 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 				late = true;
 				break;
 			}
+			if (tried >= 2 * PREFETCH_MAX_ENTRIES) {
+				late = true; /* too much read for nothing */
+				break;
+			}
 			l.path = child_of(cpath, clen, e->name, e->name_len, &l.len);
 			if (!l.path) {
 				r = -ENOMEM;
@@ -290,10 +294,6 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 			}
 			/* Whole, or not at all: a directory larger than what is
 			 * left is skipped, as is one that cannot be listed. */
-			if (tried >= 2 * PREFETCH_MAX_ENTRIES) {
-				late = true; /* too much read for nothing */
-				break;
-			}
 			if (fsops_readdir(root, l.path, l.len, 0,
 					  budget < PREFETCH_DIR_MAX ? budget : PREFETCH_DIR_MAX,
 					  &l.ents, &l.n, &eof) < 0) {
@@ -334,7 +334,7 @@ static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void 
 	Wsbridge__V1__ReadDirReply rep = WSBRIDGE__V1__READ_DIR_REPLY__INIT;
 	Wsbridge__V1__DirListing **subp = NULL;
 	struct listing top = { 0 }, *sub = NULL;
-	size_t n_sub = 0;
+	size_t n_sub = 0, n_send = 0;
 	bool eof;
 	int r;
 
@@ -353,26 +353,29 @@ static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void 
 		n_sub = 0;
 	}
 	r = listing_msgs(&top);
-	for (size_t i = 0; r == 0 && i < n_sub; i++) {
-		r = listing_msgs(&sub[i]);
-		wsbridge__v1__dir_listing__init(&sub[i].msg);
-		sub[i].msg.path.data = (uint8_t *)sub[i].path;
-		sub[i].msg.path.len = sub[i].len;
-		sub[i].msg.n_entries = sub[i].n;
-		sub[i].msg.entries = sub[i].dep;
-	}
-	if (r == 0 && n_sub && !(subp = calloc(n_sub, sizeof(*subp))))
-		r = -ENOMEM;
 	if (r < 0) {
 		rpc_fail_errno(call, -r, "readdir");
 		goto out;
 	}
-	for (size_t i = 0; i < n_sub; i++)
+	for (n_send = 0; n_send < n_sub; n_send++) {
+		struct listing *l = &sub[n_send];
+
+		if (listing_msgs(l) < 0)
+			break; /* out of memory: send the listings ready so far */
+		wsbridge__v1__dir_listing__init(&l->msg);
+		l->msg.path.data = (uint8_t *)l->path;
+		l->msg.path.len = l->len;
+		l->msg.n_entries = l->n;
+		l->msg.entries = l->dep;
+	}
+	if (n_send && !(subp = calloc(n_send, sizeof(*subp))))
+		n_send = 0;
+	for (size_t i = 0; i < n_send; i++)
 		subp[i] = &sub[i].msg;
 	rep.n_entries = top.n;
 	rep.entries = top.dep;
 	rep.eof = eof;
-	rep.n_subdirs = n_sub;
+	rep.n_subdirs = n_send;
 	rep.subdirs = subp;
 	rpc_reply(call, &rep.base);
 out:

@@ -67,7 +67,6 @@ struct wsfs_file {
 	uint64_t sh;   /* agentd's handle; under lock */
 	uint64_t gen;  /* conn_gen when sh was obtained; under lock */
 	bool broken;   /* could not be reopened safely: EIO; under lock */
-	bool lazy;     /* opened without agentd (sh 0 until first needed); under lock */
 	uint64_t ino;  /* server inode at open */
 	Wsbridge__V1__Access access;
 	bool append;
@@ -78,6 +77,7 @@ struct wsfs_file {
 	size_t ra_len;
 	bool ra_have, ra_eof; /* ra_eof: ra is the whole file */
 	uint64_t ra_seq, ra_mgen; /* inval_seq and mgen before the Open */
+	int64_t ra_at_ns;         /* CLOCK_MONOTONIC of the Open */
 	struct wsfs_file *prev, *next; /* fs_files list */
 };
 
@@ -271,16 +271,22 @@ static int64_t ns_of_ts(const struct timespec *ts)
 	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-/* What @st says of a file's contents, seen when inval_seq was @seq. */
-static struct node_seen seen_of(const struct stat *st, uint64_t seq)
+static struct node_seen seen_of(const struct stat *st)
 {
 	return (struct node_seen){
 		.valid = true,
 		.ino = st->st_ino,
 		.size = (uint64_t)st->st_size,
 		.mtime_ns = ns_of_ts(&st->st_mtim),
-		.seq = seq,
 	};
+}
+
+static int64_t mono_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* Kernel cache timeouts for a reply whose RPC started at inval_seq @seq0. */
@@ -579,9 +585,7 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 		r = 0; /* reopened meanwhile */
 		goto out;
 	}
-	if (f->lazy) {
-		/* The first call that needs agentd's handle (file_lazy_open). */
-	} else if (f->gen == gen) {
+	if (f->gen == gen) {
 		/* Lost without a failure seen: agentd restarted between calls. */
 		gen = atomic_fetch_add(&fs->conn_gen, 1) + 1;
 	}
@@ -612,10 +616,7 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 	} else {
 		f->sh = rep->handle;
 		f->gen = gen;
-		if (!f->lazy)
-			wsb_notice("reopened a file that agentd had lost (generation %" PRIu64 ")",
-				   gen);
-		f->lazy = false;
+		wsb_notice("reopened a file that agentd had lost (generation %" PRIu64 ")", gen);
 	}
 out:
 	if (r == -EIO && f->broken) {
@@ -681,12 +682,6 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 
 		for (size_t i = 0; i < n; i++) {
 			r = file_handle(slots[i].f, &used[i]);
-			if (r == 0 && used[i] == 0) {
-				/* Opened without agentd (ws_open): open it now. */
-				r = file_reopen(fs, slots[i].f, 0);
-				if (r == 0)
-					r = file_handle(slots[i].f, &used[i]);
-			}
 			if (r < 0)
 				return r;
 			*slots[i].field = used[i];
@@ -708,42 +703,6 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 		}
 		if (!reopened)
 			return -EBADF; /* a genuine EBADF (wrong access mode) */
-	}
-}
-
-/* An own unlink or rename begins: file_lazy() keeps off (fs.h ns_busy). */
-static void ns_enter(struct wsfs *fs)
-{
-	atomic_fetch_add(&fs->ns_busy, 1);
-	atomic_fetch_add(&fs->ns_gen, 1);
-}
-
-/*
- * Give every file of node @id that was opened without agentd (ws_open's
- * lazy open) its handle now: before the name goes away (unlink, rename
- * over it), so that such a file stays readable as an open descriptor of
- * an unlinked file does. Best effort: one that cannot be opened fails with
- * EIO later.
- */
-static void files_materialize(struct wsfs *fs, uint64_t id)
-{
-	struct node_fh *links[64];
-	size_t n;
-
-	if (!id)
-		return;
-	/* More than 64 open files of one node: the rest stay lazy. */
-	n = node_fh_all(fs->nodes, id, links, sizeof(links) / sizeof(links[0]));
-	for (size_t i = 0; i < n; i++) {
-		struct wsfs_file *f = (struct wsfs_file *)links[i];
-		bool lazy;
-
-		pthread_mutex_lock(&f->lock);
-		lazy = f->lazy && f->sh == 0 && !f->broken;
-		pthread_mutex_unlock(&f->lock);
-		if (lazy)
-			(void)file_reopen(fs, f, 0);
-		file_put(fs, f);
 	}
 }
 
@@ -994,13 +953,8 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 	link = node_fh_get(fs->nodes, ino);
 	if (link) {
 		struct wsfs_file *f = (struct wsfs_file *)link;
-		bool lazy;
 
-		pthread_mutex_lock(&f->lock);
-		lazy = f->sh == 0;
-		pthread_mutex_unlock(&f->lock);
-		/* One opened without agentd: stat the name, not open it now. */
-		r = lazy ? -EIO : file_stat(fs, f, st);
+		r = file_stat(fs, f, st);
 		file_put(fs, f);
 		if (r != -EIO)
 			return r;
@@ -1180,7 +1134,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	if (r == 0 && S_ISREG(st.st_mode)) {
 		/* The kernel truncated its own pages; what it keeps matches. */
 		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
-			struct node_seen s = seen_of(&st, seq0);
+			struct node_seen s = seen_of(&st);
 
 			node_seen_set(fs->nodes, ino, &s);
 		}
@@ -1326,11 +1280,9 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const
 	size_t len;
 	int r;
 
-	ns_enter(fs);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
-		files_materialize(fs, node_child(fs->nodes, parent, name, strlen(name)));
 		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
 		r = rpc(fs, method, &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		wsfs_self_end(fs, path, len, r == 0, NULL);
@@ -1338,7 +1290,6 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const
 	}
 	if (r == 0)
 		node_unlink(fs->nodes, parent, name, strlen(name));
-	atomic_fetch_sub(&fs->ns_busy, 1); /* ns_enter() */
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
 }
@@ -1367,7 +1318,6 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	ns_enter(fs);
 	r = child_path(fs, parent, name, &from, &from_len);
 	if (r == 0)
 		r = child_path(fs, newparent, newname, &to, &to_len);
@@ -1376,8 +1326,6 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		q.to = bin(to, to_len);
 		q.noreplace = flags & RENAME_NOREPLACE;
 		q.exchange = flags & RENAME_EXCHANGE;
-		/* What the new name holds goes away (or moves, for exchange). */
-		files_materialize(fs, node_child(fs->nodes, newparent, newname, strlen(newname)));
 		{
 			unsigned both = WSFS_SELF_MOVED_FROM | WSFS_SELF_MOVED_TO;
 
@@ -1402,7 +1350,6 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		node_unlink(fs->nodes, parent, name, strlen(name));
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
 	}
-	atomic_fetch_sub(&fs->ns_busy, 1); /* ns_enter() */
 	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
 	free(from);
 	free(to);
@@ -1462,11 +1409,11 @@ static Wsbridge__V1__Access access_of(int flags)
  * -errno (the handle is released then).
  */
 static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__OpenReply *rep,
-		       const struct stat *st, uint64_t seq0, struct fuse_file_info *fi)
+		       const struct stat *st, struct fuse_file_info *fi)
 {
 	struct wsfs_file *f;
 	struct node_info info;
-	struct node_seen now = seen_of(st, seq0);
+	struct node_seen now = seen_of(st);
 
 	f = file_new(fs, rep->handle, st, access_of(flags), flags & O_APPEND);
 	if (!f) {
@@ -1500,61 +1447,6 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	return 0;
 }
 
-/*
- * Whether a read-only open of a file can go without agentd: the watch
- * stream is live, nothing was invalidated since this mount last saw the
- * file's contents, so the kernel's pages and attributes are the file's.
- * The handle is opened (by path, checking the inode) when a call first
- * needs it (file_rpc), and before the name goes away (files_materialize).
- * A file the pod removes in between then fails with EIO: on a local disk
- * the descriptor would still read the old contents.
- */
-static bool open_lazily(struct wsfs *fs, const struct node_info *info,
-			const struct fuse_file_info *fi)
-{
-	return (fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & (O_TRUNC | O_DIRECT)) &&
-	       fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live) && info->attached &&
-	       info->seen.valid && info->seen.ino == info->ino && S_ISREG(info->mode) &&
-	       info->seen.seq == seq_now(fs);
-}
-
-/*
- * Open @ino without agentd (open_lazily() said so): keep the kernel's
- * pages. Returns 0, or -EAGAIN when an own unlink or rename of a name ran
- * meanwhile (ns_gen): the caller then opens through agentd.
- */
-static int file_lazy(struct wsfs *fs, fuse_ino_t ino, const struct node_info *info,
-		     struct fuse_file_info *fi)
-{
-	uint64_t gen = atomic_load(&fs->ns_gen);
-	struct stat st;
-	struct wsfs_file *f;
-
-	if (atomic_load(&fs->ns_busy))
-		return -EAGAIN;
-	memset(&st, 0, sizeof(st));
-	st.st_ino = info->seen.ino;
-	f = file_new(fs, 0, &st, WSBRIDGE__V1__ACCESS__RDONLY, false);
-	if (!f)
-		return -ENOMEM;
-	f->lazy = true;
-	if (node_fh_add(fs->nodes, ino, &f->link) < 0) {
-		f->link.refs = 0;
-		file_destroy(fs, f);
-		return -ESTALE;
-	}
-	/* Registered before any later unlink or rename materializes (ns_busy
-	 * is counted in before ns_gen moves; both before materializing). */
-	if (atomic_load(&fs->ns_gen) != gen || atomic_load(&fs->ns_busy)) {
-		file_put(fs, f);
-		return -EAGAIN;
-	}
-	fi->noflush = 1;
-	fi->keep_cache = 1;
-	fi->fh = (uint64_t)(uintptr_t)f;
-	return 0;
-}
-
 static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -1568,8 +1460,6 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r;
 
 	r = node_info(fs->nodes, ino, &info);
-	if (r == 0 && open_lazily(fs, &info, fi) && file_lazy(fs, ino, &info, fi) == 0)
-		goto out;
 	if (r == 0)
 		r = path_of(fs, ino, &path, &len);
 	if (r < 0)
@@ -1618,7 +1508,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fi->keep_cache = 0;
 	}
 	if (r == 0)
-		r = file_opened(fs, ino, fi->flags, rep, &st, seq0, fi);
+		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
 	else
 		release_handle(fs, rep->handle);
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
@@ -1634,6 +1524,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			f->ra_eof = rep->data_eof;
 			f->ra_seq = seq0;
 			f->ra_mgen = mgen0;
+			f->ra_at_ns = mono_now_ns();
 		}
 	}
 out:
@@ -1690,7 +1581,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			r = -ENOENT;
 		goto out;
 	}
-	r = file_opened(fs, id, fi->flags, rep, &e.attr, seq0, fi);
+	r = file_opened(fs, id, fi->flags, rep, &e.attr, fi);
 	if (r < 0) {
 		node_forget(fs->nodes, id, 1);
 		goto out;
@@ -1717,7 +1608,8 @@ out:
  * Answer READ (@size bytes at @off) from the bytes Open brought along, when
  * they cover it (or hold the whole file) and nothing was written through
  * this mount (mgen) nor invalidated by the watch (inval_seq) since the Open
- * (and the watch is live, so that inval_seq would have moved):
+ * (and the watch is live, so that inval_seq would have moved; and at most
+ * watch_timeout ago, for a change nobody reports):
  * the read then returns what it would have at open time (close-to-open).
  * The bytes are dropped once read to their end, or when stale. Returns
  * true when it replied.
@@ -1732,7 +1624,8 @@ static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req,
 	if (!f->ra_have)
 		goto out;
 	if (f->ra_seq != seq_now(fs) || f->ra_mgen != atomic_load(&fs->mgen) ||
-	    !atomic_load(&fs->watch_live)) {
+	    !atomic_load(&fs->watch_live) ||
+	    mono_now_ns() - f->ra_at_ns > (int64_t)(fs->cfg.watch_timeout * 1e9)) {
 		drop = true;
 		goto out;
 	}
@@ -1894,7 +1787,6 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct wsfs_file *f = file_of(fi);
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
 	struct hslot s = { f, &q.handle };
-	uint64_t seq0 = seq_now(fs);
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
@@ -1937,7 +1829,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	if (have_st && S_ISREG(st.st_mode)) {
 		/* Our own write: the kernel's pages hold it (write-through). */
-		struct node_seen now = seen_of(&st, seq0);
+		struct node_seen now = seen_of(&st);
 
 		node_seen_set(fs->nodes, ino, &now);
 	}
@@ -2024,14 +1916,6 @@ static void dir_drop_before(struct wsfs_dir *d, uint64_t idx)
 }
 
 /* ---- prefetched listings ---- */
-
-static int64_t mono_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* A whole directory listing that a ReadDir of an ancestor brought along. */
 struct wsfs_pf {
@@ -2838,8 +2722,6 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->mon_lock, NULL);
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
-	atomic_init(&fs->ns_gen, 0);
-	atomic_init(&fs->ns_busy, 0);
 	{
 		pthread_condattr_t ca;
 

@@ -133,13 +133,6 @@ struct wsfs {
 	uint64_t *pending;
 	size_t n_pending, cap_pending;
 
-	/** Own unlinks and renames running (ns_busy) and started (ns_gen): each
-	 * counts itself in before it opens the name's lazily opened files
-	 * (fs.c files_materialize) and out once the node table has the new
-	 * names. An open without agentd (file_lazy) that saw one running, or
-	 * one start, opens through agentd instead. */
-	atomic_uint_fast64_t ns_gen;
-	atomic_uint ns_busy;
 
 	/* Listings that ReadDir prefetched (fs.c, pf_*): a ring, oldest
 	 * replaced first; protected by pf_lock. */

@@ -978,34 +978,6 @@ struct node_fh *node_fh_get(struct node_table *t, uint64_t id)
 	return f;
 }
 
-uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len)
-{
-	struct link *l;
-	uint64_t id = 0;
-
-	pthread_mutex_lock(&t->lock);
-	l = link_find(t, parent, name, len);
-	if (l)
-		id = l->node->id;
-	pthread_mutex_unlock(&t->lock);
-	return id;
-}
-
-size_t node_fh_all(struct node_table *t, uint64_t id, struct node_fh **ret, size_t max)
-{
-	struct node *n;
-	size_t k = 0;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	for (struct node_fh *f = n ? n->files : NULL; f && k < max; f = f->next) {
-		f->refs++;
-		ret[k++] = f;
-	}
-	pthread_mutex_unlock(&t->lock);
-	return k;
-}
-
 void node_fh_ref(struct node_table *t, struct node_fh *f)
 {
 	pthread_mutex_lock(&t->lock);

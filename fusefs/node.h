@@ -69,7 +69,6 @@ struct node_seen {
 	uint64_t ino;
 	uint64_t size;     /**< bytes */
 	int64_t mtime_ns;  /**< ns since the epoch */
-	uint64_t seq;      /**< the caller's invalidation count when seen (wsfs inval_seq) */
 };
 
 /** A copy of one node's state (node_info()). */
@@ -257,15 +256,6 @@ int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f);
  * when the node has none. The most recently opened one is returned.
  */
 struct node_fh *node_fh_get(struct node_table *t, uint64_t id);
-
-/** The nodeid that (@p parent, @p name) names in the table, or 0. */
-uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len);
-
-/**
- * Up to @p max open files of @p id, most recent first, each with a reference
- * taken (node_fh_put() each). Returns how many were stored in @p ret.
- */
-size_t node_fh_all(struct node_table *t, uint64_t id, struct node_fh **ret, size_t max);
 
 /** Take one more reference on @p f (which must hold one). */
 void node_fh_ref(struct node_table *t, struct node_fh *f);

@@ -242,38 +242,6 @@ PY
 	assert_eq "$output" "POD before"
 }
 
-@test "R2: reopening an unchanged file needs no Open; it stays readable after rm on MNT; a POD change is seen" {
-	agentd_unix --log-level debug
-	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
-	touch "$ROOT/probe"
-	visible "watch live" content_is "$MNT/probe" ""
-	printf 'same\n' >"$ROOT/f"
-	assert_content "$MNT/f" $'same\n'
-	local n0 n1
-	n0=$(calls Open)
-	assert_content "$MNT/f" $'same\n'
-	assert_content "$MNT/f" $'same\n'
-	n1=$(calls Open)
-	assert_eq "$((n1 - n0))" 0 "Open calls for rereading an unchanged file"
-	# Opened that way, then removed through the mount: still readable, as
-	# an open descriptor of an unlinked file is.
-	run python3 - "$MNT/f" <<'PY'
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-os.unlink(sys.argv[1])
-os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-print(os.pread(fd, 100, 0).decode(), end="")
-PY
-	assert_status 0
-	assert_eq "$output" "same"
-	[ ! -e "$ROOT/f" ]
-	# A change in the pod: the next open goes to agentd and reads it.
-	printf 'v1\n' >"$ROOT/g"
-	assert_content "$MNT/g" $'v1\n'
-	printf 'v2, longer\n' >"$ROOT/g"
-	visible "rewritten in the pod" content_is "$MNT/g" $'v2, longer\n'
-}
-
 @test "R1: listings prefetched with a parent's never hide the mount's own or the pod's later changes" {
 	up
 	touch "$ROOT/probe"

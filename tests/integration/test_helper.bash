@@ -801,7 +801,6 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: R1: names the POD creates or removes in directories the mount just made show at once"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R1: find on a fresh mount lists a whole tree in one ReadDir; a change in the POD still shows"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R2: Open brings a file's first bytes along; a write in between, here or in the POD, is never missed"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
-	["fs-remote.bats: R2: reopening an unchanged file needs no Open; it stays readable after rm on MNT; a POD change is seen"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: hard links share st_ino and nlink 2; symlinks keep their target"]="makes a hard link on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: wsfs --exec: a mount over agentd --stdio works, sees pod changes, and survives the command dying"]="creates files on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-tools.bats: a directory of 20,000 entries is listed exactly once each"]="removes entries on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
