@@ -1617,7 +1617,8 @@ out:
 static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req, size_t size,
 			   off_t off)
 {
-	bool done = false, drop = false;
+	char *buf = NULL, *own = NULL;
+	bool hit = false, drop = false;
 	size_t n = 0;
 
 	pthread_mutex_lock(&f->lock);
@@ -1635,9 +1636,20 @@ static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req,
 		n = (uint64_t)off < f->ra_len ? f->ra_len - (size_t)off : 0;
 	else
 		goto out; /* beyond what Open read: ask agentd */
-	fuse_reply_buf(req, n ? f->ra + off : NULL, n);
-	done = true;
+	hit = true;
 	drop = (uint64_t)off + n >= f->ra_len;
+	if (!n) {
+		/* nothing to copy */
+	} else if (drop) {
+		own = f->ra; /* read to its end: the reply takes the buffer */
+		buf = own + off;
+		f->ra = NULL;
+	} else if ((own = malloc(n))) {
+		memcpy(own, f->ra + off, n);
+		buf = own;
+	} else {
+		hit = false; /* no memory: ask agentd */
+	}
 out:
 	if (drop) {
 		free(f->ra);
@@ -1646,7 +1658,12 @@ out:
 		f->ra_have = f->ra_eof = false;
 	}
 	pthread_mutex_unlock(&f->lock);
-	return done;
+	/* Not under f->lock, nor touching @f: once the kernel has the reply
+	 * to its last request on the file, RELEASE may free @f at once. */
+	if (hit)
+		fuse_reply_buf(req, buf, n);
+	free(own);
+	return hit;
 }
 
 static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

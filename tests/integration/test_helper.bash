@@ -39,6 +39,8 @@ if [ -n "${BATS_TEST_TMPDIR:-}" ]; then
 	SAN_LOG="$BATS_TEST_TMPDIR/sanitizer"
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$SAN_LOG.asan"
 	export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:log_path=$SAN_LOG.ubsan"
+	# Other projects' leaks at exit, each named with its reason there.
+	export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$WSB_SRC/tests/integration/lsan.supp:print_suppressions=0"
 fi
 
 # Processes started by this test: "pid" or "-pgid" (a process group).
