@@ -173,10 +173,10 @@ static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *da
 #define PREFETCH_MAX_DIRS 512u
 /** Largest subdirectory prefetched, entries: a larger one is listed when
  * asked for (each entry costs an lstat, wasted on a directory skipped). */
-#define PREFETCH_DIR_MAX 256u
+#define PREFETCH_DIR_MAX 1024u
 /** Time a prefetch may take, ns: on a slow file system (gVisor's gofer, a
  * network disk) the reply must not wait, nor risk the client's deadline. */
-#define PREFETCH_TIME_NS (20 * 1000 * 1000LL)
+#define PREFETCH_TIME_NS (50 * 1000 * 1000LL)
 
 /* One directory's listing and the messages that point into it. */
 struct listing {
