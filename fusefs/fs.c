@@ -281,12 +281,17 @@ static struct node_seen seen_of(const struct stat *st)
 	};
 }
 
-static int64_t mono_now_ns(void)
+/* watch_timeout in nanoseconds. */
+static int64_t watch_ttl_ns(const struct wsfs *fs)
 {
-	struct timespec ts;
+	return (int64_t)(fs->cfg.watch_timeout * 1e9);
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+/* What this mount saw at @at_ns (wsfs_now_ns) may still be trusted without
+ * a report of change: at most watch_timeout ago. */
+static bool still_young(const struct wsfs *fs, int64_t at_ns)
+{
+	return wsfs_now_ns() - at_ns <= watch_ttl_ns(fs);
 }
 
 /* Kernel cache timeouts for a reply whose RPC started at inval_seq @seq0. */
@@ -879,7 +884,7 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	 * too long for any directory is agentd's ENAMETOOLONG). */
 	if (strlen(name) <= NAME_MAX &&
 	    node_known_has(fs->nodes, parent, name, strlen(name),
-			   (int64_t)(fs->cfg.watch_timeout * 1e9)) == 0) {
+			   watch_ttl_ns(fs)) == 0) {
 		r = -ENOENT;
 		goto out;
 	}
@@ -1524,7 +1529,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			f->ra_eof = rep->data_eof;
 			f->ra_seq = seq0;
 			f->ra_mgen = mgen0;
-			f->ra_at_ns = mono_now_ns();
+			f->ra_at_ns = wsfs_now_ns();
 		}
 	}
 out:
@@ -1626,7 +1631,7 @@ static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req,
 		goto out;
 	if (f->ra_seq != seq_now(fs) || f->ra_mgen != atomic_load(&fs->mgen) ||
 	    !atomic_load(&fs->watch_live) ||
-	    mono_now_ns() - f->ra_at_ns > (int64_t)(fs->cfg.watch_timeout * 1e9)) {
+	    !still_young(fs, f->ra_at_ns)) {
 		drop = true;
 		goto out;
 	}
@@ -2040,7 +2045,7 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 		p->len = dl->path.len;
 		p->seq = seq;
 		p->mgen = mgen;
-		p->at_ns = mono_now_ns();
+		p->at_ns = wsfs_now_ns();
 		pthread_mutex_lock(&fs->pf_lock);
 		slot = fs->pf_next;
 		for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
@@ -2084,7 +2089,7 @@ static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
 	 * reported (a writer inotify cannot see) shows in bounded time. */
 	if (p && (p->seq != seq_now(fs) || p->mgen != atomic_load(&fs->mgen) ||
 		  !atomic_load(&fs->watch_live) ||
-		  mono_now_ns() - p->at_ns > (int64_t)(fs->cfg.watch_timeout * 1e9))) {
+		  !still_young(fs, p->at_ns))) {
 		pf_free(p);
 		p = NULL;
 	}

@@ -151,6 +151,9 @@ struct wsfs {
 /** Most handles kept for a later Release (the rest are agentd's to leak). */
 #define WSFS_PENDING_MAX 65536
 
+/** CLOCK_MONOTONIC now, nanoseconds (watch.c). Any thread. */
+int64_t wsfs_now_ns(void);
+
 /** The FUSE low-level operations (fs.c). userdata is the struct wsfs. */
 extern const struct fuse_lowlevel_ops wsfs_ll_ops;
 

@@ -387,6 +387,15 @@ static void link_move(struct node_table *t, struct link *l, struct node *p, char
 
 /* ---- known directory listings (table lock held) ---- */
 
+/* CLOCK_MONOTONIC now, ns (node.c stands alone: no wsfs_now_ns here). */
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static uint64_t kname_key(const void *e)
 {
 	return ((const struct kname *)e)->hash;
@@ -1130,12 +1139,9 @@ int node_known_begin(struct node_table *t, uint64_t dir, const atomic_uint_fast6
 	else if (t->n_known >= NODE_KNOWN_MAX)
 		r = -ENOSPC;
 	if (r == 0) {
-		struct timespec ts;
-
 		known_drop(t, n);
 		n->known = true;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		n->known_since = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+		n->known_since = now_ns();
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;
@@ -1198,15 +1204,13 @@ void node_known_drop_all(struct node_table *t)
 int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len,
 		   int64_t max_age_ns)
 {
-	struct timespec ts;
+	int64_t now = now_ns();
 	struct node *n;
 	int r = -1;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, dir);
-	if (n && n->known && max_age_ns > 0 &&
-	    (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec - n->known_since > max_age_ns)
+	if (n && n->known && max_age_ns > 0 && now - n->known_since > max_age_ns)
 		known_drop(t, n); /* too old to trust */
 	if (n && n->known)
 		r = kname_find(t, n, name, len) ? 1 : 0;

@@ -193,7 +193,7 @@ struct wsfs_self {
 	char path[];
 };
 
-static int64_t mono_ns(void)
+int64_t wsfs_now_ns(void)
 {
 	struct timespec ts;
 
@@ -259,7 +259,7 @@ static void self_sweep(struct wsfs *fs, int64_t now)
 void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kinds)
 {
 	uint64_t h = self_hash(path, len);
-	int64_t now = mono_ns();
+	int64_t now = wsfs_now_ns();
 	struct wsfs_self *e;
 
 	pthread_mutex_lock(&fs->self_lock);
@@ -321,7 +321,7 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 		   const struct stat *st)
 {
 	uint64_t h = self_hash(path, len);
-	int64_t now = mono_ns();
+	int64_t now = wsfs_now_ns();
 	struct wsfs_self *e;
 
 	pthread_mutex_lock(&fs->self_lock);
@@ -369,7 +369,7 @@ static bool self_match_wait(struct wsfs *fs, const ProtobufCBinaryData *path, un
 	const char *p = (const char *)path->data;
 	size_t len = path->len;
 	uint64_t h = self_hash(p, len);
-	int64_t now = mono_ns();
+	int64_t now = wsfs_now_ns();
 	struct timespec until = deadline_in(WSFS_SELF_WAIT_MS);
 	struct wsfs_self *e;
 	bool hit = false;
@@ -384,7 +384,7 @@ static bool self_match_wait(struct wsfs *fs, const ProtobufCBinaryData *path, un
 		fs->self_waiters++;
 		r = pthread_cond_timedwait(&fs->self_cond, &fs->self_lock, &until);
 		fs->self_waiters--;
-		now = mono_ns();
+		now = wsfs_now_ns();
 		e = self_find(fs, p, len, h, now);
 		if (r == ETIMEDOUT) {
 			e = NULL; /* unsure */
@@ -414,7 +414,7 @@ static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path)
 	struct wsfs_self *e;
 
 	pthread_mutex_lock(&fs->self_lock);
-	e = self_find(fs, p, path->len, self_hash(p, path->len), mono_ns());
+	e = self_find(fs, p, path->len, self_hash(p, path->len), wsfs_now_ns());
 	if (e) {
 		e->kinds = 0;
 		e->has_attr = false;
