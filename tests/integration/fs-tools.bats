@@ -270,3 +270,19 @@ for i in range(2000):
 	dev=$(mountpoint -d "$MNT")
 	assert_eq "$(cat "/sys/class/bdi/$dev/read_ahead_kb")" 2048 "read_ahead_kb=2048"
 }
+
+@test "wsfs refuses options out of range with a message, and mounts nothing" {
+	local m="$BATS_TEST_TMPDIR/m2" o
+	mkdir -p "$m"
+	for o in read_ahead_kb=1048577 max_threads=0 rpc_timeout=0.01; do
+		run --separate-stderr "$WSFS" -f -o "$o" "$ADDR" "$m"
+		assert_status 1
+		assert_contains "$stderr" "${o%%=*} wants"
+		! is_mounted "$m"
+	done
+	# The largest readahead is accepted (and mounts).
+	run --separate-stderr "$WSFS" -o read_ahead_kb=1048576 "$ADDR" "$m"
+	assert_status 0
+	is_mounted "$m"
+	umount_wsfs "$m"
+}
