@@ -2472,11 +2472,14 @@ int main(int argc, char **argv)
 	 * Leave without tearing gRPC down: grpc_shutdown() joins gRPC's
 	 * thread pools, 2-4 ms here (gRPC 1.51), a third of a short `wsctl
 	 * exec`. Everything is flushed and the kernel frees the rest; the
-	 * remote side sees the connection close. ASan builds still tear
-	 * down, so that LeakSanitizer checks the client code.
+	 * remote side sees the connection close. Not with --exec: wsc_free()
+	 * reaps (and if need be stops) the transport command. ASan builds
+	 * always tear down, so that LeakSanitizer checks the client code.
 	 */
-	fflush(stderr);
-	_exit(r);
+	if (!o.exec_cmd) {
+		fflush(stderr);
+		_exit(r);
+	}
 #endif
 	g_client = wsc_free(g_client);
 	stop_signal_thread(th);
