@@ -1175,8 +1175,13 @@ _Static_assert(KIND_IS(WATCH_CHANGED, CHANGED) && KIND_IS(WATCH_CREATED, CREATED
 		       KIND_IS(WATCH_OVERFLOW, OVERFLOW) && KIND_IS(WATCH_READY, READY),
 	       "enum watch_kind must match proto WatchEvent.Kind");
 
+/* CHANGED events per WatchBatch that carry the path's attributes; past
+ * that a client asks with Stat (WatchEvent.attr). */
+#define WATCH_ATTRS_MAX 1024
+
 struct watch_call {
 	struct rpc_call *call;
+	const struct resolve_root *root;
 	struct watch_sub *sub;
 };
 
@@ -1189,11 +1194,14 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	Wsbridge__V1__WatchBatch b = WSBRIDGE__V1__WATCH_BATCH__INIT;
 	Wsbridge__V1__WatchEvent *e = calloc(n, sizeof(*e));
 	Wsbridge__V1__WatchEvent **ep = calloc(n, sizeof(*ep));
+	size_t n_attr = 0;
+	Wsbridge__V1__Attr *a = calloc(n < WATCH_ATTRS_MAX ? n : WATCH_ATTRS_MAX, sizeof(*a));
 	int r;
 
-	if (!e || !ep) {
+	if (!e || !ep || !a) {
 		free(e);
 		free(ep);
+		free(a);
 		rpc_fail_errno(wc->call, ENOMEM, "watch");
 		free(wc);
 		return -ENOMEM;
@@ -1208,6 +1216,14 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 			e[i].from.len = ev[i].from_len;
 		}
 		e[i].is_dir = ev[i].is_dir;
+		if (ev[i].kind == WATCH_CHANGED && n_attr < WATCH_ATTRS_MAX) {
+			struct stat st;
+
+			if (fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st) == 0) {
+				attr_from_stat(&a[n_attr], &st);
+				e[i].attr = &a[n_attr++];
+			}
+		}
 		ep[i] = &e[i];
 	}
 	b.n_events = n;
@@ -1215,6 +1231,7 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	r = rpc_send(wc->call, &b.base, watch_sent, wc);
 	free(e);
 	free(ep);
+	free(a);
 	if (r < 0) {
 		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
 		free(wc);
@@ -1272,6 +1289,7 @@ static void do_watch(struct rpc_call *call, const ProtobufCMessage *req, void *d
 		return;
 	}
 	wc->call = call;
+	wc->root = &AD(data)->root;
 	r = ws_watcher ? watch_subscribe(ws_watcher, &watch_ops, wc, &wc->sub) : -ESHUTDOWN;
 	if (r < 0) {
 		free(wc);

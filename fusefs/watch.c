@@ -429,17 +429,46 @@ static bool self_match(struct wsfs *fs, const ProtobufCBinaryData *path, unsigne
 	return self_match_wait(fs, path, kind, attr, has_attr, false, NULL);
 }
 
+static void self_attr_of_pb(const Wsbridge__V1__Attr *a, struct self_attr *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	ret->ino = a->ino;
+	ret->size = a->size;
+	ret->nlink = a->nlink;
+	ret->mtime_ns = a->mtime_ns;
+	ret->ctime_ns = a->ctime_ns;
+	ret->mode = a->mode;
+	ret->uid = a->uid;
+	ret->gid = a->gid;
+}
+
 /*
  * A CHANGED event on @path, which an own operation changed lately: is the
- * file still as that operation's reply left it? One Stat, on this (the
- * monitor) thread. False when unsure (then invalidate).
+ * file still as that operation's reply left it? Answered from the event's
+ * attributes (agentd's lstat when it sent the event) when they match, else
+ * by one Stat, on this (the monitor) thread. False when unsure (then
+ * invalidate).
  */
-static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path)
+static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
+			      const Wsbridge__V1__Attr *ev_attr)
 {
 	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
 	struct self_attr want, now;
 	uint64_t gen, gen2;
 	bool has = false, same = false;
+
+	/* Taken after the change that sent the event: if it is what the own
+	 * reply said, any change before it is in that reply, and any after
+	 * it sends an event of its own. Otherwise an own operation may have
+	 * ended since: ask. */
+	if (ev_attr) {
+		if (!self_match_wait(fs, path, WSFS_SELF_CHANGED, &want, &has, true, &gen) ||
+		    !has)
+			return false;
+		self_attr_of_pb(ev_attr, &now);
+		if (memcmp(&now, &want, sizeof(now)) == 0)
+			return true;
+	}
 
 	/* An own operation that began during the Stat may have been seen half
 	 * done (agentd's SetAttr is several syscalls): ask again, once. */
@@ -456,17 +485,7 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path)
 				 fs->cfg.rpc_timeout_ms, &st) < 0)
 			return false;
 		if (rep->attr) {
-			const Wsbridge__V1__Attr *a = rep->attr;
-
-			memset(&now, 0, sizeof(now));
-			now.ino = a->ino;
-			now.size = a->size;
-			now.nlink = a->nlink;
-			now.mtime_ns = a->mtime_ns;
-			now.ctime_ns = a->ctime_ns;
-			now.mode = a->mode;
-			now.uid = a->uid;
-			now.gid = a->gid;
+			self_attr_of_pb(rep->attr, &now);
 			same = memcmp(&now, &want, sizeof(now)) == 0;
 		}
 		protobuf_c_message_free_unpacked(&rep->base, NULL);
@@ -508,7 +527,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		if (*last_ok && (*last_ok)->len == ev->path.len &&
 		    memcmp((*last_ok)->data, ev->path.data, ev->path.len) == 0)
 			break; /* the same echo again, just checked */
-		if (self_changed_only(fs, &ev->path)) {
+		if (self_changed_only(fs, &ev->path, ev->attr)) {
 			*last_ok = &ev->path;
 			break;
 		}
