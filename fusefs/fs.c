@@ -413,10 +413,11 @@ static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent
 	return reply_entry(req, fs, parent, name, &st, seq0, empty && S_ISDIR(st.st_mode));
 }
 
-/* A change of this mount's own has reached agentd (fs.h mgen). */
-static void mutated(struct wsfs *fs)
+/* A change of this mount's own has reached agentd (fs.h mgen); returns the
+ * new generation. */
+static uint64_t mutated(struct wsfs *fs)
 {
-	atomic_fetch_add(&fs->mgen, 1);
+	return atomic_fetch_add(&fs->mgen, 1) + 1;
 }
 
 /*
@@ -1002,6 +1003,26 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 	return r;
 }
 
+/*
+ * The attributes of @ino as this mount's own last write or setattr left them, when
+ * nothing can have changed them since: no other own change (mgen), no event
+ * at all (inval_seq) while the watch is live, and younger than
+ * watch_timeout. The kernel drops a file's cached mtime and size after
+ * every write (fs/fuse/file.c fuse_write_update_attr) and asks again at the
+ * next stat(2), fchown(2) or utimensat(2): after untar's or a compiler's
+ * write, that is one call saved per file. A read through the mount (atime)
+ * forgets them (ws_read, ws_open).
+ */
+static bool own_attr(struct wsfs *fs, fuse_ino_t ino, struct stat *st)
+{
+	int64_t ttl = watch_ttl_ns(fs);
+
+	if (ttl <= 0 || !atomic_load(&fs->watch_live))
+		return false;
+	return node_own_get(fs->nodes, ino, atomic_load(&fs->mgen), seq_now(fs),
+			    wsfs_now_ns() - ttl, st);
+}
+
 static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -1010,6 +1031,10 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int r;
 
 	first_request(fs);
+	if (own_attr(fs, ino, &st)) {
+		fuse_reply_attr(req, &st, ttl_for(fs, seq0, &st).attr);
+		return;
+	}
 	r = node_stat(fs, ino, fi, &st);
 	if (r < 0) {
 		reply_err(req, r);
@@ -1065,7 +1090,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	Wsbridge__V1__AttrReply *rep = NULL;
 	struct wsfs_file *f = NULL;
 	struct node_info info;
-	uint64_t seq0 = seq_now(fs);
+	uint64_t seq0 = seq_now(fs), gen;
 	struct stat st;
 	char *path = NULL;
 	size_t len;
@@ -1131,11 +1156,14 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 		r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 	}
-	mutated(fs);
+	gen = mutated(fs);
 	if (path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
+	/* fchown(2) after utimensat(2) (tar, cp -a): the kernel asks GETATTR
+	 * first (fs/fuse/dir.c fuse_setattr, to kill suid bits itself). */
+	node_own_set(fs->nodes, ino, r == 0 ? &st : NULL, gen, seq0, wsfs_now_ns());
 	if (r == 0 && S_ISREG(st.st_mode)) {
 		/* The kernel truncated its own pages; what it keeps matches. */
 		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
@@ -1483,6 +1511,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	mgen0 = atomic_load(&fs->mgen);
 	if (q.truncate)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	node_own_set(fs->nodes, ino, NULL, 0, 0, 0); /* Open may read (atime) */
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	if (q.truncate)
 		mutated(fs);
@@ -1683,13 +1712,13 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t got = 0;
 	int r;
 
-	(void)ino;
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	if (f && read_from_open(fs, f, req, size, off))
 		return;
+	node_own_set(fs->nodes, ino, NULL, 0, 0, 0); /* agentd's read may set atime */
 	if (size <= CHUNK_MAX) {
 		/* The common case: one RPC, replied from its buffer. */
 		q.offset = (uint64_t)off;
@@ -1812,6 +1841,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
+	uint64_t seq0 = seq_now(fs), gen;
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
@@ -1844,11 +1874,13 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		if (n < want)
 			break;
 	}
-	mutated(fs);
+	gen = mutated(fs);
 	if (path) {
 		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
 		free(path);
 	}
+	node_own_set(fs->nodes, ino, r == 0 && have_st && done == size ? &st : NULL, gen, seq0,
+		     wsfs_now_ns());
 	if (have_st && S_ISREG(st.st_mode)) {
 		/* Our own write: the kernel's pages hold it (write-through). */
 		struct node_seen now = seen_of(&st);

@@ -44,6 +44,7 @@ struct node {
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
+	struct node_own *own;  /* node_own_set(), or NULL */
 	struct node_fh *files; /* open files, most recent first */
 	unsigned n_files;
 	bool known;            /* a directory whose names are all in t->known */
@@ -51,6 +52,13 @@ struct node {
 	struct kname *knames;  /* those names (dnext list) */
 	struct node *id_next;
 	struct node *ino_next;
+};
+
+/* Attributes of an own write (node_own_set). */
+struct node_own {
+	struct stat st;
+	uint64_t gen, seq;
+	int64_t at_ns;
 };
 
 /* A name of a directory whose listing is known in full (node_known_*). */
@@ -482,6 +490,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 		known_drop(t, n);
 		ino_remove(t, n);
 		id_remove(t, n);
+		free(n->own);
 		free(n);
 		n = next;
 	}
@@ -593,6 +602,7 @@ void node_table_free(struct node_table *t)
 
 		for (; n; n = next) {
 			next = n->id_next;
+			free(n->own);
 			free(n);
 		}
 	}
@@ -946,6 +956,45 @@ void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s)
 			memset(&n->seen, 0, sizeof(n->seen));
 	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+void node_own_set(struct node_table *t, uint64_t id, const struct stat *st, uint64_t gen,
+		  uint64_t seq, int64_t now_ns)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && st) {
+		if (!n->own)
+			n->own = malloc(sizeof(*n->own));
+		if (n->own) {
+			n->own->st = *st;
+			n->own->gen = gen;
+			n->own->seq = seq;
+			n->own->at_ns = now_ns;
+		}
+	} else if (n) {
+		free(n->own);
+		n->own = NULL;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq, int64_t min_ns,
+		  struct stat *ret)
+{
+	struct node *n;
+	bool ok = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->own && n->own->gen == gen && n->own->seq == seq && n->own->at_ns >= min_ns) {
+		*ret = n->own->st;
+		ok = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ok;
 }
 
 int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f)

@@ -37,6 +37,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /** Nodeid of the root directory (FUSE_ROOT_ID). */
 #define NODE_ROOT_ID 1
@@ -244,6 +245,24 @@ int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t 
 
 /** Replace what this mount last saw of @p id's contents (@p s may be NULL: forget). */
 void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s);
+
+/**
+ * Keep @p st, the attributes agentd replied to this mount's own write to
+ * @p id, tagged with the caller's generations (@p gen: fs.h mgen just after
+ * that write; @p seq: inval_seq before it was sent) and @p now_ns
+ * (CLOCK_MONOTONIC). @p st NULL forgets them. The table copies @p st. Any
+ * thread. Out of memory just keeps nothing (the kernel then asks agentd).
+ */
+void node_own_set(struct node_table *t, uint64_t id, const struct stat *st, uint64_t gen,
+		  uint64_t seq, int64_t now_ns);
+
+/**
+ * The attributes node_own_set() kept for @p id into *@p ret, if they were
+ * kept with exactly @p gen and @p seq and at or after @p min_ns. Returns
+ * true then, else false. Any thread.
+ */
+bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq, int64_t min_ns,
+		  struct stat *ret);
 
 /**
  * Register the open file @p f on node @p id with one reference (the open);

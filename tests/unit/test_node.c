@@ -351,6 +351,36 @@ static void test_seen(void **state)
 	assert_false(info.seen.valid);
 }
 
+static void test_own(void **state)
+{
+	struct node_table *t = *state;
+	struct stat st = { .st_ino = 9, .st_size = 4096, .st_mode = S_IFREG | 0644 }, got;
+	uint64_t f = add(t, NODE_ROOT_ID, "w", 9, REG);
+
+	assert_false(node_own_get(t, f, 1, 1, 0, &got)); /* nothing kept */
+	node_own_set(t, f, &st, 5, 7, 1000);
+	memset(&got, 0, sizeof(got));
+	assert_true(node_own_get(t, f, 5, 7, 1000, &got));
+	assert_int_equal(got.st_size, 4096);
+	assert_int_equal(got.st_mode, S_IFREG | 0644);
+	/* Another own change, any event, or too old: not to be used. */
+	assert_false(node_own_get(t, f, 6, 7, 0, &got));
+	assert_false(node_own_get(t, f, 5, 8, 0, &got));
+	assert_false(node_own_get(t, f, 5, 7, 1001, &got));
+	/* A newer write replaces them; NULL forgets them. */
+	st.st_size = 8192;
+	node_own_set(t, f, &st, 6, 7, 2000);
+	assert_false(node_own_get(t, f, 5, 7, 0, &got));
+	assert_true(node_own_get(t, f, 6, 7, 0, &got));
+	assert_int_equal(got.st_size, 8192);
+	node_own_set(t, f, NULL, 0, 0, 0);
+	assert_false(node_own_get(t, f, 6, 7, 0, &got));
+	/* Freed with its node (ASan/LSan would tell otherwise). */
+	node_own_set(t, f, &st, 1, 1, 1);
+	assert_int_equal(node_forget(t, f, 1), 0);
+	assert_false(node_own_get(t, f, 1, 1, 0, &got));
+}
+
 static void test_resolve(void **state)
 {
 	struct node_table *t = *state;
@@ -528,6 +558,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_own, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
