@@ -184,20 +184,6 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/*
- * Give the output pipe read by agentd EXEC_PIPE_BYTES of buffer (fcntl(2),
- * F_SETPIPE_SZ). With the default 64 KiB a fast writer fills the pipe
- * between two reads, so every read, journal append and message carried at
- * most 64 KiB; a bigger pipe lets a read take EXEC_READ_CHUNK (stdout of
- * `head -c 1G /dev/zero`: ~1.1 -> ~1.4 GB/s here). A refusal
- * (pipe-max-size, pipe-user-pages-soft) keeps the default. @p fd < 0: no-op.
- */
-static void pipe_grow(int fd)
-{
-	if (fd >= 0)
-		(void)fcntl(fd, F_SETPIPE_SZ, (int)EXEC_PIPE_BYTES);
-}
-
 /* Move @p fd to a descriptor >= 3 (close-on-exec), so that the child's
  * stdio set-up cannot clobber it. Returns the fd or -errno (fd closed). */
 static int fd_high(int fd)
@@ -1726,7 +1712,6 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 		}
 		pout[0] = fd_high(pout[0]);
 		pout[1] = fd_high(pout[1]);
-		pipe_grow(pout[0]);
 		c.fd[1] = pout[1];
 		if (spec->combine_output) {
 			c.fd[2] = pout[1];
@@ -1737,7 +1722,6 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 			}
 			perr[0] = fd_high(perr[0]);
 			perr[1] = fd_high(perr[1]);
-			pipe_grow(perr[0]);
 			c.fd[2] = perr[1];
 		}
 		if (c.fd[0] < 0 || c.fd[1] < 0 || c.fd[2] < 0 || pout[0] < 0 ||

@@ -84,10 +84,7 @@ struct exec_watch;
 /** Default time between SIGTERM and SIGKILL, milliseconds. */
 #define EXEC_KILL_GRACE_MS 2000
 /** Largest chunk read from a pipe at once, bytes. */
-#define EXEC_READ_CHUNK ((size_t)256 * 1024)
-/** Buffer asked for each output pipe (F_SETPIPE_SZ; Linux's default 64 KiB
- * and pipe-max-size 1 MiB), bytes. */
-#define EXEC_PIPE_BYTES ((size_t)1024 * 1024)
+#define EXEC_READ_CHUNK ((size_t)64 * 1024)
 /** Largest exec_write_stdin() chunk, bytes (wsbridge.proto StdinRequest). */
 #define EXEC_STDIN_CHUNK_MAX ((size_t)1024 * 1024)
 /** Most stdin bytes queued (written but not yet taken by the pipe), bytes. */

@@ -53,9 +53,7 @@ static void usage(FILE *f)
 		"                         (default %zu)\n"
 		"      --exit-keep SECONDS  how long an exit status is kept after the command\n"
 		"                         ends (default %llu)\n"
-		"      --threads N        worker threads for file calls that may block long:\n"
-		"                         fsync, listings, transfers, reads and writes over\n"
-		"                         128 KiB (default 4; other calls run on one thread)\n"
+		"      --threads N        completion-queue threads (default 4)\n"
 		"  -h, --help             show this help\n"
 		"  -V, --version          show the version\n",
 		AGENTD_VIEW_LIMIT_DEFAULT, EXEC_MAX_PROCESSES_DEFAULT, EXEC_JOURNAL_DEFAULT,
@@ -358,8 +356,7 @@ int main(int argc, char **argv)
 	}
 
 	cfg.loop = loop;
-	cfg.cq_threads = 1; /* rpc.h: one is faster */
-	cfg.workers = threads;
+	cfg.cq_threads = threads;
 	cfg.token = token;
 	cfg.max_recv_bytes = MAX_RECV_BYTES;
 	r = rpc_server_new(&cfg, &app.server);

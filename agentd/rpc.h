@@ -13,19 +13,11 @@
  * handler must not touch the rpc_call again. Between start and end it may
  * stream with rpc_send() (one send outstanding at a time) or rpc_recv().
  *
- * Threads. agentd runs one completion-queue thread, N worker threads and one
- * libuv loop thread. One cq thread, because with several the gRPC poller
- * role moves to another thread (a wake-up) at every completion (epoll1's
- * pollset_work): a unary round trip took 73 us with 4 cq threads and 56 us
- * with one here, twice that on busy cores. A method with thread RPC_ON_CQ
- * has its handler and every callback of its calls run on the cq thread; use
- * it for short blocking work such as metadata calls, which then wait for
- * each other (as in sftp-server). Its @c offload predicate can send one
- * request's handler to a worker instead (a large read or write). A method
- * with RPC_ON_POOL has its handler and callbacks run on some worker (never
- * two at once for one call): work that may block long (fsync, listings,
- * transfers). A method with RPC_ON_LOOP has all of them run on the loop
- * thread; use it for anything that touches libuv (exec).
+ * Threads. agentd runs N completion-queue threads and one libuv loop thread.
+ * A method with thread RPC_ON_CQ has its handler and every callback of its
+ * calls run on some cq thread (never two at once for one call); use it for
+ * short blocking work such as file I/O. A method with RPC_ON_LOOP has all of
+ * them run on the loop thread; use it for anything that touches libuv (exec).
  * The rpc_* functions below may be called from any thread, but calls on one
  * rpc_call must not overlap.
  *
@@ -52,9 +44,8 @@ enum rpc_kind {
 };
 
 enum rpc_thread {
-	RPC_ON_CQ,   /**< handler and callbacks on the completion-queue thread */
+	RPC_ON_CQ,   /**< handler and callbacks on a completion-queue thread */
 	RPC_ON_LOOP, /**< handler and callbacks on the libuv loop thread */
-	RPC_ON_POOL, /**< handler and callbacks on a worker thread */
 };
 
 /**
@@ -73,19 +64,12 @@ struct rpc_method {
 	bool no_auth; /**< served without a token (health checks only) */
 	rpc_handler_fn handler;
 	void *data;
-	/**
-	 * RPC_ON_CQ and RPC_UNARY only, or NULL: true when the handler of
-	 * this request (decoded, borrowed) should run on a worker. Runs on the
-	 * cq thread; must be cheap. Such a handler must not use rpc_on_cancel().
-	 */
-	bool (*offload)(const ProtobufCMessage *req);
 };
 
 /** Settings for rpc_server_new(). */
 struct rpc_server_config {
 	uv_loop_t *loop;       /**< loop that RPC_ON_LOOP work runs on; borrowed */
-	int cq_threads;        /**< completion-queue threads, >= 1 (1: see Threads above) */
-	int workers;           /**< worker threads for RPC_ON_POOL and offloaded calls, >= 1 */
+	int cq_threads;        /**< completion-queue threads, >= 1 */
 	const char *token;     /**< bearer token every call must carry, or NULL */
 	size_t max_recv_bytes; /**< largest request message accepted, bytes */
 };

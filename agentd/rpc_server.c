@@ -4,15 +4,12 @@
  * The gRPC C-core server adapter (agentd/rpc.h). All grpc_* calls of agentd
  * live here.
  *
- * Threads: completion-queue threads (agentd runs one, rpc.h says why) block
- * in grpc_completion_queue_next() (C-core 1.51 has no notification fd to put
- * the queue in a uv loop). A completion for a call of an RPC_ON_CQ method is
- * handled on the cq thread that got it; one of an RPC_ON_LOOP method is
- * pushed on a mutex-protected FIFO and handled by the uv_async callback on
- * the loop thread (uv_async_send coalesces wake-ups, so the FIFO is drained
- * whole); one of an RPC_ON_POOL method, and the handler of an offloaded
- * request (rpc_method.offload), on another FIFO that worker threads take
- * from (a condition variable each waits on).
+ * Threads: N completion-queue threads block in grpc_completion_queue_next()
+ * (C-core 1.51 has no notification fd to put the queue in a uv loop). A
+ * completion for a call of an RPC_ON_CQ method is handled on the cq thread
+ * that got it; one of an RPC_ON_LOOP method is pushed on a mutex-protected
+ * FIFO and handled by the uv_async callback on the loop thread (uv_async_send
+ * coalesces wake-ups, so the FIFO is drained whole).
  *
  * Lifetime: a struct rpc_call is reference-counted (atomic). The handler holds
  * one reference until it ends the call; every batch in flight holds one.
@@ -56,7 +53,6 @@ enum tag_kind {
 	TAG_CLOSE,     /* RECV_CLOSE_ON_SERVER done: end or cancel */
 	TAG_STATUS,    /* final status sent */
 	TAG_SHUTDOWN,  /* grpc_server_shutdown_and_notify done */
-	TAG_RUN,       /* run an offloaded handler (worker FIFO only) */
 };
 
 struct rpc_tag {
@@ -90,15 +86,6 @@ struct rpc_server {
 
 	pthread_mutex_t lock; /* protects fifo_head/fifo_tail */
 	struct rpc_tag *fifo_head, *fifo_tail;
-
-	/* Workers (RPC_ON_POOL, offloaded handlers). */
-	pthread_mutex_t pool_lock; /* protects the rest of this group */
-	pthread_cond_t pool_cond;
-	struct rpc_tag *pool_head, *pool_tail;
-	bool pool_stop;
-	pthread_t *workers;
-	int nworkers;   /* configured */
-	int nstarted;   /* running */
 
 	atomic_int live;           /* request slots + calls alive */
 	atomic_bool shutting_down; /* no new request slots */
@@ -157,25 +144,6 @@ static void tag_init(struct rpc_tag *t, enum tag_kind kind, struct rpc_call *c)
 static bool call_on_loop(const struct rpc_call *c)
 {
 	return c->reg && c->reg->m->thread == RPC_ON_LOOP;
-}
-
-static bool call_on_pool(const struct rpc_call *c)
-{
-	return c->reg && c->reg->m->thread == RPC_ON_POOL;
-}
-
-/* Queue @t for a worker (handle_tag there). Any thread. */
-static void pool_push(struct rpc_server *s, struct rpc_tag *t)
-{
-	pthread_mutex_lock(&s->pool_lock);
-	t->next = NULL;
-	if (s->pool_tail)
-		s->pool_tail->next = t;
-	else
-		s->pool_head = t;
-	s->pool_tail = t;
-	pthread_cond_signal(&s->pool_cond);
-	pthread_mutex_unlock(&s->pool_lock);
 }
 
 static void server_check_shutdown(struct rpc_server *s)
@@ -545,11 +513,6 @@ static void call_start(struct rpc_call *c)
 	/* Keep the call (and req) alive until the handler returns, even if it
 	 * ends the call first. Callbacks are covered by their batch's ref. */
 	call_ref(c);
-	if (m->thread == RPC_ON_CQ && m->kind == RPC_UNARY && m->offload && m->offload(c->req)) {
-		tag_init(&c->t_req, TAG_RUN, c);
-		pool_push(s, &c->t_req); /* the worker unrefs */
-		return;
-	}
 	m->handler(c, c->req, m->data);
 	call_unref(c);
 }
@@ -625,9 +588,8 @@ static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
 			call_free(c);
 			return;
 		}
-		/* ON_LOOP and ON_POOL calls reach here on their thread; the
-		 * slot is reposted by the cq thread before the hop (see
-		 * cq_dispatch). */
+		/* ON_LOOP calls reach here on the loop; the slot is reposted
+		 * by the cq thread before the hop (see cq_dispatch). */
 		if (c->reg->m->thread == RPC_ON_CQ)
 			post_slot(s, c->reg);
 		c->deadline = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
@@ -690,10 +652,6 @@ static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
 	case TAG_SHUTDOWN:
 		s->shutdown_tag_done = true;
 		return;
-	case TAG_RUN:
-		c->reg->m->handler(c, c->req, c->reg->m->data);
-		call_unref(c); /* call_start's */
-		return;
 	}
 }
 
@@ -729,59 +687,15 @@ static void cq_dispatch(struct rpc_server *s, struct rpc_tag *t)
 			loop_push(s, t);
 			return;
 		}
-		if (t->ok && call_on_pool(c)) {
-			post_slot(s, c->reg);
-			pool_push(s, t);
-			return;
-		}
 		handle_tag(s, t);
 		return;
 	default:
 		if (call_on_loop(c))
 			loop_push(s, t);
-		else if (call_on_pool(c))
-			pool_push(s, t);
 		else
 			handle_tag(s, t);
 		return;
 	}
-}
-
-static void *worker_thread(void *arg)
-{
-	struct rpc_server *s = arg;
-
-	pthread_mutex_lock(&s->pool_lock);
-	for (;;) {
-		struct rpc_tag *t = s->pool_head;
-
-		if (!t) {
-			if (s->pool_stop)
-				break;
-			pthread_cond_wait(&s->pool_cond, &s->pool_lock);
-			continue;
-		}
-		s->pool_head = t->next;
-		if (!s->pool_head)
-			s->pool_tail = NULL;
-		pthread_mutex_unlock(&s->pool_lock);
-		handle_tag(s, t);
-		pthread_mutex_lock(&s->pool_lock);
-	}
-	pthread_mutex_unlock(&s->pool_lock);
-	return NULL;
-}
-
-/* Stop and join the workers once nothing can reach them. Loop thread. */
-static void pool_join(struct rpc_server *s)
-{
-	pthread_mutex_lock(&s->pool_lock);
-	s->pool_stop = true;
-	pthread_cond_broadcast(&s->pool_cond);
-	pthread_mutex_unlock(&s->pool_lock);
-	for (int i = 0; i < s->nstarted; i++)
-		pthread_join(s->workers[i], NULL);
-	s->nstarted = 0;
 }
 
 static void *cq_thread(void *arg)
@@ -818,8 +732,6 @@ static void finish_shutdown(struct rpc_server *s)
 		for (int i = 0; i < s->nthreads; i++)
 			pthread_join(s->threads[i], NULL);
 		s->nthreads = 0;
-		/* Every call has ended (live was 0): no work is queued. */
-		pool_join(s);
 		s->finished = true;
 		uv_timer_stop(&s->grace);
 		if (s->done)
@@ -856,14 +768,13 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	grpc_arg args[2];
 	grpc_channel_args chargs;
 
-	if (!cfg || !cfg->loop || cfg->cq_threads < 1 || cfg->workers < 1)
+	if (!cfg || !cfg->loop || cfg->cq_threads < 1)
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->loop = cfg->loop;
 	s->nthreads = cfg->cq_threads;
-	s->nworkers = cfg->workers;
 	s->max_recv = cfg->max_recv_bytes ? cfg->max_recv_bytes : 4u << 20;
 	if (cfg->token) {
 		s->token = strdup(cfg->token);
@@ -874,8 +785,6 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 		s->token_len = strlen(s->token);
 	}
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_mutex_init(&s->pool_lock, NULL);
-	pthread_cond_init(&s->pool_cond, NULL);
 	atomic_init(&s->live, 0);
 	atomic_init(&s->threads_done, 0);
 	atomic_init(&s->shutting_down, false);
@@ -958,16 +867,6 @@ int rpc_server_start(struct rpc_server *s)
 	for (int k = 0; k < RPC_SLOTS_PER_METHOD; k++)
 		if (post_slot(s, NULL) < 0)
 			return -ENOMEM;
-	s->workers = calloc(s->nworkers, sizeof(*s->workers));
-	if (!s->workers)
-		return -ENOMEM;
-	for (int i = 0; i < s->nworkers; i++) {
-		int r = pthread_create(&s->workers[i], NULL, worker_thread, s);
-
-		if (r)
-			return -r;
-		s->nstarted++;
-	}
 	s->threads = calloc(s->nthreads, sizeof(*s->threads));
 	if (!s->threads)
 		return -ENOMEM;
@@ -1058,14 +957,10 @@ void rpc_server_free(struct rpc_server *s)
 	 * one of which can sit in epoll_wait for up to ~10 s, and agentd calls
 	 * this only on its way out, where exit() frees everything anyway.
 	 */
-	pool_join(s); /* none left after a shutdown; safe if never started */
 	free(s->regs);
 	free(s->threads);
-	free(s->workers);
 	free(s->token);
 	pthread_mutex_destroy(&s->lock);
-	pthread_mutex_destroy(&s->pool_lock);
-	pthread_cond_destroy(&s->pool_cond);
 	s->closing = 2;
 	uv_close((uv_handle_t *)&s->async, on_handle_closed);
 	uv_close((uv_handle_t *)&s->grace, on_handle_closed);

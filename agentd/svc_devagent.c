@@ -2,8 +2,8 @@
 /**
  * @file
  * The ManageAgentOps service (proto/devagent.proto), kept wire-compatible
- * with what Dev_Agent already speaks: CreateFiles and ViewFile here (on
- * worker threads, through fsops.h), ExecuteCommands registered
+ * with what Dev_Agent already speaks: CreateFiles and ViewFile here (on the
+ * completion-queue threads, through fsops.h), ExecuteCommands registered
  * here but served by svc_exec.c on the loop thread.
  *
  * CreateFiles checks every name before it writes any file: equal counts
@@ -284,9 +284,9 @@ static void do_view_file(struct rpc_call *call, const ProtobufCMessage *req, voi
 }
 
 static struct rpc_method da_methods[] = {
-	{ "/ManageAgentOps/CreateFiles", RPC_UNARY, RPC_ON_POOL, &create_file_request__descriptor,
+	{ "/ManageAgentOps/CreateFiles", RPC_UNARY, RPC_ON_CQ, &create_file_request__descriptor,
 	  false, do_create_files, NULL },
-	{ "/ManageAgentOps/ViewFile", RPC_UNARY, RPC_ON_POOL, &view_file_request__descriptor, false,
+	{ "/ManageAgentOps/ViewFile", RPC_UNARY, RPC_ON_CQ, &view_file_request__descriptor, false,
 	  do_view_file, NULL },
 	{ "/ManageAgentOps/ExecuteCommands", RPC_UNARY, RPC_ON_LOOP,
 	  &execute_commands_request__descriptor, false, svc_devagent_execute_commands, NULL },

@@ -16,12 +16,10 @@
  * CopyFileRange copies at most FSOPS_COPY_MAX (1 GiB) per call; a longer
  * length gets a short count and the client continues from there.
  *
- * Threads: the metadata methods run on the completion-queue thread (one
- * at a time); Fsync, Fallocate, CopyFileRange, Upload and Download, and
- * Reads, Writes and ReadDirs that may take long (rpc_method.offload), on
- * worker threads, several at once (rpc.h, Threads); the only shared state
- * is the handle table, which fsops locks. Watch is RPC_ON_LOOP: it and the
- * watcher (watch.c) live on the loop thread.
+ * Threads: every method but Watch is RPC_ON_CQ: handlers and the
+ * Upload/Download callbacks run on completion-queue threads, several at
+ * once; the only shared state there is the handle table, which fsops locks.
+ * Watch is RPC_ON_LOOP: it and the watcher (watch.c) live on the loop thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1316,44 +1314,19 @@ struct watcher *svc_workspace_watcher(void)
 
 /* ---- registration ---- */
 
-#define WSX(name, kind, thread, desc, fn, off)                                           \
+#define WS(name, kind, desc, fn)                                                         \
 	{                                                                                \
-		"/wsbridge.v1.Workspace/" name, kind, thread,                            \
-			&wsbridge__v1__##desc##__descriptor, false, fn, NULL, off        \
+		"/wsbridge.v1.Workspace/" name, kind, RPC_ON_CQ, &wsbridge__v1__##desc##__descriptor, \
+			false, fn, NULL                                                  \
 	}
-/* On the cq thread: quick metadata calls. */
-#define WS(name, kind, desc, fn) WSX(name, kind, RPC_ON_CQ, desc, fn, NULL)
-/* On a worker: calls that may block long (rpc.h, Threads). */
-#define WSP(name, kind, desc, fn) WSX(name, kind, RPC_ON_POOL, desc, fn, NULL)
-
-/* Requests above this many bytes are read or written on a worker. */
-#define OFFLOAD_BYTES ((size_t)128 * 1024)
-
-/* rpc_method.offload of Read: a large read may wait for the disk. */
-static bool read_offload(const ProtobufCMessage *req)
-{
-	return ((const Wsbridge__V1__ReadRequest *)req)->size > OFFLOAD_BYTES;
-}
-
-static bool write_offload(const ProtobufCMessage *req)
-{
-	return ((const Wsbridge__V1__WriteRequest *)req)->data.len > OFFLOAD_BYTES;
-}
-
-/* A prefetching ReadDir runs up to ~50 ms (prefetch()); a plain page of at
- * most 4096 entries, a few ms at worst, stays on the cq thread. */
-static bool readdir_offload(const ProtobufCMessage *req)
-{
-	return ((const Wsbridge__V1__ReadDirRequest *)req)->prefetch != 0;
-}
 
 static struct rpc_method ws_methods[] = {
 	WS("Stat", RPC_UNARY, stat_request, do_stat),
-	WSX("ReadDir", RPC_UNARY, RPC_ON_CQ, read_dir_request, do_readdir, readdir_offload),
+	WS("ReadDir", RPC_UNARY, read_dir_request, do_readdir),
 	WS("Open", RPC_UNARY, open_request, do_open),
-	WSX("Read", RPC_UNARY, RPC_ON_CQ, read_request, do_read, read_offload),
-	WSX("Write", RPC_UNARY, RPC_ON_CQ, write_request, do_write, write_offload),
-	WSP("Fsync", RPC_UNARY, fsync_request, do_fsync),
+	WS("Read", RPC_UNARY, read_request, do_read),
+	WS("Write", RPC_UNARY, write_request, do_write),
+	WS("Fsync", RPC_UNARY, fsync_request, do_fsync),
 	WS("Release", RPC_UNARY, handle_request, do_release),
 	WS("SetAttr", RPC_UNARY, set_attr_request, do_setattr),
 	WS("Mkdir", RPC_UNARY, mkdir_request, do_mkdir),
@@ -1369,11 +1342,11 @@ static struct rpc_method ws_methods[] = {
 	WS("SetXattr", RPC_UNARY, set_xattr_request, do_setxattr),
 	WS("ListXattr", RPC_UNARY, path_request, do_listxattr),
 	WS("RemoveXattr", RPC_UNARY, remove_xattr_request, do_removexattr),
-	WSP("Fallocate", RPC_UNARY, fallocate_request, do_fallocate),
+	WS("Fallocate", RPC_UNARY, fallocate_request, do_fallocate),
 	WS("Lseek", RPC_UNARY, lseek_request, do_lseek),
-	WSP("Upload", RPC_CLIENT_STREAM, upload_chunk, do_upload),
-	WSP("Download", RPC_SERVER_STREAM, download_request, do_download),
-	WSP("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
+	WS("Upload", RPC_CLIENT_STREAM, upload_chunk, do_upload),
+	WS("Download", RPC_SERVER_STREAM, download_request, do_download),
+	WS("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
 	{"/wsbridge.v1.Workspace/Watch", RPC_SERVER_STREAM, RPC_ON_LOOP,
 	 &wsbridge__v1__watch_request__descriptor, false, do_watch, NULL},
 };
