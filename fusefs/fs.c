@@ -1004,14 +1004,41 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 }
 
 /*
- * The attributes of @ino as this mount's own last write or setattr left them, when
- * nothing can have changed them since: no other own change (mgen), no event
- * at all (inval_seq) while the watch is live, and younger than
- * watch_timeout. The kernel drops a file's cached mtime and size after
- * every write (fs/fuse/file.c fuse_write_update_attr) and asks again at the
- * next stat(2), fchown(2) or utimensat(2): after untar's or a compiler's
- * write, that is one call saved per file. A read through the mount (atime)
- * forgets them (ws_read, ws_open).
+ * What own_attr() compares besides mgen: inval_seq + agen. Both only grow,
+ * so the sum stays equal exactly while neither moves.
+ */
+static uint64_t own_seq(struct wsfs *fs)
+{
+	return atomic_load(&fs->inval_seq) + atomic_load(&fs->agen);
+}
+
+/*
+ * Keep @st, the reply of an own write or setattr of @ino that began at
+ * generation @gen0 and ended at @gen (mutated()) with own_seq() @seq0 at its
+ * start, for own_attr(). Only a regular file with one link (inotify reports
+ * a change under one name only: ttl_for()), and only when no other own
+ * change ran meanwhile (@gen == @gen0 + 1): two replies of one inode may be
+ * handled in another order than agentd ran the calls. Otherwise, or with
+ * @st NULL, forgets what was kept.
+ */
+static void own_keep(struct wsfs *fs, fuse_ino_t ino, const struct stat *st, uint64_t gen0,
+		     uint64_t gen, uint64_t seq0)
+{
+	if (st && S_ISREG(st->st_mode) && st->st_nlink == 1 && gen == gen0 + 1)
+		node_own_set(fs->nodes, ino, st, gen, seq0, wsfs_now_ns());
+	else
+		node_own_set(fs->nodes, ino, NULL, 0, 0, 0);
+}
+
+/*
+ * The attributes of @ino as this mount's own last write or setattr left
+ * them (own_keep), when nothing can have changed them since: no other own
+ * change (mgen), no event at all (inval_seq) while the watch is live, no
+ * read in agentd (agen: atime), and younger than watch_timeout. The kernel
+ * drops a file's cached mtime and size after every write (fs/fuse/file.c
+ * fuse_write_update_attr) and asks before every chown (fs/fuse/dir.c
+ * fuse_setattr, without handle_killpriv): after untar's write, utimensat
+ * and fchown, or a compiler's write and stat, one call saved per file.
  */
 static bool own_attr(struct wsfs *fs, fuse_ino_t ino, struct stat *st)
 {
@@ -1019,8 +1046,14 @@ static bool own_attr(struct wsfs *fs, fuse_ino_t ino, struct stat *st)
 
 	if (ttl <= 0 || !atomic_load(&fs->watch_live))
 		return false;
-	return node_own_get(fs->nodes, ino, atomic_load(&fs->mgen), seq_now(fs),
+	return node_own_get(fs->nodes, ino, atomic_load(&fs->mgen), own_seq(fs),
 			    wsfs_now_ns() - ttl, st);
+}
+
+/* Around a call that may read file data in agentd (own_attr, agen). */
+static void read_mark(struct wsfs *fs)
+{
+	atomic_fetch_add(&fs->agen, 1);
 }
 
 static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1090,7 +1123,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	Wsbridge__V1__AttrReply *rep = NULL;
 	struct wsfs_file *f = NULL;
 	struct node_info info;
-	uint64_t seq0 = seq_now(fs), gen;
+	uint64_t seq0 = seq_now(fs), oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
 	struct stat st;
 	char *path = NULL;
 	size_t len;
@@ -1163,7 +1196,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		r = attr_to_stat(rep->attr, &st);
 	/* fchown(2) after utimensat(2) (tar, cp -a): the kernel asks GETATTR
 	 * first (fs/fuse/dir.c fuse_setattr, to kill suid bits itself). */
-	node_own_set(fs->nodes, ino, r == 0 ? &st : NULL, gen, seq0, wsfs_now_ns());
+	own_keep(fs, ino, r == 0 ? &st : NULL, gen0, gen, oseq0);
 	if (r == 0 && S_ISREG(st.st_mode)) {
 		/* The kernel truncated its own pages; what it keeps matches. */
 		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
@@ -1511,8 +1544,9 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	mgen0 = atomic_load(&fs->mgen);
 	if (q.truncate)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-	node_own_set(fs->nodes, ino, NULL, 0, 0, 0); /* Open may read (atime) */
+	read_mark(fs); /* Open may read (atime) */
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	read_mark(fs);
 	if (q.truncate)
 		mutated(fs);
 	if (q.truncate)
@@ -1718,13 +1752,14 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (f && read_from_open(fs, f, req, size, off))
 		return;
-	node_own_set(fs->nodes, ino, NULL, 0, 0, 0); /* agentd's read may set atime */
+	read_mark(fs); /* agentd's read may set atime */
 	if (size <= CHUNK_MAX) {
 		/* The common case: one RPC, replied from its buffer. */
 		q.offset = (uint64_t)off;
 		q.size = (uint32_t)size;
 		r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor,
 			     &rep);
+		read_mark(fs);
 		if (r < 0)
 			reply_err(req, r);
 		else
@@ -1758,6 +1793,7 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (n < want)
 			break;
 	}
+	read_mark(fs);
 	if (r < 0 && got == 0)
 		reply_err(req, r);
 	else
@@ -1841,7 +1877,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
-	uint64_t seq0 = seq_now(fs), gen;
+	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
@@ -1879,8 +1915,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
 		free(path);
 	}
-	node_own_set(fs->nodes, ino, r == 0 && have_st && done == size ? &st : NULL, gen, seq0,
-		     wsfs_now_ns());
+	own_keep(fs, ino, r == 0 && have_st && done == size ? &st : NULL, gen0, gen, oseq0);
 	if (have_st && S_ISREG(st.st_mode)) {
 		/* Our own write: the kernel's pages hold it (write-through). */
 		struct node_seen now = seen_of(&st);

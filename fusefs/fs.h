@@ -115,6 +115,11 @@ struct wsfs {
 	 * read_ahead) fetched across a bump may be stale: the watch does not
 	 * report the mount's own changes (echoes are suppressed). */
 	atomic_uint_fast64_t mgen;
+	/** Bumped before and after every call that may read a file's data in
+	 * agentd (Read, Open), which may set its atime: attributes an own
+	 * write or setattr replied (fs.c own_attr) are used only while it
+	 * stays. */
+	atomic_uint_fast64_t agen;
 	/** The watch stream is subscribed (READY seen) and running. */
 	atomic_bool watch_live;
 	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */

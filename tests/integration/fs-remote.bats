@@ -276,6 +276,37 @@ PY
 	visible "the pod chmod'ed an own file" mode_is "$MNT/o5" 640
 }
 
+@test "R2: stat after the mount's own write or chmod matches the pod: after a read (atime), on a directory listed, on a file linked outside" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	local f
+	# A read in the pod sets atime (relatime: atime <= mtime): stat shows it.
+	printf 'one\n' >"$MNT/r"
+	touch -a -d 2001-01-01 "$MNT/r"
+	cat "$MNT/r" >/dev/null
+	assert_eq "$(stat -c '%X %Y %s' "$MNT/r")" "$(stat -c '%X %Y %s' "$ROOT/r")"
+	# The same for a directory listed after its own chmod and touch.
+	mkdir "$MNT/d"
+	touch "$MNT/d/f"
+	chmod 755 "$MNT/d"
+	touch -a -d 2001-01-01 "$MNT/d"
+	ls "$MNT/d" >/dev/null
+	assert_eq "$(stat -c '%X %a' "$MNT/d")" "$(stat -c '%X %a' "$ROOT/d")"
+	# A second name outside the workspace: inotify sees no change made
+	# through it, so the mount's attributes of such a file last only
+	# attr_timeout (1 s), own write or not.
+	printf 'a\n' >"$MNT/h"
+	ln "$ROOT/h" "$BATS_TEST_TMPDIR/out_h"
+	printf 'b\n' >>"$MNT/h"
+	printf 'pod append\n' >>"$BATS_TEST_TMPDIR/out_h"
+	poll_until 3 size_is "$MNT/h" 15 ||
+		{ echo "# appended through a name outside: not seen after 3 s" >&3; return 1; }
+	for f in r h; do
+		assert_eq "$(stat -c '%s %Y %a %h' "$MNT/$f")" "$(stat -c '%s %Y %a %h' "$ROOT/$f")"
+	done
+}
+
 @test "R1: listings prefetched with a parent's never hide the mount's own or the pod's later changes" {
 	up
 	touch "$ROOT/probe"
