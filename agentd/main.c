@@ -53,7 +53,8 @@ static void usage(FILE *f)
 		"                         (default %zu)\n"
 		"      --exit-keep SECONDS  how long an exit status is kept after the command\n"
 		"                         ends (default %llu)\n"
-		"      --threads N        completion-queue threads (default 4)\n"
+		"      --threads N        completion-queue threads (default 4); one polls at a\n"
+		"                         time, another when a call takes over 2 ms\n"
 		"  -h, --help             show this help\n"
 		"  -V, --version          show the version\n",
 		AGENTD_VIEW_LIMIT_DEFAULT, EXEC_MAX_PROCESSES_DEFAULT, EXEC_JOURNAL_DEFAULT,

@@ -307,6 +307,36 @@ PY
 	done
 }
 
+@test "a call stuck in the kernel (a hung mount inside the workspace) does not hold up agentd's other calls, exec or health" {
+	# agentd B's workspace, mounted by wsfs inside agentd A's root.
+	mkdir -p "$BATS_TEST_TMPDIR/broot" "$ROOT/inner"
+	echo b >"$BATS_TEST_TMPDIR/broot/x"
+	echo a >"$ROOT/a"
+	agentd_start --root "$BATS_TEST_TMPDIR/broot" --listen "unix:$BATS_TEST_TMPDIR/b.sock"
+	MNT="$ROOT/inner" wsfs_start -f "unix:$BATS_TEST_TMPDIR/b.sock"
+	local inner=$WSFS_PID i
+	agentd_unix
+	run timeout 5 "$WSCTL" -a "$ADDR" cat inner/x
+	assert_status 0
+	assert_eq "$output" b
+	# Stop the inner mount's daemon: A's calls into it hang in the kernel,
+	# each holding one of A's threads.
+	kill -STOP "$inner"
+	for i in 1 2; do
+		bg "stuck$i" "$WSCTL" -a "$ADDR" stat inner/y$i
+	done
+	sleep 0.5
+	run timeout 5 "$WSCTL" -a "$ADDR" health
+	assert_status 0
+	run timeout 5 "$WSCTL" -a "$ADDR" cat a
+	assert_status 0
+	assert_eq "$output" a
+	run timeout 5 "$WSCTL" -a "$ADDR" exec -- echo hi
+	assert_status 0
+	assert_eq "$output" hi
+	kill -CONT "$inner"
+}
+
 @test "R1: listings prefetched with a parent's never hide the mount's own or the pod's later changes" {
 	up
 	touch "$ROOT/probe"
