@@ -1024,7 +1024,12 @@ static uint64_t own_seq(struct wsfs *fs)
 static void own_keep(struct wsfs *fs, fuse_ino_t ino, const struct stat *st, uint64_t gen0,
 		     uint64_t gen, uint64_t seq0)
 {
-	if (st && S_ISREG(st->st_mode) && st->st_nlink == 1 && gen == gen0 + 1)
+	struct node_info info;
+
+	/* The node's own file, not one a handle opened by name after the pod
+	 * renamed another over it (ws_open). */
+	if (st && S_ISREG(st->st_mode) && st->st_nlink == 1 && gen == gen0 + 1 &&
+	    node_info(fs->nodes, ino, &info) == 0 && info.ino == st->st_ino)
 		node_own_set(fs->nodes, ino, st, gen, seq0, wsfs_now_ns());
 	else
 		node_own_set(fs->nodes, ino, NULL, 0, 0, 0);
@@ -1034,7 +1039,7 @@ static void own_keep(struct wsfs *fs, fuse_ino_t ino, const struct stat *st, uin
  * The attributes of @ino as this mount's own last write or setattr left
  * them (own_keep), when nothing can have changed them since: no other own
  * change (mgen), no event at all (inval_seq) while the watch is live, no
- * read in agentd (agen: atime), and younger than watch_timeout. The kernel
+ * read in agentd (agen: atime), and younger than attr_timeout. The kernel
  * drops a file's cached mtime and size after every write (fs/fuse/file.c
  * fuse_write_update_attr) and asks before every chown (fs/fuse/dir.c
  * fuse_setattr, without handle_killpriv): after untar's write, utimensat
@@ -1042,9 +1047,12 @@ static void own_keep(struct wsfs *fs, fuse_ino_t ino, const struct stat *st, uin
  */
 static bool own_attr(struct wsfs *fs, fuse_ino_t ino, struct stat *st)
 {
-	int64_t ttl = watch_ttl_ns(fs);
+	/* Some changes send no event (a write through a hard link outside
+	 * the workspace, a read in the pod): such a file's attributes last
+	 * attr_timeout at most (ttl_for), and so do these, and the reply. */
+	int64_t ttl = (int64_t)(fs->cfg.attr_timeout * 1e9);
 
-	if (ttl <= 0 || !atomic_load(&fs->watch_live))
+	if (watch_ttl_ns(fs) <= 0 || ttl <= 0 || !atomic_load(&fs->watch_live))
 		return false;
 	return node_own_get(fs->nodes, ino, atomic_load(&fs->mgen), own_seq(fs),
 			    wsfs_now_ns() - ttl, st);
@@ -1065,7 +1073,7 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	first_request(fs);
 	if (own_attr(fs, ino, &st)) {
-		fuse_reply_attr(req, &st, ttl_for(fs, seq0, &st).attr);
+		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
 	r = node_stat(fs, ino, fi, &st);

@@ -305,6 +305,26 @@ PY
 	for f in r h; do
 		assert_eq "$(stat -c '%s %Y %a %h' "$MNT/$f")" "$(stat -c '%s %Y %a %h' "$ROOT/$f")"
 	done
+	# The same through a descriptor held open since the write, linked and
+	# appended outside later: fstat shows it within attr_timeout or so.
+	run "$PY" - "$MNT/h2" "$ROOT/h2" "$BATS_TEST_TMPDIR/out_h2" <<'PY'
+import os, sys, time
+mnt, pod, out = sys.argv[1:]
+fd = os.open(mnt, os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"a\n")
+os.fstat(fd)
+time.sleep(1.5)
+os.link(pod, out)
+with open(out, "ab") as f:
+    f.write(b"pod append\n")
+t0 = time.time()
+while os.fstat(fd).st_size != 13 and time.time() - t0 < 4:
+    time.sleep(0.05)
+st = os.fstat(fd)
+print(st.st_size, st.st_nlink, round(time.time() - t0, 1) <= 3)
+PY
+	assert_status 0
+	assert_eq "$output" "13 2 True"
 }
 
 @test "a call stuck in the kernel (a hung mount inside the workspace) does not hold up agentd's other calls, exec or health" {
