@@ -1754,6 +1754,7 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t got = 0;
 	int r;
 
+	(void)ino;
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
