@@ -258,10 +258,13 @@ PY
 	printf 'mark\n' >"$ROOT/probe"
 	visible "a pod change after the own ones" content_is "$MNT/probe" $'mark\n'
 	n1=$(calls Stat)
-	# Only the probe's lookup may call. chmod's stat after each write (the
-	# kernel drops the cached mtime) used to cost one call per file and
-	# each of the 3 echoes per file one more (33 here).
-	[ "$((n1 - n0))" -le 2 ] || { echo "$((n1 - n0)) Stat calls for 8 own writes and chmods" >&2; return 1; }
+	# The probe's lookup calls, and now and then an echo that agentd
+	# stat'ed while a chmod was still running (then wsfs asks). chmod's
+	# stat after each write (the kernel drops the cached mtime) used to
+	# cost one call per file (8-9 here) and each of the 3 echoes per file
+	# one more (33).
+	echo "# Stat calls for 8 own writes and chmods: $((n1 - n0))" >&3
+	[ "$((n1 - n0))" -le 5 ] || { echo "$((n1 - n0)) Stat calls for 8 own writes and chmods" >&2; return 1; }
 	# What stat(2) says after an own write is what the pod has.
 	local f
 	for f in o1 o8; do
