@@ -13,11 +13,13 @@
  * close callback ran and no reference is left (libuv handle.rst: memory may
  * be released only in close_cb).
  *
- * Why not uv_spawn(3): it cannot make a PTY slave the controlling terminal
- * (TIOCSCTTY) or put the child into a cgroup before exec; the child here
- * does both, then execs. Like libuv, the parent blocks all signals around
- * fork(2), the child resets every disposition and the mask, and exec errors
- * come back through a close-on-exec pipe.
+ * Why not uv_spawn(3) or posix_spawn(3): neither can make a PTY slave the
+ * controlling terminal (TIOCSCTTY) or start the child in a cgroup; the child
+ * here does both, then execs. It starts the way glibc's posix_spawn does
+ * (CLONE_VM | CLONE_VFORK on a stack of its own: no copy of agentd's page
+ * tables, which made a fork(2) cost 0.6 ms at 14 MiB RSS); like libuv, the
+ * parent blocks all signals around it, the child resets every disposition
+ * and the mask, and exec errors come back through a close-on-exec pipe.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,11 +27,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h> /* clone(2) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -878,6 +882,10 @@ static void maybe_report(struct exec_process *p)
 		  p->ex.timed_out ? " (timed out)" : "");
 	exec_ref(p);
 	notify(p, false);
+	/* Its cgroup did its work (tree_signal stops at the report): remove it
+	 * now, not when the record goes, so a kept record holds no fd (each
+	 * clone copies agentd's fd table and each exec walks it). */
+	cg_remove(p);
 	if (t->freeing) {
 		drop(p);
 	} else if (p->kept) {
@@ -1404,7 +1412,17 @@ struct child_ctx {
 	int err_w;       /* write end of the error pipe */
 	bool pty;        /* fd[0] is the slave: make it the controlling tty */
 	char **argv, **envp;
+	const char *path;  /* the command's PATH (from envp), searched as execvp(3) */
+	char **sh_argv;    /* argc + 2 slots for an ENOEXEC script run by /bin/sh */
 };
+
+/*
+ * The code the child runs before exec. It runs on a stack of its own but
+ * with the parent thread's TLS (CLONE_VM, no CLONE_SETTLS), which
+ * AddressSanitizer's per-thread stack bounds would take for an overflow:
+ * left uninstrumented, as glibc's own posix_spawn child is.
+ */
+#define CHILD_FN __attribute__((no_sanitize_address))
 
 enum child_stage {
 	STAGE_CGROUP = 1, /* not fatal: the command runs without a cgroup */
@@ -1415,22 +1433,94 @@ enum child_stage {
 	STAGE_EXEC,
 };
 
-static void child_note(int fd, int stage, int err)
+CHILD_FN static void child_note(int fd, int stage, int err)
 {
 	int rec[2] = { stage, err };
 
 	(void)!write(fd, rec, sizeof(rec));
 }
 
-__attribute__((noreturn)) static void child_fail(const struct child_ctx *c, int stage)
+CHILD_FN __attribute__((noreturn)) static void child_fail(const struct child_ctx *c, int stage)
 {
 	child_note(c->err_w, stage, errno);
 	_exit(127);
 }
 
-/* In the child, after fork(2) or clone3(2): async-signal-safe calls only,
+/* execve(2) @p file; a file the kernel cannot run (ENOEXEC: no #! line)
+ * runs as a /bin/sh script, as execvp(3) does. Returns with errno set. */
+CHILD_FN static void child_execve(const struct child_ctx *c, const char *file)
+{
+	size_t i;
+
+	execve(file, c->argv, c->envp);
+	if (errno != ENOEXEC)
+		return;
+	c->sh_argv[0] = (char *)"/bin/sh";
+	c->sh_argv[1] = (char *)file;
+	for (i = 1; c->argv[i]; i++)
+		c->sh_argv[i + 1] = c->argv[i];
+	c->sh_argv[i + 1] = NULL;
+	execve("/bin/sh", c->sh_argv, c->envp);
+	errno = ENOEXEC;
+}
+
+/*
+ * execvp(3) with the command's environment: argv[0] as a path if it has a
+ * slash, else searched in the command's PATH (c->path), not agentd's. The
+ * rules are glibc's execvpe: an empty PATH element is the working
+ * directory; EACCES, ENOENT, ENOTDIR, ESTALE, ENODEV and ETIMEDOUT go on to
+ * the next element, any other error stops; EACCES wins over a later ENOENT.
+ * Writes only its own stack, c->sh_argv and errno: it runs in a CLONE_VM
+ * child. Returns (with errno set) only when nothing could be run.
+ */
+CHILD_FN static void child_exec(const struct child_ctx *c)
+{
+	const char *file = c->argv[0], *p, *end;
+	char buf[PATH_MAX];
+	size_t flen = strlen(file), dlen;
+	bool eacces = false;
+
+	if (strchr(file, '/')) {
+		child_execve(c, file);
+		return;
+	}
+	if (flen > NAME_MAX) {
+		errno = ENAMETOOLONG;
+		return;
+	}
+	for (p = c->path;; p = end + 1) {
+		end = strchrnul(p, ':');
+		dlen = (size_t)(end - p);
+		if (dlen + 1 + flen < sizeof(buf)) {
+			memcpy(buf, p, dlen);
+			if (dlen)
+				buf[dlen++] = '/';
+			memcpy(buf + dlen, file, flen + 1);
+			child_execve(c, buf);
+			switch (errno) {
+			case EACCES:
+				eacces = true;
+				break;
+			case ENOENT:
+			case ENOTDIR:
+			case ESTALE:
+			case ENODEV:
+			case ETIMEDOUT:
+				break;
+			default:
+				return;
+			}
+		}
+		if (!*end)
+			break;
+	}
+	errno = eacces ? EACCES : ENOENT;
+}
+
+/* In the child, after clone(2) or clone3(2) (CLONE_VM: it
+ * shares agentd's memory, so it writes only its own stack and errno): async-signal-safe calls only,
  * then exec. @joined: clone3 already put the child into its cgroup. */
-__attribute__((noreturn)) static void child_main(const struct child_ctx *c, bool joined)
+CHILD_FN __attribute__((noreturn)) static void child_main(const struct child_ctx *c, bool joined)
 {
 	struct sigaction sa;
 	sigset_t none;
@@ -1477,60 +1567,133 @@ __attribute__((noreturn)) static void child_main(const struct child_ctx *c, bool
 	(void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
 	sigemptyset(&none);
 	(void)sigprocmask(SIG_SETMASK, &none, NULL);
-	environ = c->envp; /* execvp(3) searches the command's PATH, as libuv does */
-	execvp(c->argv[0], c->argv);
+	child_exec(c);
 	child_fail(c, STAGE_EXEC);
 }
 
-/*
- * clone3(2) with CLONE_INTO_CGROUP (Linux 5.7): a fork(2) whose child starts
- * in the cgroup @p cg_dir. Joining at birth spares the write to cgroup.procs,
- * which waits for the cgroup_threadgroup_rwsem (an RCU grace period: 10 ms
- * and more here, most of a short command's round trip). The raw syscall, as
- * glibc 2.36 has no wrapper; the child runs only child_main(), which does
- * nothing that reads glibc's per-thread state (no malloc, raise or locks).
- * Returns the pid in the parent, 0 in the child, or -1 with errno set when
- * there is no cgroup or the kernel (gVisor, older Linux) refuses: then the
- * caller forks and the child writes cgroup.procs itself.
- */
-static pid_t clone_into_cgroup(int cg_dir)
-{
-	struct clone_args args = {
-		.flags = CLONE_INTO_CGROUP,
-		.exit_signal = SIGCHLD,
-		.cgroup = (uint64_t)cg_dir,
-	};
+/** The child's own stack until it execs, bytes (touched: a few KiB). */
+#define CHILD_STACK_BYTES ((size_t)256 * 1024)
 
-	if (cg_dir < 0) {
-		errno = EBADF;
-		return -1;
+CHILD_FN static int child_entry(void *arg)
+{
+	child_main(arg, false);
+}
+
+CHILD_FN static int child_entry_joined(void *arg)
+{
+	child_main(arg, true);
+}
+
+#if defined(__x86_64__)
+/*
+ * clone3(2) that runs fn(arg) in the child on the stack in @p args (glibc
+ * 2.36 has no clone3 wrapper, and a CLONE_VM child cannot return from
+ * syscall(2) onto the parent's stack). As glibc's clone3.S: the kernel
+ * starts the child with rsp = stack + stack_size and every other register
+ * as the parent's; r8 and r9 survive the syscall. Returns the pid in the
+ * parent, or -errno (the raw kernel value); the child never returns.
+ */
+long wsb_clone3_vm(struct clone_args *args, size_t size, int (*fn)(void *), void *arg)
+	__attribute__((visibility("hidden")));
+__asm__(".pushsection .text\n"
+	".globl wsb_clone3_vm\n"
+	".hidden wsb_clone3_vm\n"
+	".type wsb_clone3_vm, @function\n"
+	"wsb_clone3_vm:\n"
+	"	mov %rcx, %r8\n"
+	"	mov %rdx, %r9\n"
+	"	mov $435, %eax\n" /* __NR_clone3 */
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jz 1f\n"
+	"	ret\n"
+	"1:	xor %ebp, %ebp\n"
+	"	and $-16, %rsp\n"
+	"	mov %r8, %rdi\n"
+	"	call *%r9\n"
+	"	mov %eax, %edi\n"
+	"	mov $60, %eax\n" /* __NR_exit */
+	"	syscall\n"
+	"	hlt\n"
+	".size wsb_clone3_vm, .-wsb_clone3_vm\n"
+	".popsection\n");
+#endif
+
+/*
+ * Start the child, which runs child_main() and execs. The first way that
+ * works:
+ *  - with a cgroup on x86-64: clone3(2) with CLONE_VM | CLONE_VFORK |
+ *    CLONE_INTO_CGROUP (Linux 5.7): no copy of agentd's memory, and the
+ *    child is born in its cgroup. Joining at birth spares the write to
+ *    cgroup.procs, which waits for the cgroup_threadgroup_rwsem (an RCU
+ *    grace period: 10 ms and more here, most of a short command's round
+ *    trip);
+ *  - with a cgroup elsewhere: a fork-style clone3 with CLONE_INTO_CGROUP;
+ *  - else, or when the kernel refuses (gVisor, older Linux, a cgroup that
+ *    cannot take processes): clone(2) with CLONE_VM | CLONE_VFORK, and the
+ *    child writes cgroup.procs itself (c->cg_procs).
+ * With CLONE_VFORK this thread sleeps until the child execs or exits.
+ * @p stack: CHILD_STACK_BYTES for a CLONE_VM child. Returns the pid, or -1
+ * with errno set. Signals must be blocked (the child runs agentd's handlers
+ * until it resets them).
+ */
+static pid_t child_start(struct child_ctx *c, void *stack)
+{
+	if (c->cg_dir >= 0) {
+#if defined(__x86_64__)
+		struct clone_args args = {
+			.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP,
+			.exit_signal = SIGCHLD,
+			.stack = (uint64_t)(uintptr_t)stack,
+			.stack_size = CHILD_STACK_BYTES,
+			.cgroup = (uint64_t)c->cg_dir,
+		};
+		long r = wsb_clone3_vm(&args, sizeof(args), child_entry_joined, c);
+
+		if (r > 0)
+			return (pid_t)r;
+#else
+		struct clone_args args = {
+			.flags = CLONE_INTO_CGROUP,
+			.exit_signal = SIGCHLD,
+			.cgroup = (uint64_t)c->cg_dir,
+		};
+		pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+
+		if (pid == 0)
+			child_main(c, true);
+		if (pid > 0)
+			return pid;
+#endif
 	}
-	return (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+	return clone(child_entry, (char *)stack + CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD, c);
 }
 
 /*
- * fork and exec; reads the child's error pipe to its EOF (exec) or a fatal
- * record. Returns the pid, or -errno (the failed child reaped). Sets
- * *cg_failed to a positive errno when the child could not join its cgroup.
+ * Start the child and let it exec; reads the child's error pipe to its EOF
+ * (exec) or a fatal record. Returns the pid, or -errno (the failed child
+ * reaped). Sets *cg_failed to a positive errno when the child could not join
+ * its cgroup.
  */
 static int fork_exec(struct child_ctx *c, int err_r, int *cg_failed)
 {
 	sigset_t all, old;
 	int pid, saved, rec[2], fatal = 0, status;
+	void *stack;
 	ssize_t n;
 
+	stack = mmap(NULL, CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+	if (stack == MAP_FAILED) {
+		close_fd(&c->err_w);
+		return -errno;
+	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = clone_into_cgroup(c->cg_dir);
-	if (pid == 0)
-		child_main(c, true);
-	if (pid < 0) {
-		pid = fork();
-		if (pid == 0)
-			child_main(c, false);
-	}
+	pid = child_start(c, stack);
 	saved = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	munmap(stack, CHILD_STACK_BYTES);
 	close_fd(&c->err_w);
 	if (pid < 0)
 		return -saved;
@@ -1748,8 +1911,19 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	perrp[1] = -1;
 	c.argv = p->argv;
 	c.envp = envp;
+	c.path = "/bin:/usr/bin"; /* glibc's _CS_PATH when PATH is unset */
+	for (i = 0; envp[i]; i++)
+		if (strncmp(envp[i], "PATH=", 5) == 0)
+			c.path = envp[i] + 5;
+	c.sh_argv = malloc((p->argc + 2) * sizeof(*c.sh_argv));
+	if (!c.sh_argv) {
+		r = -ENOMEM;
+		goto fail;
+	}
 
 	pid = fork_exec(&c, perrp[0], &cg_failed);
+	free(c.sh_argv);
+	c.sh_argv = NULL;
 	close_fd(&perrp[0]);
 	close_fd(&cg_procs);
 	close_fd(&slave);
@@ -1861,6 +2035,7 @@ fail:
 	close_fd(&slave);
 	close_fd(&devnull);
 	close_fd(&cg_procs);
+	free(c.sh_argv);
 	free(envp);
 	free(term_env);
 	if (p) {

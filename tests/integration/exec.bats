@@ -88,6 +88,34 @@ teardown() {
 	assert_contains "$stderr" "PERMISSION_DENIED"
 }
 
+
+@test "a bare program name is searched in the command's PATH as execvp(3) does" {
+	mkdir -p "$ROOT/b1" "$ROOT/b2" "$ROOT/b3"
+	# b1/tool cannot be run (EACCES): the search goes on to b2/tool.
+	printf '#!/bin/sh\necho from-b1\n' >"$ROOT/b1/tool"
+	chmod 644 "$ROOT/b1/tool"
+	printf '#!/bin/sh\necho "from-b2 $*"\n' >"$ROOT/b2/tool"
+	# No #! line (ENOEXEC): run as a /bin/sh script with its arguments.
+	printf 'echo "plain-script $# $1"\n' >"$ROOT/b3/plain"
+	chmod 755 "$ROOT/b2/tool" "$ROOT/b3/plain"
+	run --separate-stderr "$WSCTL" exec --env PATH=/no/such/dir:b1:b2 -- tool 'a b'
+	assert_status 0
+	assert_eq "$output" "from-b2 a b"
+	run --separate-stderr "$WSCTL" exec --env PATH=b3 -- plain 'x y' z
+	assert_status 0
+	assert_eq "$output" "plain-script 2 x y"
+	run --separate-stderr "$WSCTL" exec -- ./b3/plain q
+	assert_status 0
+	assert_eq "$output" "plain-script 1 q"
+	# Only the command's PATH counts, not agentd's: sh is not in b1.
+	run -127 --separate-stderr "$WSCTL" exec --env PATH=b1 -- sh -c true
+	assert_status 127
+	assert_contains "$stderr" "NOT_FOUND"
+	# Only EACCES found: PERMISSION_DENIED, exit 126.
+	run --separate-stderr "$WSCTL" exec --env PATH=b1 -- tool
+	assert_status 126
+	assert_contains "$stderr" "PERMISSION_DENIED"
+}
 @test "exit code passthrough" {
 	local c
 	for c in 0 1 7 42 125 126 127 255; do
