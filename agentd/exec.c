@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file
- * The process table (see exec.h): fork/exec with a session, a process group
+ * The process table (see exec.h): spawn and exec with a session, a process group
  * and (where allowed) a cgroup v2 per command, optionally on a PTY; output
  * read with libuv into per-stream journals that watchers pull from; stdin
  * writes; wall-clock and idle timeouts (SIGTERM, then SIGKILL); a SIGCHLD
@@ -53,6 +53,8 @@ extern char **environ;
 
 /** Output a lossless watcher may lag behind before reading pauses, bytes. */
 #define FLOW_HIGH_MAX ((size_t)1024 * 1024)
+/** The child's own stack until it execs, bytes (touched: a few KiB). */
+#define CHILD_STACK_BYTES ((size_t)256 * 1024)
 /** Interval of the reaper's re-check after a zombie libuv owns, ms. */
 #define RESCAN_MS 20
 /**
@@ -92,6 +94,7 @@ struct exec_table {
 	int cg_parent_fd;
 	char *cg_name;
 	bool cg_noted;                    /* the fallback was logged */
+	void *child_stack;                /* CHILD_STACK_BYTES, or NULL: see child_start() */
 };
 
 /* One queued stdin write. */
@@ -546,21 +549,28 @@ static int cg_create(struct exec_process *p)
 	return fd;
 }
 
-/* Remove cmd-<id>; background leftovers of a command that exited are moved
- * to the base cgroup first (they outlive their command). */
-static void cg_remove(struct exec_process *p)
+/*
+ * Remove cmd-<id>; background leftovers of a command that exited are moved
+ * to the base cgroup first (they outlive their command). A process still
+ * in do_exit(2) keeps the cgroup populated (EBUSY) but is no longer in
+ * cgroup.procs to be moved: then, unless @p final, p->cg_fd stays so that
+ * drop() tries again later. Returns true when p->cg_fd is gone.
+ */
+static bool cg_remove(struct exec_process *p, bool final)
 {
 	struct exec_table *t = p->table;
 	char name[64];
 
 	if (p->cg_fd < 0)
-		return;
+		return true;
 	snprintf(name, sizeof(name), "cmd-%llu", (unsigned long long)p->id);
 	if (t->cg_fd >= 0 && unlinkat(t->cg_fd, name, AT_REMOVEDIR) < 0 && errno == EBUSY) {
 		cg_move_all(p->cg_fd, t->cg_fd);
-		(void)unlinkat(t->cg_fd, name, AT_REMOVEDIR);
+		if (unlinkat(t->cg_fd, name, AT_REMOVEDIR) < 0 && errno == EBUSY && !final)
+			return false;
 	}
 	close_fd(&p->cg_fd);
+	return true;
 }
 
 /* ---- signalling ---- */
@@ -702,6 +712,9 @@ static void table_maybe_free(struct exec_table *t)
 			break;
 		}
 	cg_teardown(t);
+	if (t->child_stack)
+		munmap(t->child_stack, CHILD_STACK_BYTES);
+	t->child_stack = NULL;
 	uv_close((uv_handle_t *)&t->sigchld, table_handle_closed);
 	uv_close((uv_handle_t *)&t->rescan, table_handle_closed);
 }
@@ -812,7 +825,7 @@ static void drop(struct exec_process *p)
 		t->nexited--;
 		t->exited_bytes -= journal_allocated(&p->j[0]) + journal_allocated(&p->j[1]);
 	}
-	cg_remove(p);
+	(void)cg_remove(p, true);
 	if (p->reported) {
 		uv_timer_stop(&p->timer);
 		p->timer_phase = TIMER_NONE;
@@ -885,7 +898,7 @@ static void maybe_report(struct exec_process *p)
 	/* Its cgroup did its work (tree_signal stops at the report): remove it
 	 * now, not when the record goes, so a kept record holds no fd (each
 	 * clone copies agentd's fd table and each exec walks it). */
-	cg_remove(p);
+	(void)cg_remove(p, false);
 	if (t->freeing) {
 		drop(p);
 	} else if (p->kept) {
@@ -1401,8 +1414,8 @@ static int spec_check(const struct exec_spec *spec)
 	return 0;
 }
 
-/* What the child needs; everything prepared by the parent (no malloc after
- * fork: the parent has other threads, fork(2) "async-signal-safe" rule). */
+/* What the child needs; everything prepared by the parent (the child runs
+ * in agentd's memory until it execs: no malloc, no locks, see CHILD_FN). */
 struct child_ctx {
 	int fd[3];       /* stdin, stdout, stderr */
 	int cwd_fd;
@@ -1417,12 +1430,16 @@ struct child_ctx {
 };
 
 /*
- * The code the child runs before exec. It runs on a stack of its own but
- * with the parent thread's TLS (CLONE_VM, no CLONE_SETTLS), which
- * AddressSanitizer's per-thread stack bounds would take for an overflow:
- * left uninstrumented, as glibc's own posix_spawn child is.
+ * The code the child runs before exec. It runs in agentd's memory (CLONE_VM)
+ * on a stack of its own but with the parent thread's TLS (no CLONE_SETTLS),
+ * while that thread sleeps (CLONE_VFORK). So it writes only its own stack,
+ * c->sh_argv and that thread's errno (glibc's write(2) would also flip the
+ * thread's cancellation state: raw syscall(2) instead; agentd is linked
+ * with -z now, so no lazy binding writes the GOT). The sanitizers' stack
+ * bounds and report machinery would misread it: left uninstrumented, as
+ * glibc's own posix_spawn child is.
  */
-#define CHILD_FN __attribute__((no_sanitize_address))
+#define CHILD_FN __attribute__((no_sanitize_address, no_sanitize_undefined))
 
 enum child_stage {
 	STAGE_CGROUP = 1, /* not fatal: the command runs without a cgroup */
@@ -1437,7 +1454,7 @@ CHILD_FN static void child_note(int fd, int stage, int err)
 {
 	int rec[2] = { stage, err };
 
-	(void)!write(fd, rec, sizeof(rec));
+	(void)syscall(SYS_write, fd, rec, sizeof(rec));
 }
 
 CHILD_FN __attribute__((noreturn)) static void child_fail(const struct child_ctx *c, int stage)
@@ -1447,7 +1464,8 @@ CHILD_FN __attribute__((noreturn)) static void child_fail(const struct child_ctx
 }
 
 /* execve(2) @p file; a file the kernel cannot run (ENOEXEC: no #! line)
- * runs as a /bin/sh script, as execvp(3) does. Returns with errno set. */
+ * runs as a /bin/sh script, as execvp(3) does. Returns with errno set (by
+ * /bin/sh's execve for a script). */
 CHILD_FN static void child_execve(const struct child_ctx *c, const char *file)
 {
 	size_t i;
@@ -1461,17 +1479,17 @@ CHILD_FN static void child_execve(const struct child_ctx *c, const char *file)
 		c->sh_argv[i + 1] = c->argv[i];
 	c->sh_argv[i + 1] = NULL;
 	execve("/bin/sh", c->sh_argv, c->envp);
-	errno = ENOEXEC;
 }
 
 /*
  * execvp(3) with the command's environment: argv[0] as a path if it has a
  * slash, else searched in the command's PATH (c->path), not agentd's. The
- * rules are glibc's execvpe: an empty PATH element is the working
- * directory; EACCES, ENOENT, ENOTDIR, ESTALE, ENODEV and ETIMEDOUT go on to
- * the next element, any other error stops; EACCES wins over a later ENOENT.
- * Writes only its own stack, c->sh_argv and errno: it runs in a CLONE_VM
- * child. Returns (with errno set) only when nothing could be run.
+ * rules are glibc 2.36's execvpe (posix/execvpe.c): "" is ENOENT; an empty
+ * PATH element is the working directory; EACCES, ENOENT, ENOTDIR, ESTALE,
+ * ENODEV and ETIMEDOUT go on to the next element, any other error stops
+ * (ENAMETOOLONG for a name longer than PATH_MAX); at the end EACCES if any
+ * element gave it, else the last error. Returns (errno set) only when
+ * nothing could be run.
  */
 CHILD_FN static void child_exec(const struct child_ctx *c)
 {
@@ -1480,6 +1498,10 @@ CHILD_FN static void child_exec(const struct child_ctx *c)
 	size_t flen = strlen(file), dlen;
 	bool eacces = false;
 
+	if (!*file) {
+		errno = ENOENT;
+		return;
+	}
 	if (strchr(file, '/')) {
 		child_execve(c, file);
 		return;
@@ -1491,35 +1513,38 @@ CHILD_FN static void child_exec(const struct child_ctx *c)
 	for (p = c->path;; p = end + 1) {
 		end = strchrnul(p, ':');
 		dlen = (size_t)(end - p);
-		if (dlen + 1 + flen < sizeof(buf)) {
-			memcpy(buf, p, dlen);
-			if (dlen)
-				buf[dlen++] = '/';
-			memcpy(buf + dlen, file, flen + 1);
-			child_execve(c, buf);
-			switch (errno) {
-			case EACCES:
-				eacces = true;
-				break;
-			case ENOENT:
-			case ENOTDIR:
-			case ESTALE:
-			case ENODEV:
-			case ETIMEDOUT:
-				break;
-			default:
-				return;
-			}
+		if (dlen + 1 + flen >= sizeof(buf)) {
+			errno = ENAMETOOLONG;
+			return;
+		}
+		memcpy(buf, p, dlen);
+		if (dlen)
+			buf[dlen++] = '/';
+		memcpy(buf + dlen, file, flen + 1);
+		child_execve(c, buf);
+		switch (errno) {
+		case EACCES:
+			eacces = true;
+			break;
+		case ENOENT:
+		case ENOTDIR:
+		case ESTALE:
+		case ENODEV:
+		case ETIMEDOUT:
+			break;
+		default:
+			return;
 		}
 		if (!*end)
 			break;
 	}
-	errno = eacces ? EACCES : ENOENT;
+	if (eacces)
+		errno = EACCES;
 }
 
-/* In the child, after clone(2) or clone3(2) (CLONE_VM: it
- * shares agentd's memory, so it writes only its own stack and errno): async-signal-safe calls only,
- * then exec. @joined: clone3 already put the child into its cgroup. */
+/* In the child, after clone(2) or clone3(2): async-signal-safe calls that
+ * write nothing shared (CHILD_FN), then exec. @joined: clone3 already put
+ * the child into its cgroup. */
 CHILD_FN __attribute__((noreturn)) static void child_main(const struct child_ctx *c, bool joined)
 {
 	struct sigaction sa;
@@ -1535,7 +1560,7 @@ CHILD_FN __attribute__((noreturn)) static void child_main(const struct child_ctx
 			(void)sigaction(i, &sa, NULL);
 	if (setsid() < 0)
 		child_fail(c, STAGE_SETSID);
-	if (!joined && c->cg_procs >= 0 && write(c->cg_procs, "0", 1) != 1)
+	if (!joined && c->cg_procs >= 0 && syscall(SYS_write, c->cg_procs, "0", 1) != 1)
 		child_note(c->err_w, STAGE_CGROUP, errno);
 	if (c->pty) {
 		pid_t me = getpid();
@@ -1571,9 +1596,6 @@ CHILD_FN __attribute__((noreturn)) static void child_main(const struct child_ctx
 	child_fail(c, STAGE_EXEC);
 }
 
-/** The child's own stack until it execs, bytes (touched: a few KiB). */
-#define CHILD_STACK_BYTES ((size_t)256 * 1024)
-
 CHILD_FN static int child_entry(void *arg)
 {
 	child_main(arg, false);
@@ -1600,6 +1622,7 @@ __asm__(".pushsection .text\n"
 	".hidden wsb_clone3_vm\n"
 	".type wsb_clone3_vm, @function\n"
 	"wsb_clone3_vm:\n"
+	"	.cfi_startproc\n"
 	"	mov %rcx, %r8\n"
 	"	mov %rdx, %r9\n"
 	"	mov $435, %eax\n" /* __NR_clone3 */
@@ -1607,7 +1630,8 @@ __asm__(".pushsection .text\n"
 	"	test %rax, %rax\n"
 	"	jz 1f\n"
 	"	ret\n"
-	"1:	xor %ebp, %ebp\n"
+	"1:	.cfi_undefined rip\n" /* the child's outermost frame */
+	"	xor %ebp, %ebp\n"
 	"	and $-16, %rsp\n"
 	"	mov %r8, %rdi\n"
 	"	call *%r9\n"
@@ -1615,6 +1639,7 @@ __asm__(".pushsection .text\n"
 	"	mov $60, %eax\n" /* __NR_exit */
 	"	syscall\n"
 	"	hlt\n"
+	"	.cfi_endproc\n"
 	".size wsb_clone3_vm, .-wsb_clone3_vm\n"
 	".popsection\n");
 #endif
@@ -1633,8 +1658,9 @@ __asm__(".pushsection .text\n"
  *    cannot take processes): clone(2) with CLONE_VM | CLONE_VFORK, and the
  *    child writes cgroup.procs itself (c->cg_procs).
  * With CLONE_VFORK this thread sleeps until the child execs or exits.
- * @p stack: CHILD_STACK_BYTES for a CLONE_VM child. Returns the pid, or -1
- * with errno set. Signals must be blocked (the child runs agentd's handlers
+ * @p stack: CHILD_STACK_BYTES for a CLONE_VM child, free again on return
+ * (spawns are serial: one per table, kept). Returns the pid, or -1 with
+ * errno set. Signals must be blocked (the child runs agentd's handlers
  * until it resets them).
  */
 static pid_t child_start(struct child_ctx *c, void *stack)
@@ -1675,25 +1701,28 @@ static pid_t child_start(struct child_ctx *c, void *stack)
  * reaped). Sets *cg_failed to a positive errno when the child could not join
  * its cgroup.
  */
-static int fork_exec(struct child_ctx *c, int err_r, int *cg_failed)
+static int fork_exec(struct exec_table *t, struct child_ctx *c, int err_r, int *cg_failed)
 {
 	sigset_t all, old;
 	int pid, saved, rec[2], fatal = 0, status;
 	void *stack;
 	ssize_t n;
 
-	stack = mmap(NULL, CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-	if (stack == MAP_FAILED) {
-		close_fd(&c->err_w);
-		return -errno;
+	if (!t->child_stack) {
+		stack = mmap(NULL, CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+		if (stack == MAP_FAILED) {
+			saved = errno;
+			close_fd(&c->err_w);
+			return -saved;
+		}
+		t->child_stack = stack;
 	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = child_start(c, stack);
+	pid = child_start(c, t->child_stack);
 	saved = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	munmap(stack, CHILD_STACK_BYTES);
 	close_fd(&c->err_w);
 	if (pid < 0)
 		return -saved;
@@ -1921,7 +1950,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 		goto fail;
 	}
 
-	pid = fork_exec(&c, perrp[0], &cg_failed);
+	pid = fork_exec(t, &c, perrp[0], &cg_failed);
 	free(c.sh_argv);
 	c.sh_argv = NULL;
 	close_fd(&perrp[0]);
@@ -1937,7 +1966,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	}
 	if (cg_failed) {
 		cg_note_fallback(t, "a command could not join its cgroup", cg_failed);
-		cg_remove(p);
+		(void)cg_remove(p, true);
 	}
 	free(envp);
 	envp = NULL;
@@ -2039,7 +2068,7 @@ fail:
 	free(envp);
 	free(term_env);
 	if (p) {
-		cg_remove(p);
+		(void)cg_remove(p, true);
 		for (i = 0; i < EXEC_NSTREAMS; i++)
 			journal_done(&p->j[i]);
 		if (p->argv)

@@ -200,6 +200,7 @@ throughput() {
 	wsctl-unix) c=("$WSCTL" -a "$UNIX_ADDR" exec -- head -c "$SIZE" /dev/zero) ;;
 	wsctl-tcp) c=("$WSCTL" -a "$TCP_ADDR" exec -- head -c "$SIZE" /dev/zero) ;;
 	ssh-mux) c=("${SSH[@]}" wsb-bench head -c "$SIZE" /dev/zero) ;;
+	relay) c=(bash -c "head -c $SIZE /dev/zero | cat | cat") ;; # SIZE is digits
 	esac
 	for ((r = 0; r < REPS; r++)); do
 		t0=${EPOCHREALTIME/./}
@@ -215,8 +216,11 @@ throughput() {
 
 say "exec.sh: $RUNS round trips per target: ${TARGETS[*]}"
 for t in "${TARGETS[@]}"; do latency "$t"; done
+# relay: the same bytes through two plain relays (cat | cat) on this
+# machine: the ceiling for any design that, like wsctl exec and ssh, relays
+# a command's output through a server and a client process.
 say "exec.sh: throughput, $SIZE bytes, median of $REPS"
-for t in "${TARGETS[@]}"; do throughput "$t"; done
+for t in "${TARGETS[@]}" relay; do throughput "$t"; done
 ELAPSED=$SECONDS
 
 # ---------------------------------------------------------------- report --
@@ -226,12 +230,14 @@ ROWS=()
 for t in "${TARGETS[@]}"; do
 	ROWS+=("$t"$'\t'"${P50[$t]}"$'\t'"${P99[$t]}"$'\t'"${MEAN[$t]}"$'\t'"${MBPS[$t]}")
 done
+ROWS+=("relay (cat | cat)"$'\t'-$'\t'-$'\t'-$'\t'"${MBPS[relay]}")
 D50=$(awk -v a="${P50[wsctl-unix]}" -v b="${P50[local]}" 'BEGIN { printf "%.3f", a - b }')
 RTP=$(awk -v a="${MBPS[wsctl-unix]}" -v b="${MBPS[ssh-mux]}" 'BEGIN { printf "%.2f", a / b }')
 V1=MISS; awk -v d="$D50" 'BEGIN { exit !(d <= 3) }' && V1=ok
 V2=MISS; awk -v r="$RTP" 'BEGIN { exit !(r >= 3) }' && V2=ok
 RATIOS=("wsctl-unix p50 - local p50: $D50 ms (target <= 3 ms: $V1)"
-	"wsctl-unix / ssh-mux throughput: ${RTP}x (target >= 3x: $V2)")
+	"wsctl-unix / ssh-mux throughput: ${RTP}x (target >= 3x: $V2)"
+	"ceiling here: relay / ssh-mux $(awk -v a="${MBPS[relay]}" -v b="${MBPS[ssh-mux]}" 'BEGIN { printf "%.2f", a / b }')x; wsctl-unix / relay $(awk -v a="${MBPS[wsctl-unix]}" -v b="${MBPS[relay]}" 'BEGIN { printf "%.2f", a / b }')")
 if [ "$TCP" = 1 ]; then
 	RATIOS+=("wsctl-tcp p50 - local p50: $(awk -v a="${P50[wsctl-tcp]}" -v b="${P50[local]}" 'BEGIN { printf "%.3f", a - b }') ms; wsctl-tcp / ssh-mux throughput: $(awk -v a="${MBPS[wsctl-tcp]}" -v b="${MBPS[ssh-mux]}" 'BEGIN { printf "%.2f", a / b }')x")
 fi
@@ -260,6 +266,7 @@ SSH_VER=$(ssh -V 2>&1)
 	echo
 	echo "local: \`$TRUE\` forked from bash. ssh-mux: $SSH_VER, \`ssh -S CTL host true\` over a"
 	echo "ControlMaster connection (ControlPersist) to a throwaway sshd on 127.0.0.1, Ciphers $SSH_CIPHER."
-	echo "Throughput: \`head -c $SIZE /dev/zero\` on the far side, stdout piped to \`wc -c\` here."
+	echo "Throughput: \`head -c $SIZE /dev/zero\` on the far side, stdout piped to \`wc -c\` here;"
+	echo "relay: \`head -c $SIZE /dev/zero | cat | cat | wc -c\`, the ceiling for two relaying processes."
 } >"$MD_OUT"
 say "exec.sh: $ELAPSED s; markdown table written to $MD_OUT"

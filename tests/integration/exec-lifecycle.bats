@@ -257,6 +257,45 @@ EOF'
 	"$W" exec --tag e8 -- true
 }
 
+# cmd_cgroups BASE: how many cmd-* cgroups BASE (a path in the pod) has.
+cmd_cgroups() {
+	pod_run sh -c 'ls -d "$1"/cmd-* 2>/dev/null | wc -l' sh "$1"
+}
+
+@test "a command's cgroup goes at its exit; one a dying process holds, when its record goes" {
+	agentd_tcp --exit-keep 2
+	local cg mnt base i n
+	cg=$("$W" exec -- cat /proc/self/cgroup | sed -n 's/^0:://p')
+	case $cg in
+	*/wsbridge-agentd.*/cmd-*) ;;
+	*) skip "no per-command cgroup here ($cg)" ;;
+	esac
+	mnt=$(pod_run awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+	base=$mnt${cg%/cmd-*}
+	for i in 1 2 3; do "$W" exec -- true; done
+	for i in $(seq 40); do
+		n=$(cmd_cgroups "$base")
+		[ "$n" = 0 ] && break
+		sleep 0.05
+	done
+	assert_eq "$n" 0 "cmd-* cgroups left under $base after plain commands"
+	# Killed trees whose member takes a while to exit (300 MiB to free): at
+	# the report the cgroup may still count it, but cgroup.procs no longer
+	# lists it, so rmdir says EBUSY; agentd tries again when the record goes.
+	for i in 1 2 3; do
+		run --separate-stderr "$W" exec --timeout 1 -- sh -c \
+			'python3 -c "b = bytearray(300 << 20); import time; time.sleep(100)" >/dev/null 2>&1 & sleep 100'
+		assert_status 124
+	done
+	sleep 2.5
+	for i in $(seq 40); do
+		n=$(cmd_cgroups "$base")
+		[ "$n" = 0 ] && break
+		sleep 0.05
+	done
+	assert_eq "$n" 0 "cmd-* cgroups left under $base after killed trees and --exit-keep"
+}
+
 @test "E9: arguments stay arguments through --detach, attach, ps and List" {
 	agentd_tcp
 	mkdir "$ROOT/d i r"

@@ -88,7 +88,6 @@ teardown() {
 	assert_contains "$stderr" "PERMISSION_DENIED"
 }
 
-
 @test "a bare program name is searched in the command's PATH as execvp(3) does" {
 	mkdir -p "$ROOT/b1" "$ROOT/b2" "$ROOT/b3"
 	# b1/tool cannot be run (EACCES): the search goes on to b2/tool.
@@ -116,6 +115,7 @@ teardown() {
 	assert_status 126
 	assert_contains "$stderr" "PERMISSION_DENIED"
 }
+
 @test "exit code passthrough" {
 	local c
 	for c in 0 1 7 42 125 126 127 255; do

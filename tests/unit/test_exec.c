@@ -1194,12 +1194,22 @@ static void test_spawn_errors(void **state)
 	struct fixture *f = *state;
 	const char *missing[] = { "wsb-no-such-program", NULL };
 	const char *noexec[] = { "./noexec.sh", NULL };
+	static char longname[NAME_MAX + 2];
+	const char *empty[] = { "", NULL }, *toolong[] = { longname, NULL };
 	struct exec_spec spec = { .argv = missing, .cwd_fd = -1 };
 	struct result r;
 	int fd;
 
+	memset(longname, 'x', NAME_MAX + 1);
 	result_init(&r);
 	assert_int_equal(spawn(f, &spec, &r), -ENOENT);
+	/* "" is no program (execvp(3): ENOENT), not the first PATH
+	 * directory (which execve(2) refuses with EACCES) */
+	spec.argv = empty;
+	assert_int_equal(spawn(f, &spec, &r), -ENOENT);
+	/* a name longer than NAME_MAX: ENAMETOOLONG, as execvp(3) */
+	spec.argv = toolong;
+	assert_int_equal(spawn(f, &spec, &r), -ENAMETOOLONG);
 
 	fd = openat(f->root.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(fd >= 0);
