@@ -1487,8 +1487,9 @@ CHILD_FN static void child_execve(const struct child_ctx *c, const char *file)
  * rules are glibc 2.36's execvpe (posix/execvpe.c): "" is ENOENT; an empty
  * PATH element is the working directory; EACCES, ENOENT, ENOTDIR, ESTALE,
  * ENODEV and ETIMEDOUT go on to the next element, any other error stops
- * (ENAMETOOLONG for a name longer than PATH_MAX); at the end EACCES if any
- * element gave it, else the last error. Returns (errno set) only when
+ * (ENAMETOOLONG for a directory and name longer than PATH_MAX together; an
+ * element of PATH_MAX - 1 bytes or more is skipped); at the end EACCES if
+ * any element gave it, else the last error. Returns (errno set) only when
  * nothing could be run.
  */
 CHILD_FN static void child_exec(const struct child_ctx *c)
@@ -1510,11 +1511,18 @@ CHILD_FN static void child_exec(const struct child_ctx *c)
 		errno = ENAMETOOLONG;
 		return;
 	}
+	errno = ENOENT; /* if no element is tried */
 	for (p = c->path;; p = end + 1) {
 		end = strchrnul(p, ':');
 		dlen = (size_t)(end - p);
+		if (dlen >= PATH_MAX - 1) {
+			/* no such directory can exist: skipped, as glibc does */
+			if (!*end)
+				break;
+			continue;
+		}
 		if (dlen + 1 + flen >= sizeof(buf)) {
-			errno = ENAMETOOLONG;
+			errno = ENAMETOOLONG; /* what execve(2) would say */
 			return;
 		}
 		memcpy(buf, p, dlen);
@@ -1942,8 +1950,10 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	c.envp = envp;
 	c.path = "/bin:/usr/bin"; /* glibc's _CS_PATH when PATH is unset */
 	for (i = 0; envp[i]; i++)
-		if (strncmp(envp[i], "PATH=", 5) == 0)
-			c.path = envp[i] + 5;
+		if (strncmp(envp[i], "PATH=", 5) == 0) {
+			c.path = envp[i] + 5; /* the first, as getenv(3) and env_build() */
+			break;
+		}
 	c.sh_argv = malloc((p->argc + 2) * sizeof(*c.sh_argv));
 	if (!c.sh_argv) {
 		r = -ENOMEM;

@@ -437,9 +437,15 @@ static void start_spawn_failed(struct rpc_call *call, struct exec_table *t, int 
 		rpc_finish(call, WSB_NOT_FOUND, ENOENT, "no such program '%s'", name);
 		break;
 	case EAGAIN:
-		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EAGAIN,
-			   "too many processes running (limit %u, agentd --max-procs)",
-			   exec_table_max(t));
+		if (exec_table_running(t) >= exec_table_max(t))
+			rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EAGAIN,
+				   "too many processes running (limit %u, agentd --max-procs)",
+				   exec_table_max(t));
+		else /* clone(2) refused: RLIMIT_NPROC or the pod's pids.max */
+			rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EAGAIN,
+				   "cannot run '%s': the system refused a new process (EAGAIN: "
+				   "the user's process limit, RLIMIT_NPROC, or the pod's pids "
+				   "limit)", name);
 		break;
 	case EEXIST:
 		other = exec_find_tag(t, tag);
@@ -1221,9 +1227,12 @@ static void cmds_next(struct cmds_ctx *ctx)
 			}
 			exec_kill(p, EXEC_KILLED_DETACHED);
 		}
-		if (r == -EAGAIN)
+		if (r == -EAGAIN && exec_table_running(t) >= exec_table_max(t))
 			buf_printf(&ctx->out, "[not started: too many commands running (limit %u)]\n",
 				   exec_table_max(t));
+		else if (r == -EAGAIN)
+			buf_printf(&ctx->out, "[not started: the system refused a new process "
+					      "(RLIMIT_NPROC or the pod's pids limit)]\n");
 		else
 			buf_printf(&ctx->out, "[not started: %s]\n", strerror(-r));
 	}

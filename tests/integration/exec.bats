@@ -100,6 +100,14 @@ teardown() {
 	run --separate-stderr "$WSCTL" exec --env PATH=/no/such/dir:b1:b2 -- tool 'a b'
 	assert_status 0
 	assert_eq "$output" "from-b2 a b"
+	# An element longer than PATH_MAX is skipped, not the end of the search.
+	local long
+	long=/$(printf '%5000s' '' | tr ' ' a)
+	run --separate-stderr "$WSCTL" exec --env "PATH=$long:b2" -- tool x
+	assert_status 0
+	assert_eq "$output" "from-b2 x"
+	run -127 --separate-stderr "$WSCTL" exec --env "PATH=b2:$long" -- no-such-tool
+	assert_contains "$stderr" "NOT_FOUND"
 	run --separate-stderr "$WSCTL" exec --env PATH=b3 -- plain 'x y' z
 	assert_status 0
 	assert_eq "$output" "plain-script 2 x y"
