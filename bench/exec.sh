@@ -230,7 +230,7 @@ ROWS=()
 for t in "${TARGETS[@]}"; do
 	ROWS+=("$t"$'\t'"${P50[$t]}"$'\t'"${P99[$t]}"$'\t'"${MEAN[$t]}"$'\t'"${MBPS[$t]}")
 done
-ROWS+=("relay (cat | cat)"$'\t'-$'\t'-$'\t'-$'\t'"${MBPS[relay]}")
+ROWS+=("relay (cat, cat)"$'\t'-$'\t'-$'\t'-$'\t'"${MBPS[relay]}")
 D50=$(awk -v a="${P50[wsctl-unix]}" -v b="${P50[local]}" 'BEGIN { printf "%.3f", a - b }')
 RTP=$(awk -v a="${MBPS[wsctl-unix]}" -v b="${MBPS[ssh-mux]}" 'BEGIN { printf "%.2f", a / b }')
 V1=MISS; awk -v d="$D50" 'BEGIN { exit !(d <= 3) }' && V1=ok
