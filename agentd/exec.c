@@ -553,8 +553,9 @@ static int cg_create(struct exec_process *p)
  * Remove cmd-<id>; background leftovers of a command that exited are moved
  * to the base cgroup first (they outlive their command). A process still
  * in do_exit(2) keeps the cgroup populated (EBUSY) but is no longer in
- * cgroup.procs to be moved: then, unless @p final, p->cg_fd stays so that
- * drop() tries again later. Returns true when p->cg_fd is gone.
+ * cgroup.procs to be moved, and one may fork during the move: then, unless
+ * @p final, p->cg_fd stays so that drop() tries again later. Returns true
+ * when p->cg_fd is gone.
  */
 static bool cg_remove(struct exec_process *p, bool final)
 {
@@ -565,8 +566,15 @@ static bool cg_remove(struct exec_process *p, bool final)
 		return true;
 	snprintf(name, sizeof(name), "cmd-%llu", (unsigned long long)p->id);
 	if (t->cg_fd >= 0 && unlinkat(t->cg_fd, name, AT_REMOVEDIR) < 0 && errno == EBUSY) {
-		cg_move_all(p->cg_fd, t->cg_fd);
-		if (unlinkat(t->cg_fd, name, AT_REMOVEDIR) < 0 && errno == EBUSY && !final)
+		bool busy = true;
+		int round;
+
+		/* Leftovers may fork while they are moved: a few rounds. */
+		for (round = 0; busy && round < 3; round++) {
+			cg_move_all(p->cg_fd, t->cg_fd);
+			busy = unlinkat(t->cg_fd, name, AT_REMOVEDIR) < 0 && errno == EBUSY;
+		}
+		if (busy && !final)
 			return false;
 	}
 	close_fd(&p->cg_fd);
