@@ -522,13 +522,16 @@ static void cg_note_fallback(struct exec_table *t, const char *what, int err)
 /*
  * Make cmd-<id> for @p p. Sets p->cg_fd and returns the fd of its
  * cgroup.procs for the child to join (write "0": the writer moves,
- * cgroup-v2.rst), or -1 when there is no cgroup for it.
+ * cgroup-v2.rst), -1 when there is no cgroup for it (the kernel or the
+ * delegation refuses one: logged once), or -EMFILE/-ENFILE when agentd is
+ * out of descriptors: that fails the start rather than run the command
+ * without the cgroup its tree kill relies on.
  */
 static int cg_create(struct exec_process *p)
 {
 	struct exec_table *t = p->table;
 	char name[64], procs[80];
-	int fd;
+	int fd, err;
 
 	if (t->cg_fd < 0)
 		return -1;
@@ -541,9 +544,12 @@ static int cg_create(struct exec_process *p)
 	p->cg_fd = openat(t->cg_fd, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	fd = p->cg_fd >= 0 ? openat(t->cg_fd, procs, O_WRONLY | O_CLOEXEC) : -1;
 	if (fd < 0) {
-		cg_note_fallback(t, "cannot open a command cgroup", errno);
+		err = errno;
 		close_fd(&p->cg_fd);
 		(void)unlinkat(t->cg_fd, name, AT_REMOVEDIR);
+		if (err == EMFILE || err == ENFILE)
+			return -err;
+		cg_note_fallback(t, "cannot open a command cgroup", err);
 		return -1;
 	}
 	return fd;
@@ -1948,6 +1954,10 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 		goto fail;
 	}
 	cg_procs = fd_high(cg_create(p));
+	if (cg_procs < -1) {
+		r = cg_procs;
+		goto fail;
+	}
 	c.cwd_fd = spec->cwd_fd;
 	snprintf(c.cwd_path, sizeof(c.cwd_path), "/proc/self/fd/%d", spec->cwd_fd);
 	c.cg_procs = cg_procs;

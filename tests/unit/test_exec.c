@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -968,6 +969,68 @@ static void test_signal_tree(void **state)
 	result_done(&r);
 }
 
+/*
+ * Out of descriptors, a start fails (EMFILE) rather than run the command
+ * without the cgroup its tree kill relies on: at every count of free
+ * descriptors from 0 to 12 (the start needs about 9 with a cgroup), a
+ * command that starts is in its own cgroup. Where this kernel gives
+ * commands no cgroup, skipped.
+ */
+static void test_spawn_fd_pressure(void **state)
+{
+	struct fixture *f = *state;
+	const char *argv[] = { "cat", "/proc/self/cgroup", NULL };
+	struct exec_spec spec = { .argv = argv, .cwd_fd = -1 };
+	struct rlimit old, lim;
+	int fill[256], nfill, k, i, r, lowest, failed = 0, started = 0;
+	struct result res;
+	bool in_cg;
+
+	result_init(&res);
+	assert_int_equal(spawn(f, &spec, &res), 0);
+	run_until_exited(f, &res);
+	in_cg = res.out[0] && memmem(res.out[0], res.len[0], "/cmd-", 5);
+	result_done(&res);
+	if (!in_cg) {
+		print_message("# no cgroup v2 for commands here\n");
+		skip();
+	}
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	lowest = dup(0);
+	assert_true(lowest >= 0);
+	close(lowest);
+	lim = old;
+	lim.rlim_cur = (rlim_t)lowest + 128;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+	for (k = 0; k <= 12; k++) {
+		for (nfill = 0; nfill < 256; nfill++) {
+			fill[nfill] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (fill[nfill] < 0)
+				break;
+		}
+		assert_true(nfill < 256 && nfill >= k);
+		for (i = 0; i < k; i++)
+			close(fill[--nfill]);
+		result_init(&res);
+		r = spawn(f, &spec, &res);
+		for (i = 0; i < nfill; i++)
+			close(fill[i]);
+		if (r < 0) {
+			if (r != -EMFILE && r != -ENFILE)
+				fail_msg("%d free descriptors: start failed with %d", k, r);
+			failed++;
+		} else {
+			run_until_exited(f, &res);
+			if (!res.out[0] || !memmem(res.out[0], res.len[0], "/cmd-", 5))
+				fail_msg("%d free descriptors: the command ran outside its cgroup", k);
+			started++;
+		}
+		result_done(&res);
+	}
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_true(failed > 0 && started > 0);
+}
+
 /* One Signal is one delivery, although the group and the cgroup overlap. */
 static void test_signal_delivered_once(void **state)
 {
@@ -1393,6 +1456,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill_while_paused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_process_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_tree, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_spawn_fd_pressure, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_delivered_once, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reap_orphan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tags_and_info, setup, teardown),
