@@ -257,9 +257,16 @@ EOF'
 	"$W" exec --tag e8 -- true
 }
 
-# cmd_cgroups BASE: how many cmd-* cgroups BASE (a path in the pod) has.
+# cmd_cgroups BASE: how many cmd-* cgroups BASE (a path in the pod) has,
+# polled for up to 1 s until none is left.
 cmd_cgroups() {
-	pod_run sh -c 'ls -d "$1"/cmd-* 2>/dev/null | wc -l' sh "$1"
+	local i n
+	for i in $(seq 20); do
+		n=$(pod_run sh -c 'ls -d "$1"/cmd-* 2>/dev/null | wc -l' sh "$1")
+		[ "$n" = 0 ] && break
+		sleep 0.05
+	done
+	echo "$n"
 }
 
 @test "a command's cgroup goes at its exit; one a dying process holds, when its record goes" {
@@ -272,12 +279,9 @@ cmd_cgroups() {
 	esac
 	mnt=$(pod_run awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 	base=$mnt${cg%/cmd-*}
+	# Removed at the exit, well before the records go (--exit-keep 2 s).
 	for i in 1 2 3; do "$W" exec -- true; done
-	for i in $(seq 40); do
-		n=$(cmd_cgroups "$base")
-		[ "$n" = 0 ] && break
-		sleep 0.05
-	done
+	n=$(cmd_cgroups "$base")
 	assert_eq "$n" 0 "cmd-* cgroups left under $base after plain commands"
 	# Killed trees whose member takes a while to exit (300 MiB to free): at
 	# the report the cgroup may still count it, but cgroup.procs no longer
@@ -288,11 +292,7 @@ cmd_cgroups() {
 		assert_status 124
 	done
 	sleep 2.5
-	for i in $(seq 40); do
-		n=$(cmd_cgroups "$base")
-		[ "$n" = 0 ] && break
-		sleep 0.05
-	done
+	n=$(cmd_cgroups "$base")
 	assert_eq "$n" 0 "cmd-* cgroups left under $base after killed trees and --exit-keep"
 }
 
