@@ -221,8 +221,19 @@ int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, m
 int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
 		struct stat *ret_st);
 
-/** unlink(2) and rmdir(2); the root itself is -EBUSY. */
-int fsops_unlink(const struct resolve_root *root, const void *path, size_t len);
+/**
+ * unlink(2) of @p path (@p len bytes). With @p ret_st, a regular file that
+ * other names keep is held across the unlink and its fstat(2) after it (its
+ * nlink and ctime changed) goes to *@p ret_st: 1 is returned then, 0 when
+ * the last name went, or when the file was replaced between the look and
+ * the unlink (the attributes are then of the file the name held a moment
+ * before; the watch reports such a change). -errno on failure; the root
+ * itself is -EBUSY. Any thread.
+ */
+int fsops_unlink(const struct resolve_root *root, const void *path, size_t len,
+		 struct stat *ret_st);
+
+/** rmdir(2); the root itself is -EBUSY. */
 int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len);
 
 /**

@@ -393,7 +393,7 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	struct agentd *ad = AD(data);
 	Wsbridge__V1__Attr a;
 	uint8_t *buf = NULL;
-	struct stat st;
+	struct stat st, after;
 	uint64_t id;
 	int flags, r;
 
@@ -451,6 +451,18 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 			rep.data.data = buf;
 			rep.data.len = (size_t)n <= want ? (size_t)n : want;
 		}
+		/* The attributes after the read: it may have set atime
+		 * (mount(8) relatime), and a client answers a stat from
+		 * them (wsfs: the kernel asks after every read). Only the
+		 * atime, though: a write in between keeps the attributes
+		 * that match the data. */
+		if (n >= 0 && fsops_fstat(ad->handles, id, &after) == 0 &&
+		    after.st_ino == st.st_ino && after.st_size == st.st_size &&
+		    after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
+		    after.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
+		    after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
+		    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec)
+			attr_from_stat(&a, &after);
 	}
 	rpc_reply(call, &rep.base);
 	free(buf);
@@ -460,6 +472,8 @@ static void do_read(struct rpc_call *call, const ProtobufCMessage *req, void *da
 {
 	const Wsbridge__V1__ReadRequest *q = (const void *)req;
 	Wsbridge__V1__ReadReply rep = WSBRIDGE__V1__READ_REPLY__INIT;
+	Wsbridge__V1__Attr a;
+	struct stat st;
 	uint8_t *buf;
 	ssize_t n;
 
@@ -480,6 +494,11 @@ static void do_read(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	} else {
 		rep.data.data = buf;
 		rep.data.len = (size_t)n;
+		/* After the read, which may have set atime (as Open's). */
+		if (fsops_fstat(AD(data)->handles, q->handle, &st) == 0) {
+			attr_from_stat(&a, &st);
+			rep.attr = &a;
+		}
 		rpc_reply(call, &rep.base);
 	}
 	free(buf);
@@ -618,11 +637,15 @@ static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *d
 static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__PathRequest *q = (const void *)req;
-	int r = fsops_unlink(&AD(data)->root, q->path.data, q->path.len);
+	Wsbridge__V1__AttrReply rep = WSBRIDGE__V1__ATTR_REPLY__INIT;
+	struct stat st;
+	int r = fsops_unlink(&AD(data)->root, q->path.data, q->path.len, &st);
 
 	if (r < 0)
 		return fail_path(call, r, "unlink", &q->path);
-	reply_empty(call);
+	if (r > 0)
+		return reply_attr(call, &st); /* other names keep the file */
+	rpc_reply(call, &rep.base);
 }
 
 static void do_rmdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)

@@ -1064,6 +1064,49 @@ static void read_mark(struct wsfs *fs)
 	atomic_fetch_add(&fs->agen, 1);
 }
 
+/*
+ * The attributes agentd last reported for @ino (node_attr_*: with an Open
+ * or a Read, which may have set atime), while the watch is live and they
+ * are at most watch_timeout old, as ttl_for() lets the kernel keep them:
+ * the kernel asks GETATTR after every read it sent (fs/fuse/file.c
+ * fuse_invalidate_atime), so without these a `git commit` after `git add`
+ * costs one Stat per file.
+ */
+static bool attr_kept(struct wsfs *fs, fuse_ino_t ino, struct stat *st)
+{
+	if (watch_ttl_ns(fs) <= 0 || !atomic_load(&fs->watch_live))
+		return false;
+	return node_attr_get(fs->nodes, ino, wsfs_now_ns() - watch_ttl_ns(fs), st);
+}
+
+/* Keep @a (may be NULL), reported by a call on @ino that began at @at_ns
+ * under node_attr_ver() @ver, for attr_kept(). */
+static void attr_keep(struct wsfs *fs, fuse_ino_t ino, uint64_t ver, int64_t at_ns,
+		      const Wsbridge__V1__Attr *a)
+{
+	struct stat st;
+
+	if (a && attr_to_stat(a, &st) == 0)
+		node_attr_put(fs->nodes, ino, ver, &st, at_ns);
+}
+
+/*
+ * Keep @a for @ino after a change of this mount's own that dropped what was
+ * kept (a version taken before the call would not match): only when no
+ * event at all came since the call began (inval_seq still @seq0) and no
+ * other own change ended meanwhile (mgen @mgen0 + 1: the call's own bump;
+ * each change bumps mgen before its wsfs_self_end()), and with the version
+ * taken first, so that a drop after these checks still drops it.
+ */
+static void attr_keep_new(struct wsfs *fs, fuse_ino_t ino, uint64_t seq0, uint64_t mgen0,
+			  int64_t at_ns, const Wsbridge__V1__Attr *a)
+{
+	uint64_t ver = node_attr_ver(fs->nodes, ino);
+
+	if (seq_now(fs) == seq0 && atomic_load(&fs->mgen) == mgen0 + 1)
+		attr_keep(fs, ino, ver, at_ns, a);
+}
+
 static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -1072,7 +1115,7 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int r;
 
 	first_request(fs);
-	if (own_attr(fs, ino, &st)) {
+	if (own_attr(fs, ino, &st) || attr_kept(fs, ino, &st)) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
@@ -1346,10 +1389,14 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	free_reply(rep);
 }
 
-static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const char *method)
+/* Unlink (@dir false) or Rmdir (@dir true) of @name in @parent. */
+static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id;
+	int64_t at0 = wsfs_now_ns();
 	char *path = NULL;
 	size_t len;
 	int r;
@@ -1358,24 +1405,36 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, const
 	if (r == 0) {
 		q.path = bin(path, len);
 		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
-		r = rpc(fs, method, &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		if (dir)
+			r = rpc(fs, M("Rmdir"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		else
+			r = rpc(fs, M("Unlink"), &q.base, &wsbridge__v1__attr_reply__descriptor,
+				&rep);
 		wsfs_self_end(fs, path, len, r == 0, NULL);
 		known_update(fs, parent, name, r, false);
 	}
-	if (r == 0)
-		node_unlink(fs->nodes, parent, name, strlen(name));
+	if (r == 0) {
+		id = node_unlink(fs->nodes, parent, name, strlen(name));
+		/* Another name keeps the file (git's objects: link, then
+		 * unlink of the temporary name); the kernel dropped its
+		 * attributes (nlink) and asks next (fs/fuse/dir.c
+		 * fuse_unlink). */
+		if (id && rep && rep->attr)
+			attr_keep_new(fs, id, seq0, mgen0, at0, rep->attr);
+	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
+	free_reply(rep);
 }
 
 static void ws_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	do_remove(req, parent, name, M("Unlink"));
+	do_remove(req, parent, name, false);
 }
 
 static void ws_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	do_remove(req, parent, name, M("Rmdir"));
+	do_remove(req, parent, name, true);
 }
 
 static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -1526,7 +1585,8 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
 	Wsbridge__V1__OpenReply *rep = NULL;
-	uint64_t seq0, mgen0;
+	uint64_t seq0, mgen0, aver0;
+	int64_t at0;
 	struct node_info info;
 	struct stat st;
 	char *path = NULL;
@@ -1550,6 +1610,8 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		q.read_ahead = OPEN_READ_AHEAD;
 	seq0 = seq_now(fs);
 	mgen0 = atomic_load(&fs->mgen);
+	aver0 = node_attr_ver(fs->nodes, ino);
+	at0 = wsfs_now_ns();
 	if (q.truncate)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 	read_mark(fs); /* Open may read (atime) */
@@ -1587,6 +1649,8 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
 	else
 		release_handle(fs, rep->handle);
+	if (r == 0 && !fi->direct_io)
+		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
 		struct wsfs_file *f = file_of(fi);
 
@@ -1752,15 +1816,18 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct hslot s = { f, &q.handle };
 	char *buf = NULL;
 	size_t got = 0;
+	uint64_t aver0;
+	int64_t at0;
 	int r;
 
-	(void)ino;
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	if (f && read_from_open(fs, f, req, size, off))
 		return;
+	aver0 = node_attr_ver(fs->nodes, ino);
+	at0 = wsfs_now_ns();
 	read_mark(fs); /* agentd's read may set atime */
 	if (size <= CHUNK_MAX) {
 		/* The common case: one RPC, replied from its buffer. */
@@ -1769,11 +1836,14 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor,
 			     &rep);
 		read_mark(fs);
-		if (r < 0)
+		if (r < 0) {
 			reply_err(req, r);
-		else
+		} else {
+			/* Before the reply: the kernel's GETATTR follows it. */
+			attr_keep(fs, ino, aver0, at0, rep->attr);
 			fuse_reply_buf(req, (const char *)rep->data.data,
 				       rep->data.len < size ? rep->data.len : size);
+		}
 		free_reply(rep);
 		return;
 	}
@@ -1797,6 +1867,8 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		n = rep->data.len < want ? rep->data.len : want;
 		memcpy(buf + got, rep->data.data, n);
 		got += n;
+		if (n < want || got == size)
+			attr_keep(fs, ino, aver0, at0, rep->attr); /* after the last */
 		free_reply(rep);
 		rep = NULL;
 		if (n < want)
@@ -2532,6 +2604,7 @@ static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		q.replace = flags & XATTR_REPLACE;
 		r = rpc(fs, M("SetXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		mutated(fs);
+		node_attr_drop(fs->nodes, ino); /* ctime */
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
@@ -2662,6 +2735,7 @@ static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		q.name = bin(name, strlen(name));
 		r = rpc(fs, M("RemoveXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		mutated(fs);
+		node_attr_drop(fs->nodes, ino); /* ctime */
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);

@@ -223,8 +223,10 @@ void wsfs_invalidate_all(struct wsfs *fs);
  * An own operation that causes Watch events of @p kinds (enum
  * wsfs_self_kind bits) on wire path @p path (@p len bytes) is about to be
  * sent to agentd. Pair with wsfs_self_end() (same path) when its reply
- * arrived or it failed. Any thread; takes self_lock only; never blocks on
- * I/O. Out of memory or over WSFS_SELF_MAX records nothing (echoes then
+ * arrived or it failed. Drops the attributes kept for the file @p path
+ * names (node_attr_drop_path()), as wsfs_self_end() does again. Any
+ * thread; takes the node table's lock and self_lock, one after the other
+ * (never nested); never blocks on I/O. Out of memory or over WSFS_SELF_MAX records nothing (echoes then
  * invalidate as before).
  */
 void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kinds);

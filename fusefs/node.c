@@ -45,6 +45,8 @@ struct node {
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
 	struct node_own *own;  /* node_own_set(), or NULL */
+	struct node_attr *attr; /* node_attr_put(), or NULL */
+	uint64_t aver;         /* t->attr_clock at the last attr_drop() */
 	struct node_fh *files; /* open files, most recent first */
 	unsigned n_files;
 	bool known;            /* a directory whose names are all in t->known */
@@ -59,6 +61,13 @@ struct node_own {
 	struct stat st;
 	uint64_t gen, seq;
 	int64_t at_ns;
+};
+
+/* Attributes agentd reported for a node (node_attr_*). */
+struct node_attr {
+	struct stat st;
+	uint64_t ver;  /* attr_ver() when they were asked for */
+	int64_t at_ns; /* CLOCK_MONOTONIC, when they were asked for */
 };
 
 /* A name of a directory whose listing is known in full (node_known_*). */
@@ -85,6 +94,8 @@ struct node_table {
 	struct kname **known;
 	size_t known_cap; /* power of two */
 	size_t n_known;   /* names, in all known directories */
+	uint64_t attr_clock; /* bumped by every attr_drop() and node_attr_drop_all() */
+	uint64_t attr_all;   /* attr_clock at the last node_attr_drop_all() */
 	uint64_t next_id;
 	uint64_t k0, k1; /* SipHash key */
 	struct node *root;
@@ -209,6 +220,23 @@ static struct node *by_id(struct node_table *t, uint64_t id)
 	while (n && n->id != id)
 		n = n->id_next;
 	return n;
+}
+
+/* ---- attributes agentd reported (node_attr_*) ---- */
+
+/* What a kept attribute of @n must have been asked for under: it changes
+ * with every drop of @n's and every node_attr_drop_all(). */
+static uint64_t attr_ver(const struct node_table *t, const struct node *n)
+{
+	return n->aver > t->attr_all ? n->aver : t->attr_all;
+}
+
+/* Forget @n's kept attributes, and make a put asked for before now fail. */
+static void attr_drop(struct node_table *t, struct node *n)
+{
+	n->aver = ++t->attr_clock;
+	free(n->attr);
+	n->attr = NULL;
 }
 
 static void id_insert(struct node_table *t, struct node *n)
@@ -491,6 +519,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 		ino_remove(t, n);
 		id_remove(t, n);
 		free(n->own);
+		free(n->attr);
 		free(n);
 		n = next;
 	}
@@ -502,6 +531,7 @@ static void unname(struct node_table *t, struct link *l)
 	struct node *n = l->node, *p = l->parent;
 
 	p->refs++; /* p outlives n's release */
+	attr_drop(t, n); /* its nlink, ctime */
 	link_remove(t, l);
 	maybe_free(t, n);
 	p->refs--;
@@ -603,6 +633,7 @@ void node_table_free(struct node_table *t)
 		for (; n; n = next) {
 			next = n->id_next;
 			free(n->own);
+			free(n->attr);
 			free(n);
 		}
 	}
@@ -843,6 +874,10 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 		goto out; /* the same name, or both unknown */
 	if (src && dst && src->node == dst->node)
 		goto out; /* two links of one file: rename(2) does nothing */
+	if (src)
+		attr_drop(t, src->node); /* ctime */
+	if (dst)
+		attr_drop(t, dst->node);
 	if ((src && is_ancestor(t, src->node, np)) ||
 	    (exchange && dst && is_ancestor(t, dst->node, op))) {
 		r = -EINVAL;
@@ -950,11 +985,118 @@ void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s)
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
 	if (n) {
-		if (s)
+		if (s) {
 			n->seen = *s;
-		else
+		} else {
 			memset(&n->seen, 0, sizeof(n->seen));
+			attr_drop(t, n);
+		}
 	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+uint64_t node_attr_ver(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	uint64_t v = UINT64_MAX;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		v = attr_ver(t, n);
+	pthread_mutex_unlock(&t->lock);
+	return v;
+}
+
+void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
+		   int64_t at_ns)
+{
+	struct node *n;
+
+	/* inotify reports a change under one name only (inotify(7)): the
+	 * other names of a hard-linked file would leave these stale. */
+	if (!S_ISREG(st->st_mode) || st->st_nlink != 1)
+		return;
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && attr_ver(t, n) == ver && n->links && n->ino == st->st_ino) {
+		if (!n->attr)
+			n->attr = malloc(sizeof(*n->attr));
+		if (n->attr) {
+			n->attr->st = *st;
+			n->attr->ver = ver;
+			n->attr->at_ns = at_ns;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns, struct stat *ret)
+{
+	struct node *n;
+	bool ok = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->attr && n->attr->ver == attr_ver(t, n) && n->attr->at_ns >= min_ns) {
+		*ret = n->attr->st;
+		ok = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ok;
+}
+
+void node_attr_drop(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		attr_drop(t, n);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* Drop what is kept for every node of server inode @ino (t->lock held). */
+static void attr_drop_ino(struct node_table *t, uint64_t ino)
+{
+	for (struct node *n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n; n = n->ino_next)
+		if (n->ino == ino)
+			attr_drop(t, n);
+}
+
+void node_attr_drop_ino(struct node_table *t, uint64_t ino)
+{
+	pthread_mutex_lock(&t->lock);
+	attr_drop_ino(t, ino);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_attr_drop_path(struct node_table *t, const char *path, size_t len)
+{
+	uint64_t parent, id;
+	const char *name;
+	size_t name_len;
+	struct node *n;
+
+	if (node_resolve(t, path, len, &parent, &id, &name, &name_len) < 0 || !id)
+		return;
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		attr_drop(t, n);
+		/* Other nodes of the file: one made for a name the pod gave
+		 * it (a rename the table has not followed). */
+		if (n->ino)
+			attr_drop_ino(t, n->ino);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_attr_drop_all(struct node_table *t)
+{
+	pthread_mutex_lock(&t->lock);
+	t->attr_all = ++t->attr_clock;
 	pthread_mutex_unlock(&t->lock);
 }
 

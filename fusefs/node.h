@@ -265,6 +265,52 @@ bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq,
 		  struct stat *ret);
 
 /**
+ * Attributes agentd reported for a file (node_attr_*): what answers the
+ * kernel's GETATTR after a read, which drops the atime it had cached
+ * (fs/fuse/file.c fuse_invalidate_atime) and so asks after every file it
+ * read. A caller takes node_attr_ver() before the call that reports them
+ * and node_attr_put()s what it reported; the put keeps nothing when
+ * anything dropped the node's attributes meanwhile. They are dropped by
+ * node_seen_set(NULL) (the watch's invalidations), node_attr_drop() and
+ * _drop_path() (an own change), the loss or move of any of the node's
+ * names (node_unlink(), node_rename()) and node_attr_drop_all(). Any
+ * thread; each call takes the table's lock.
+ */
+
+/** The version a put for @p id must match; UINT64_MAX for an unknown id. */
+uint64_t node_attr_ver(struct node_table *t, uint64_t id);
+
+/**
+ * Keep @p st (copied) for @p id, asked for at @p at_ns (CLOCK_MONOTONIC ns)
+ * under version @p ver, if that is still the node's version, the node is
+ * named and has server inode st->st_ino, and @p st is a regular file with
+ * one link (inotify(7) reports a change under one name only). Out of
+ * memory keeps nothing.
+ */
+void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
+		   int64_t at_ns);
+
+/** What node_attr_put() kept for @p id into *@p ret, if asked for at or after
+ * @p min_ns and not dropped since. Returns true then, else false. */
+bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns, struct stat *ret);
+
+/** Drop what is kept for @p id (a no-op for an unknown id). */
+void node_attr_drop(struct node_table *t, uint64_t id);
+
+/** Drop what is kept for the node wire path @p path (@p len bytes) names, as
+ * node_resolve() finds it, and for every other node of its server inode (a
+ * no-op when none). */
+void node_attr_drop_path(struct node_table *t, const char *path, size_t len);
+
+/** Drop what is kept for every node of server inode @p ino: the watch names
+ * a file by the path the pod gave it, which the table may not follow (a
+ * rename of the file or of a directory above it, in the pod). */
+void node_attr_drop_ino(struct node_table *t, uint64_t ino);
+
+/** Drop what is kept for every node. */
+void node_attr_drop_all(struct node_table *t);
+
+/**
  * Register the open file @p f on node @p id with one reference (the open);
  * the node is held until the last node_fh_put(). Returns 0 or -ESTALE.
  */

@@ -63,6 +63,7 @@ static void inval_inode(struct wsfs *fs, uint64_t id, off_t off)
 	int r;
 
 	atomic_fetch_add(&fs->inval_seq, 1);
+	node_attr_drop(fs->nodes, id);
 	r = fuse_lowlevel_notify_inval_inode(fs->se, id, off, 0);
 
 	if (r < 0 && r != -ENOENT)
@@ -76,6 +77,7 @@ void wsfs_invalidate_all(struct wsfs *fs)
 
 	atomic_fetch_add(&fs->inval_seq, 1);
 	node_known_drop_all(fs->nodes);
+	node_attr_drop_all(fs->nodes);
 	if (node_snapshot(fs->nodes, &refs, &n) < 0) {
 		inval_inode(fs, NODE_ROOT_ID, 0);
 		return;
@@ -90,8 +92,9 @@ void wsfs_invalidate_all(struct wsfs *fs)
 	node_snapshot_free(refs, n);
 }
 
-/* Contents or attributes of @path changed. */
-static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path)
+/* Contents or attributes of @path changed; @attr, its lstat (may be NULL). */
+static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
+		       const Wsbridge__V1__Attr *attr)
 {
 	uint64_t parent, id;
 	const char *name;
@@ -100,6 +103,12 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path)
 	/* Even for a file this mount has no node for: its attributes may sit
 	 * in a prefetched listing (fs.c), valid only while inval_seq stays. */
 	atomic_fetch_add(&fs->inval_seq, 1);
+	/* What fs.c kept of the file, under whatever name the table has
+	 * for it (the pod may have renamed it or a directory above). */
+	if (attr)
+		node_attr_drop_ino(fs->nodes, attr->ino);
+	else
+		node_attr_drop_all(fs->nodes);
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0) {
 		/* The root itself (or a path we cannot name). */
@@ -262,6 +271,9 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 	int64_t now = wsfs_now_ns();
 	struct wsfs_self *e;
 
+	/* What fs.c keeps of the file's attributes ends with the change
+	 * (node_attr_*), here and at its end: a reply that raced with it. */
+	node_attr_drop_path(fs->nodes, path, len);
 	pthread_mutex_lock(&fs->self_lock);
 	e = self_find(fs, path, len, h, now);
 	if (e && !self_live(e, now)) {
@@ -324,6 +336,7 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 	int64_t now = wsfs_now_ns();
 	struct wsfs_self *e;
 
+	node_attr_drop_path(fs->nodes, path, len);
 	pthread_mutex_lock(&fs->self_lock);
 	e = self_find(fs, path, len, h, now);
 	if (e && e->inflight > 0) {
@@ -532,7 +545,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			break;
 		}
 		/* Each CHANGED is checked by attributes: nothing to forget. */
-		ev_changed(fs, &ev->path);
+		ev_changed(fs, &ev->path, ev->attr);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__CREATED:
 		/* Own create/mkdir/link/...: the kernel has the reply's

@@ -392,13 +392,13 @@ static void test_create_modes(void **state)
 		assert_int_equal(fsops_release(fx->h, id), 0);
 	}
 	assert_int_equal(fsops_rmdir(&fx->root, P("d")), -ENOTEMPTY);
-	assert_int_equal(fsops_unlink(&fx->root, P("d/fifo")), 0);
-	assert_int_equal(fsops_unlink(&fx->root, P("d/reg")), 0);
-	assert_int_equal(fsops_unlink(&fx->root, P("d/sock")), 0);
+	assert_int_equal(fsops_unlink(&fx->root, P("d/fifo"), NULL), 0);
+	assert_int_equal(fsops_unlink(&fx->root, P("d/reg"), NULL), 0);
+	assert_int_equal(fsops_unlink(&fx->root, P("d/sock"), NULL), 0);
 	assert_int_equal(fsops_rmdir(&fx->root, P("d")), 0);
 	assert_int_equal(fsops_rmdir(&fx->root, P("")), -EBUSY);
 	/* unlinking a symlink that points outside removes the link only */
-	assert_int_equal(fsops_unlink(&fx->root, P("abs")), 0);
+	assert_int_equal(fsops_unlink(&fx->root, P("abs"), NULL), 0);
 	assert_false(exists_at(fx->rootdir, "abs"));
 }
 
@@ -426,6 +426,34 @@ static void test_links(void **state)
 	assert_true(S_ISLNK(st.st_mode));
 	assert_int_equal(st.st_nlink, 2);
 	assert_int_equal(fsops_link(&fx->root, P("f"), P("../outside/f"), &st), -EXDEV);
+	/* Unlink of one name of a file that another keeps reports the file
+	 * as the unlink left it (git's objects: link, unlink the temporary
+	 * name); of the last name, nothing. */
+	{
+		struct stat before, after, left;
+		char p2[160];
+
+		assert_int_equal(fsops_link(&fx->root, P("f"), P("f2"), &before), 0);
+		assert_int_equal(before.st_nlink, 2);
+		usleep(20000); /* ctime ticks (the kernel's coarse clock) */
+		memset(&after, 0, sizeof(after));
+		assert_int_equal(fsops_unlink(&fx->root, P("f"), &after), 1);
+		assert_int_equal(after.st_ino, before.st_ino);
+		assert_int_equal(after.st_nlink, 1);
+		snprintf(p2, sizeof(p2), "%s/f2", fx->rootdir);
+		assert_int_equal(lstat(p2, &left), 0);
+		assert_int_equal(after.st_ctim.tv_sec, left.st_ctim.tv_sec);
+		assert_int_equal(after.st_ctim.tv_nsec, left.st_ctim.tv_nsec);
+		assert_true(after.st_ctim.tv_sec != before.st_ctim.tv_sec ||
+			    after.st_ctim.tv_nsec != before.st_ctim.tv_nsec);
+		assert_int_equal(fsops_unlink(&fx->root, P("f2"), &after), 0);
+		assert_false(exists_at(fx->rootdir, "f2"));
+		assert_int_equal(fsops_unlink(&fx->root, P("f2"), &after), -ENOENT);
+		/* Not a regular file: nothing reported. */
+		assert_int_equal(fsops_unlink(&fx->root, P("abs_hard"), &after), 0);
+		/* Names that escape are refused as before. */
+		assert_int_equal(fsops_unlink(&fx->root, P("../outside/f"), &after), -EXDEV);
+	}
 	{
 		struct statvfs v;
 

@@ -381,6 +381,124 @@ static void test_own(void **state)
 	assert_false(node_own_get(t, f, 1, 1, 0, &got));
 }
 
+/* node_attr_*: what a read reported, until anything may have changed it. */
+static void test_attr(void **state)
+{
+	struct node_table *t = *state;
+	struct stat st = { .st_ino = 70, .st_size = 10, .st_nlink = 1, .st_mode = S_IFREG | 0644 };
+	struct stat got;
+	uint64_t d, f, g, v;
+
+	d = add(t, NODE_ROOT_ID, "d", 1, DIR_);
+	f = add(t, d, "f", 70, REG);
+	g = add(t, d, "g", 71, REG);
+	assert_int_equal(node_attr_ver(t, 12345), UINT64_MAX); /* unknown id */
+	assert_false(node_attr_get(t, f, 0, &got));
+
+	v = node_attr_ver(t, f);
+	node_attr_put(t, f, v, &st, 1000);
+	memset(&got, 0, sizeof(got));
+	assert_true(node_attr_get(t, f, 1000, &got));
+	assert_int_equal(got.st_size, 10);
+	assert_int_equal(got.st_ino, 70);
+	assert_false(node_attr_get(t, f, 1001, &got)); /* too old */
+	assert_false(node_attr_get(t, g, 0, &got));    /* another node's */
+
+	/* A drop between the ver and the put (a change raced the read). */
+	v = node_attr_ver(t, g);
+	node_attr_drop(t, g);
+	st.st_ino = 71;
+	node_attr_put(t, g, v, &st, 1000);
+	assert_false(node_attr_get(t, g, 0, &got));
+	/* Put under the new version: kept; it does not touch f's. */
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	assert_true(node_attr_get(t, g, 0, &got));
+	assert_true(node_attr_get(t, f, 0, &got));
+
+	/* Refused: another inode than the node's, a hard-linked file, not
+	 * a regular file. */
+	node_attr_drop(t, g);
+	st.st_ino = 99;
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	assert_false(node_attr_get(t, g, 0, &got));
+	st.st_ino = 71;
+	st.st_nlink = 2;
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	assert_false(node_attr_get(t, g, 0, &got));
+	st.st_nlink = 1;
+	st.st_mode = S_IFLNK | 0777;
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	assert_false(node_attr_get(t, g, 0, &got));
+	st.st_mode = S_IFREG | 0644;
+
+	/* The watch's invalidation (node_seen_set NULL) drops them; a seen
+	 * set by an own open does not. */
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	node_seen_set(t, g, &(struct node_seen){ .valid = true, .ino = 71 });
+	assert_true(node_attr_get(t, g, 0, &got));
+	node_seen_set(t, g, NULL);
+	assert_false(node_attr_get(t, g, 0, &got));
+
+	/* An own change named by path (wsfs_self_begin). */
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	node_attr_drop_path(t, "d/other", 7); /* no such node: nothing */
+	assert_true(node_attr_get(t, g, 0, &got));
+	node_attr_drop_path(t, "d/g", 3);
+	assert_false(node_attr_get(t, g, 0, &got));
+
+	/* Losing or moving a name: nlink and ctime changed. */
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	assert_int_equal(node_rename(t, d, "g", 1, d, "g2", 2, false), 0);
+	assert_false(node_attr_get(t, g, 0, &got));
+	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
+	assert_true(node_attr_get(t, g, 0, &got));
+	assert_int_equal(node_rename(t, d, "f", 1, d, "g2", 2, false), 0); /* over g */
+	assert_false(node_attr_get(t, g, 0, &got));
+	assert_false(node_attr_get(t, f, 0, &got));
+
+	/* A detached node keeps nothing (its nlink is 0). */
+	st.st_ino = 70;
+	node_attr_put(t, f, node_attr_ver(t, f), &st, 1000);
+	assert_true(node_attr_get(t, f, 0, &got));
+	assert_int_equal(node_unlink(t, d, "g2", 2), f);
+	assert_false(node_attr_get(t, f, 0, &got));
+
+	/* Two nodes of one file (a name the pod gave it that the table did
+	 * not follow, nlink 1: not merged): a drop by either's path, or by
+	 * the inode, drops both. */
+	{
+		uint64_t a = add(t, d, "a", 75, REG), b = add(t, d, "b", 75, REG);
+
+		assert_true(a != b);
+		st.st_ino = 75;
+		node_attr_put(t, a, node_attr_ver(t, a), &st, 1000);
+		node_attr_put(t, b, node_attr_ver(t, b), &st, 1000);
+		node_attr_drop_path(t, "d/b", 3);
+		assert_false(node_attr_get(t, a, 0, &got));
+		assert_false(node_attr_get(t, b, 0, &got));
+		node_attr_put(t, a, node_attr_ver(t, a), &st, 1000);
+		assert_true(node_attr_get(t, a, 0, &got));
+		node_attr_drop_ino(t, 75);
+		assert_false(node_attr_get(t, a, 0, &got));
+		node_attr_drop_ino(t, 12345); /* none: nothing */
+	}
+
+	/* drop_all: every node's, and a put asked for before it. */
+	f = add(t, d, "h", 72, REG);
+	st.st_ino = 72;
+	node_attr_put(t, f, node_attr_ver(t, f), &st, 1000);
+	v = node_attr_ver(t, f);
+	node_attr_drop_all(t);
+	assert_false(node_attr_get(t, f, 0, &got));
+	node_attr_put(t, f, v, &st, 1000);
+	assert_false(node_attr_get(t, f, 0, &got));
+	node_attr_put(t, f, node_attr_ver(t, f), &st, 1000);
+	assert_true(node_attr_get(t, f, 0, &got));
+	/* Freed with its node (ASan/LSan would tell otherwise). */
+	assert_int_equal(node_forget(t, f, 1), 0);
+	assert_false(node_attr_get(t, f, 0, &got));
+}
+
 static void test_resolve(void **state)
 {
 	struct node_table *t = *state;
@@ -559,6 +677,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_attr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
