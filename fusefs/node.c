@@ -1072,7 +1072,7 @@ void node_attr_drop_ino(struct node_table *t, uint64_t ino)
 	pthread_mutex_unlock(&t->lock);
 }
 
-void node_attr_drop_path(struct node_table *t, const char *path, size_t len)
+bool node_attr_drop_path(struct node_table *t, const char *path, size_t len)
 {
 	uint64_t parent, id;
 	const char *name;
@@ -1080,7 +1080,7 @@ void node_attr_drop_path(struct node_table *t, const char *path, size_t len)
 	struct node *n;
 
 	if (node_resolve(t, path, len, &parent, &id, &name, &name_len) < 0 || !id)
-		return;
+		return false;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
 	if (n) {
@@ -1091,6 +1091,7 @@ void node_attr_drop_path(struct node_table *t, const char *path, size_t len)
 			attr_drop_ino(t, n->ino);
 	}
 	pthread_mutex_unlock(&t->lock);
+	return true;
 }
 
 void node_attr_drop_all(struct node_table *t)

@@ -298,9 +298,9 @@ bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns, struct sta
 void node_attr_drop(struct node_table *t, uint64_t id);
 
 /** Drop what is kept for the node wire path @p path (@p len bytes) names, as
- * node_resolve() finds it, and for every other node of its server inode (a
- * no-op when none). */
-void node_attr_drop_path(struct node_table *t, const char *path, size_t len);
+ * node_resolve() finds it, and for every other node of its server inode.
+ * Returns true when the path named a node, false (nothing done) when not. */
+bool node_attr_drop_path(struct node_table *t, const char *path, size_t len);
 
 /** Drop what is kept for every node of server inode @p ino: the watch names
  * a file by the path the pod gave it, which the table may not follow (a

@@ -104,10 +104,13 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	 * in a prefetched listing (fs.c), valid only while inval_seq stays. */
 	atomic_fetch_add(&fs->inval_seq, 1);
 	/* What fs.c kept of the file, under whatever name the table has
-	 * for it (the pod may have renamed it or a directory above). */
+	 * for it (the pod may have renamed it or a directory above): by the
+	 * inode agentd reported; without one (past a batch's first 1024
+	 * CHANGED, or gone), by the path's node and its inode, or, for a
+	 * path the table does not know, everyone's. */
 	if (attr)
 		node_attr_drop_ino(fs->nodes, attr->ino);
-	else
+	else if (!node_attr_drop_path(fs->nodes, (const char *)path->data, path->len))
 		node_attr_drop_all(fs->nodes);
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0) {
