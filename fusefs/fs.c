@@ -2890,6 +2890,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->inval_seq, 0);
 	atomic_init(&fs->mgen, 0);
 	atomic_init(&fs->watch_live, false);
+	atomic_init(&fs->pod_names_ns, INT64_MIN / 2);
 	atomic_init(&fs->expire_only, false);
 	pthread_mutex_init(&fs->mon_lock, NULL);
 	pthread_mutex_init(&fs->self_lock, NULL);

@@ -122,6 +122,10 @@ struct wsfs {
 	atomic_uint_fast64_t agen;
 	/** The watch stream is subscribed (READY seen) and running. */
 	atomic_bool watch_live;
+	/** wsfs_now_ns() of the last name event the pod caused (created,
+	 * deleted, moved: not an echo); the node table's names may be wrong
+	 * since (watch.c ev_changed). */
+	atomic_int_fast64_t pod_names_ns;
 	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */
 	atomic_bool expire_only;
 

@@ -942,6 +942,19 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 	return r;
 }
 
+size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t max)
+{
+	struct node *n;
+	size_t k = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n && k < max; n = n->ino_next)
+		if (n->ino == ino)
+			ids[k++] = n->id;
+	pthread_mutex_unlock(&t->lock);
+	return k;
+}
+
 uint64_t node_by_ino(struct node_table *t, uint64_t ino)
 {
 	struct node *n;

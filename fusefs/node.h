@@ -183,6 +183,12 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 int node_info(struct node_table *t, uint64_t id, struct node_info *ret);
 
 /**
+ * Up to @p max ids of the named non-directory nodes with server inode
+ * @p ino into @p ids (the caller's array). Returns how many. Any thread.
+ */
+size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t max);
+
+/**
  * The node that has a name for the non-directory server file with inode
  * @p ino, or 0 (for the watch stream: a hard link made in the pod changes
  * the nlink of a file known under another name).

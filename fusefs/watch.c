@@ -96,24 +96,41 @@ void wsfs_invalidate_all(struct wsfs *fs)
 static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 		       const Wsbridge__V1__Attr *attr)
 {
-	uint64_t parent, id;
+	uint64_t parent, id = 0, ids[8];
 	const char *name;
-	size_t len;
+	size_t len, n = 0;
+	bool root;
 
 	/* Even for a file this mount has no node for: its attributes may sit
 	 * in a prefetched listing (fs.c), valid only while inval_seq stays. */
 	atomic_fetch_add(&fs->inval_seq, 1);
-	/* What fs.c kept of the file, under whatever name the table has
-	 * for it (the pod may have renamed it or a directory above): by the
-	 * inode agentd reported; without one (past a batch's first 1024
-	 * CHANGED, or gone), by the path's node and its inode, or, for a
-	 * path the table does not know, everyone's. */
-	if (attr)
+	root = node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
+			    &len) < 0;
+	/*
+	 * What fs.c and the kernel keep of the file, under whatever name the
+	 * table has for it (the pod may have renamed it or a directory
+	 * above, and the table follows only the mount's own renames): every
+	 * node of the inode agentd reported. Without one (past a batch's
+	 * first 1024 CHANGED, or gone): the path's node and its inode's,
+	 * unless the pod changed names lately (the path may name another
+	 * file than the table says) or the table does not know the path:
+	 * then every node's kept attributes.
+	 */
+	if (attr) {
+		n = node_ids_by_ino(fs->nodes, attr->ino, ids, 8);
 		node_attr_drop_ino(fs->nodes, attr->ino);
-	else if (!node_attr_drop_path(fs->nodes, (const char *)path->data, path->len))
+	} else if (wsfs_now_ns() - atomic_load(&fs->pod_names_ns) <=
+			   (int64_t)(fs->cfg.watch_timeout * 1e9) ||
+		   !node_attr_drop_path(fs->nodes, (const char *)path->data, path->len)) {
 		node_attr_drop_all(fs->nodes);
-	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
-			 &len) < 0) {
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] == id)
+			continue; /* below */
+		node_seen_set(fs->nodes, ids[i], NULL);
+		inval_inode(fs, ids[i], 0);
+	}
+	if (root) {
 		/* The root itself (or a path we cannot name). */
 		inval_inode(fs, NODE_ROOT_ID, 0);
 		return;
@@ -134,6 +151,7 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 	/* Even for a path this mount has no node for: prefetched listings and
 	 * Open's bytes (fs.c) of it are only valid while inval_seq stays. */
 	atomic_fetch_add(&fs->inval_seq, 1);
+	atomic_store(&fs->pod_names_ns, wsfs_now_ns());
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0)
 		return;

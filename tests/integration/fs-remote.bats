@@ -283,6 +283,56 @@ nlink_is() {
 	[ "$(stat -c %h "$1")" = "$2" ]
 }
 
+@test "R2: an open file the POD renamed (over a known name, or a directory above it) still shows the pod's changes" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	mkdir "$ROOT/d"
+	printf 'AAAA\n' >"$ROOT/a"
+	printf 'B\n' >"$ROOT/b"
+	printf 'S\n' >"$ROOT/d/s"
+	printf '1\n' >"$ROOT/probe"
+	visible "the pod's files" content_is "$MNT/probe" $'1\n'
+	run python3 - "$MNT" "$ROOT" <<'PY'
+import os, sys, time
+mnt, pod = sys.argv[1], sys.argv[2]
+def sync(v):  # events come in order: once the probe shows, the rest did
+    with open(pod + "/probe", "w") as f:
+        f.write(v)
+    t = time.time()
+    while time.time() - t < 5:
+        try:
+            if open(mnt + "/probe").read() == v:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise SystemExit("probe not seen")
+os.stat(mnt + "/a")                    # the mount knows a (file A)
+b = os.open(mnt + "/b", os.O_RDONLY)   # and b (file F), open
+s = os.open(mnt + "/d/s", os.O_RDONLY)
+os.rename(pod + "/b", pod + "/a")      # the pod: F over a
+os.rename(pod + "/d", pod + "/d2")     # the pod: a directory above s
+sync("2")
+os.fstat(b)
+os.fstat(s)                            # the kernel caches both again
+with open(pod + "/a", "a") as w:
+    w.write("more\n")
+with open(pod + "/d2/s", "a") as w:
+    w.write("more\n")
+sync("3")
+t = time.time()
+while time.time() - t < 2:             # watch_timeout is 10 s
+    got = (os.fstat(b).st_size, os.fstat(s).st_size, os.pread(b, 100, 0))
+    if got == (7, 7, b"B\nmore\n"):
+        break
+    time.sleep(0.02)
+print(*got)
+PY
+	assert_status 0
+	assert_eq "$output" "7 7 b'B\\nmore\\n'" "fstat and read of the renamed files' descriptors"
+}
+
 @test "R2: a stat after a read costs no call (the read brings the attributes, atime too); the pod's change still shows" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
