@@ -902,11 +902,24 @@ out:
 	if (r == 0) {
 		reply_entry(req, fs, parent, name, &st, seq0, false);
 	} else if (r == -ENOENT) {
-		struct ttl t = ttl_for(fs, seq0, NULL);
+		struct ttl t;
+		bool kept = false;
 
 		/* Removed in the pod: the name no longer holds what we knew. */
 		node_unlink(fs->nodes, parent, name, strlen(name));
 
+		/*
+		 * A negative dentry no node stands for: one that lasts
+		 * longer than entry_timeout because the watch vouches for it
+		 * must go when the watch does (wsfs_invalidate_all). Noted
+		 * before ttl_for(): an invalidation after that check finds
+		 * it in the set.
+		 */
+		if (fs->cfg.negative_timeout < 0 && atomic_load(&fs->watch_live))
+			kept = wsfs_neg_add(fs, parent, name, strlen(name), wsfs_now_ns());
+		t = ttl_for(fs, seq0, NULL);
+		if (t.negative > fs->cfg.entry_timeout && fs->cfg.negative_timeout < 0 && !kept)
+			t.negative = fs->cfg.entry_timeout; /* the set is full */
 		if (t.negative > 0) {
 			struct fuse_entry_param e;
 
@@ -2894,6 +2907,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->expire_only, false);
 	pthread_mutex_init(&fs->mon_lock, NULL);
 	pthread_mutex_init(&fs->self_lock, NULL);
+	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -2927,6 +2941,8 @@ void wsfs_free(struct wsfs *fs)
 	pthread_mutex_destroy(&fs->pf_lock);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
+	wsfs_neg_free(fs);
+	pthread_mutex_destroy(&fs->neg_lock);
 	pthread_cond_destroy(&fs->self_cond);
 	if (!fs->client) {
 		node_table_free(fs->nodes);

@@ -84,6 +84,10 @@ enum wsfs_self_kind {
 /** Most own-change records kept; beyond it changes are not recorded
  * (their echoes then invalidate, as without the table). */
 #define WSFS_SELF_MAX 8192
+/** Most names given a negative dentry longer than entry_timeout kept for
+ * wsfs_invalidate_all() (wsfs_neg_add()); past it, a missing name is
+ * cached for entry_timeout only. */
+#define WSFS_NEG_MAX 4096
 /** Longest the monitor waits for an own change in flight to end before it
  * compares attributes for a CHANGED event, milliseconds. */
 #define WSFS_SELF_WAIT_MS 500
@@ -155,6 +159,12 @@ struct wsfs {
 	unsigned self_waiters;
 	struct wsfs_self *self_tab[WSFS_SELF_BUCKETS];
 	size_t n_self;
+
+	/* Names answered missing with a watch-long timeout (watch.c
+	 * wsfs_neg_add); protected by neg_lock. */
+	pthread_mutex_t neg_lock;
+	struct wsfs_neg *neg; /**< WSFS_NEG_MAX slots once allocated */
+	size_t n_neg;
 };
 
 /** Most handles kept for a later Release (the rest are agentd's to leak). */
@@ -248,5 +258,20 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 
 /** Free the own-change table of @p fs (no other call may run). */
 void wsfs_self_free(struct wsfs *fs);
+
+/**
+ * Remember that the kernel was told name @p name (@p len bytes) of
+ * directory node @p parent is missing for longer than entry_timeout (the
+ * watch's timeout): wsfs_invalidate_all() drops such negative dentries,
+ * which no node stands for, when the stream that vouched for them ends.
+ * @p now_ns: wsfs_now_ns(). Returns false when the set is full of entries
+ * younger than watch_timeout, or out of memory: then the caller must give
+ * at most entry_timeout. Any thread; takes neg_lock.
+ */
+bool wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len,
+		  int64_t now_ns);
+
+/** Free what wsfs_neg_add() kept (no other call may run). */
+void wsfs_neg_free(struct wsfs *fs);
 
 #endif /* WSFS_FS_H */

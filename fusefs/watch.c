@@ -70,6 +70,82 @@ static void inval_inode(struct wsfs *fs, uint64_t id, off_t off)
 		wsb_debug("notify_inval_inode(%llu): %s", (unsigned long long)id, strerror(-r));
 }
 
+/* One name given a watch-long negative dentry (wsfs_neg_add). */
+struct wsfs_neg {
+	uint64_t parent;
+	int64_t at_ns;
+	size_t len;
+	char name[NODE_NAME_MAX + 1];
+};
+
+static int64_t neg_ttl_ns(const struct wsfs *fs)
+{
+	double t = fs->cfg.watch_timeout > fs->cfg.entry_timeout ? fs->cfg.watch_timeout
+								 : fs->cfg.entry_timeout;
+
+	return (int64_t)(t * 1e9);
+}
+
+bool wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len,
+		  int64_t now_ns)
+{
+	bool ok = false;
+
+	if (len > NODE_NAME_MAX)
+		return false;
+	pthread_mutex_lock(&fs->neg_lock);
+	if (!fs->neg)
+		fs->neg = malloc(WSFS_NEG_MAX * sizeof(*fs->neg));
+	if (fs->neg && fs->n_neg == WSFS_NEG_MAX && now_ns - fs->neg[0].at_ns > neg_ttl_ns(fs)) {
+		/* Forget those the kernel has expired by now (the oldest
+		 * first: they are kept in the order they were added). */
+		size_t k = 0;
+
+		for (size_t i = 0; i < fs->n_neg; i++)
+			if (now_ns - fs->neg[i].at_ns <= neg_ttl_ns(fs))
+				fs->neg[k++] = fs->neg[i];
+		fs->n_neg = k;
+	}
+	if (fs->neg && fs->n_neg < WSFS_NEG_MAX) {
+		struct wsfs_neg *e = &fs->neg[fs->n_neg++];
+
+		e->parent = parent;
+		e->at_ns = now_ns;
+		e->len = len;
+		memcpy(e->name, name, len);
+		e->name[len] = '\0';
+		ok = true;
+	}
+	pthread_mutex_unlock(&fs->neg_lock);
+	return ok;
+}
+
+void wsfs_neg_free(struct wsfs *fs)
+{
+	free(fs->neg);
+	fs->neg = NULL;
+	fs->n_neg = 0;
+}
+
+/* Drop the negative dentries wsfs_neg_add() recorded (monitor thread). */
+static void neg_invalidate(struct wsfs *fs)
+{
+	struct wsfs_neg *set;
+	int64_t now = wsfs_now_ns();
+	size_t n;
+
+	pthread_mutex_lock(&fs->neg_lock);
+	set = fs->neg;
+	n = fs->n_neg;
+	fs->neg = NULL;
+	fs->n_neg = 0;
+	pthread_mutex_unlock(&fs->neg_lock);
+	for (size_t i = 0; i < n; i++)
+		if (now - set[i].at_ns <= neg_ttl_ns(fs))
+			inval_entry(fs, set[i].parent, set[i].name, set[i].len);
+	free(set);
+}
+
 void wsfs_invalidate_all(struct wsfs *fs)
 {
 	struct node_ref *refs;
@@ -78,6 +154,7 @@ void wsfs_invalidate_all(struct wsfs *fs)
 	atomic_fetch_add(&fs->inval_seq, 1);
 	node_known_drop_all(fs->nodes);
 	node_attr_drop_all(fs->nodes);
+	neg_invalidate(fs);
 	if (node_snapshot(fs->nodes, &refs, &n) < 0) {
 		inval_inode(fs, NODE_ROOT_ID, 0);
 		return;

@@ -904,6 +904,29 @@ recovers() {
 	fi
 }
 
+@test "C1: a name the mount was told is missing, made in the POD while the watch was down, shows once it is back" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	mkdir "$ROOT/sub"
+	printf '1\n' >"$ROOT/probe"
+	visible "the pod's sub" content_is "$MNT/probe" $'1\n'
+	# Negative dentries, kept for watch_timeout while the watch vouches.
+	! stat "$MNT/foo" 2>/dev/null
+	! stat "$MNT/sub/foo" 2>/dev/null
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	touch "$ROOT/foo" "$ROOT/sub/foo"
+	agentd_unix
+	# The new stream is live once a change made after it shows.
+	poll_until 10 content_is "$MNT/probe" $'1\n'
+	printf '2\n' >"$ROOT/probe"
+	poll_until 10 content_is "$MNT/probe" $'2\n'
+	visible "made while the watch was down" test -e "$MNT/foo"
+	visible "made while the watch was down, in a subdirectory" test -e "$MNT/sub/foo"
+	show_latencies
+}
+
 @test "C1: agentd killed: calls fail fast with EIO/ENOTCONN; restarted on the same address: works again, fsync'ed data intact" {
 	up tcp
 	head -c 1500000 /dev/urandom >"$BATS_TEST_TMPDIR/data"
