@@ -915,8 +915,9 @@ out:
 		 * before ttl_for(): an invalidation after that check finds
 		 * it in the set.
 		 */
-		if (fs->cfg.negative_timeout < 0 && atomic_load(&fs->watch_live))
-			kept = wsfs_neg_add(fs, parent, name, strlen(name), wsfs_now_ns());
+		if (fs->cfg.negative_timeout < 0 && fs->cfg.watch_timeout > fs->cfg.entry_timeout &&
+		    atomic_load(&fs->watch_live) && seq_now(fs) == seq0)
+			kept = wsfs_neg_add(fs, parent, name, strlen(name)) == 0;
 		t = ttl_for(fs, seq0, NULL);
 		if (t.negative > fs->cfg.entry_timeout && fs->cfg.negative_timeout < 0 && !kept)
 			t.negative = fs->cfg.entry_timeout; /* the set is full */

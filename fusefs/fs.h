@@ -163,8 +163,8 @@ struct wsfs {
 	/* Names answered missing with a watch-long timeout (watch.c
 	 * wsfs_neg_add); protected by neg_lock. */
 	pthread_mutex_t neg_lock;
-	struct wsfs_neg *neg; /**< WSFS_NEG_MAX slots once allocated */
-	size_t n_neg;
+	struct wsfs_neg *neg; /**< ring of WSFS_NEG_MAX slots once allocated */
+	size_t neg_head, n_neg;
 };
 
 /** Most handles kept for a later Release (the rest are agentd's to leak). */
@@ -228,8 +228,9 @@ int wsfs_monitor_stop(struct wsfs *fs, unsigned ms);
 
 /**
  * Drop every kernel dentry and attribute/page cache entry this mount knows
- * (notify_inval_entry/inval_inode for each node). Monitor thread only: it
- * must never run on a FUSE request thread (deadlock rule above).
+ * (notify_inval_entry/inval_inode for each node), and the negative
+ * dentries wsfs_neg_add() recorded. Monitor thread only: it must never run
+ * on a FUSE request thread (deadlock rule above).
  */
 void wsfs_invalidate_all(struct wsfs *fs);
 
@@ -260,16 +261,18 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 void wsfs_self_free(struct wsfs *fs);
 
 /**
- * Remember that the kernel was told name @p name (@p len bytes) of
- * directory node @p parent is missing for longer than entry_timeout (the
- * watch's timeout): wsfs_invalidate_all() drops such negative dentries,
- * which no node stands for, when the stream that vouched for them ends.
- * @p now_ns: wsfs_now_ns(). Returns false when the set is full of entries
- * younger than watch_timeout, or out of memory: then the caller must give
- * at most entry_timeout. Any thread; takes neg_lock.
+ * Remember that the kernel was told name @p name (@p len bytes, copied) of
+ * directory node @p parent is missing for longer than entry_timeout (a
+ * LOOKUP reply with nodeid 0 and entry_valid is a negative dentry: FUSE
+ * protocol), because the watch vouches for it: wsfs_invalidate_all() drops
+ * such dentries, which no node stands for, when the stream that vouched
+ * for them ends. Entries older than watch_timeout (the kernel has dropped
+ * them) are forgotten as new ones come. Returns 0; -ENAMETOOLONG over
+ * NAME_MAX bytes, -ENOSPC with WSFS_NEG_MAX younger entries, -ENOMEM:
+ * then the caller gives at most entry_timeout. Any thread; takes neg_lock
+ * (a leaf lock).
  */
-bool wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len,
-		  int64_t now_ns);
+int wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len);
 
 /** Free what wsfs_neg_add() kept (no other call may run). */
 void wsfs_neg_free(struct wsfs *fs);

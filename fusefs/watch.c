@@ -14,6 +14,7 @@
  * minute.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -75,74 +76,75 @@ struct wsfs_neg {
 	uint64_t parent;
 	int64_t at_ns;
 	size_t len;
-	char name[NODE_NAME_MAX + 1];
+	char name[NAME_MAX + 1];
 };
 
-static int64_t neg_ttl_ns(const struct wsfs *fs)
+int wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len)
 {
-	double t = fs->cfg.watch_timeout > fs->cfg.entry_timeout ? fs->cfg.watch_timeout
-								 : fs->cfg.entry_timeout;
+	int64_t ttl = (int64_t)(fs->cfg.watch_timeout * 1e9), now;
+	int r = 0;
 
-	return (int64_t)(t * 1e9);
-}
-
-bool wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len,
-		  int64_t now_ns)
-{
-	bool ok = false;
-
-	if (len > NODE_NAME_MAX)
-		return false;
+	if (len > NAME_MAX)
+		return -ENAMETOOLONG;
 	pthread_mutex_lock(&fs->neg_lock);
-	if (!fs->neg)
+	if (!fs->neg) {
 		fs->neg = malloc(WSFS_NEG_MAX * sizeof(*fs->neg));
-	if (fs->neg && fs->n_neg == WSFS_NEG_MAX && now_ns - fs->neg[0].at_ns > neg_ttl_ns(fs)) {
-		/* Forget those the kernel has expired by now (the oldest
-		 * first: they are kept in the order they were added). */
-		size_t k = 0;
-
-		for (size_t i = 0; i < fs->n_neg; i++)
-			if (now_ns - fs->neg[i].at_ns <= neg_ttl_ns(fs))
-				fs->neg[k++] = fs->neg[i];
-		fs->n_neg = k;
+		fs->neg_head = fs->n_neg = 0;
 	}
-	if (fs->neg && fs->n_neg < WSFS_NEG_MAX) {
-		struct wsfs_neg *e = &fs->neg[fs->n_neg++];
+	if (!fs->neg) {
+		r = -ENOMEM;
+		goto out;
+	}
+	/* A ring in the order of wsfs_now_ns() under the lock: the kernel
+	 * has expired the ones at the head that are older than the
+	 * timeout (plus a second for the reply's way to it). */
+	now = wsfs_now_ns();
+	while (fs->n_neg && now - fs->neg[fs->neg_head].at_ns > ttl + 1000000000LL) {
+		fs->neg_head = (fs->neg_head + 1) % WSFS_NEG_MAX;
+		fs->n_neg--;
+	}
+	if (fs->n_neg == WSFS_NEG_MAX) {
+		r = -ENOSPC;
+	} else {
+		struct wsfs_neg *e = &fs->neg[(fs->neg_head + fs->n_neg++) % WSFS_NEG_MAX];
 
 		e->parent = parent;
-		e->at_ns = now_ns;
+		e->at_ns = now;
 		e->len = len;
 		memcpy(e->name, name, len);
 		e->name[len] = '\0';
-		ok = true;
 	}
+out:
 	pthread_mutex_unlock(&fs->neg_lock);
-	return ok;
+	return r;
 }
 
 void wsfs_neg_free(struct wsfs *fs)
 {
 	free(fs->neg);
 	fs->neg = NULL;
-	fs->n_neg = 0;
+	fs->neg_head = fs->n_neg = 0;
 }
 
-/* Drop the negative dentries wsfs_neg_add() recorded (monitor thread). */
+/* Drop the negative dentries wsfs_neg_add() recorded, all of them (this is
+ * rare); monitor thread. */
 static void neg_invalidate(struct wsfs *fs)
 {
 	struct wsfs_neg *set;
-	int64_t now = wsfs_now_ns();
-	size_t n;
+	size_t head, n;
 
 	pthread_mutex_lock(&fs->neg_lock);
 	set = fs->neg;
+	head = fs->neg_head;
 	n = fs->n_neg;
 	fs->neg = NULL;
-	fs->n_neg = 0;
+	fs->neg_head = fs->n_neg = 0;
 	pthread_mutex_unlock(&fs->neg_lock);
-	for (size_t i = 0; i < n; i++)
-		if (now - set[i].at_ns <= neg_ttl_ns(fs))
-			inval_entry(fs, set[i].parent, set[i].name, set[i].len);
+	for (size_t i = 0; i < n; i++) {
+		const struct wsfs_neg *e = &set[(head + i) % WSFS_NEG_MAX];
+
+		inval_entry(fs, e->parent, e->name, e->len);
+	}
 	free(set);
 }
 
@@ -152,6 +154,8 @@ void wsfs_invalidate_all(struct wsfs *fs)
 	size_t n;
 
 	atomic_fetch_add(&fs->inval_seq, 1);
+	/* Name events may have been lost: the table's names may be wrong. */
+	atomic_store(&fs->pod_names_ns, wsfs_now_ns());
 	node_known_drop_all(fs->nodes);
 	node_attr_drop_all(fs->nodes);
 	neg_invalidate(fs);
@@ -173,7 +177,7 @@ void wsfs_invalidate_all(struct wsfs *fs)
 static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 		       const Wsbridge__V1__Attr *attr)
 {
-	uint64_t parent, id = 0, ids[8];
+	uint64_t parent, id = 0, ids[64];
 	const char *name;
 	size_t len, n = 0;
 	bool root;
@@ -194,7 +198,8 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	 * then every node's kept attributes.
 	 */
 	if (attr) {
-		n = node_ids_by_ino(fs->nodes, attr->ino, ids, 8);
+		/* (A file with more names than this is kept attr_timeout.) */
+		n = node_ids_by_ino(fs->nodes, attr->ino, ids, 64);
 		node_attr_drop_ino(fs->nodes, attr->ino);
 	} else if (wsfs_now_ns() - atomic_load(&fs->pod_names_ns) <=
 			   (int64_t)(fs->cfg.watch_timeout * 1e9) ||

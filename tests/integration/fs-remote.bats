@@ -912,8 +912,10 @@ recovers() {
 	printf '1\n' >"$ROOT/probe"
 	visible "the pod's sub" content_is "$MNT/probe" $'1\n'
 	# Negative dentries, kept for watch_timeout while the watch vouches.
-	! stat "$MNT/foo" 2>/dev/null
-	! stat "$MNT/sub/foo" 2>/dev/null
+	run stat "$MNT/foo"
+	[ "$status" -ne 0 ]
+	run stat "$MNT/sub/foo"
+	[ "$status" -ne 0 ]
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
 	touch "$ROOT/foo" "$ROOT/sub/foo"
