@@ -957,17 +957,9 @@ size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t
 
 uint64_t node_by_ino(struct node_table *t, uint64_t ino)
 {
-	struct node *n;
 	uint64_t id = 0;
 
-	pthread_mutex_lock(&t->lock);
-	for (n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n; n = n->ino_next) {
-		if (n->ino == ino) {
-			id = n->id;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&t->lock);
+	node_ids_by_ino(t, ino, &id, 1);
 	return id;
 }
 
