@@ -422,6 +422,87 @@ PY
 	show_latencies
 }
 
+# agentd_files: the workspace files agentd holds open, one per line.
+agentd_files() {
+	local fd
+	for fd in /proc/"$AGENTD_PID"/fd/*; do
+		readlink "$fd" 2>/dev/null || true
+	done | grep -F "$ROOT/" || true
+}
+
+@test "R2: a warm open and close for reading cost no call; the descriptor reads its own file; no handle outlives the file or the mount" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	local f n0 n1 r0 r1 drop=/proc/sys/vm/drop_caches
+	printf 'one\n' >"$ROOT/a"
+	head -c 3000000 /dev/urandom >"$ROOT/big"
+	for f in b c d; do head -c 200000 /dev/urandom >"$ROOT/$f"; done
+	printf 'new c\n' >"$ROOT/c-new"
+	printf 'mark\n' >"$ROOT/probe"
+	visible "the pod's files" content_is "$MNT/probe" $'mark\n'
+	cat "$MNT"/a "$MNT"/big "$MNT"/b "$MNT"/c "$MNT"/d >/dev/null # first opens: Open calls
+	n0=$(calls Open) r0=$(calls Release)
+	for f in a big b c d a big; do cmp "$MNT/$f" "$ROOT/$f"; done
+	n1=$(calls Open) r1=$(calls Release)
+	assert_eq "$((n1 - n0)) $((r1 - r0))" "0 0" "Open and Release calls for 7 opens of files the kernel holds"
+	[ -w "$drop" ] || skip "cannot drop the page cache (not root)"
+	run python3 - "$MNT" "$ROOT" "$drop" <<'PY'
+import os, sys, time
+mnt, pod, drop = sys.argv[1:]
+def dropcache():
+    with open(drop, "w") as w:
+        w.write("1")
+def whole(fd):
+    os.lseek(fd, 0, 0)
+    out = b""
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            return out
+        out += b
+want = {n: open(pod + "/" + n, "rb").read() for n in ("b", "c", "d")}
+# Rewritten in place by the pod (same inode): the descriptor reads the new bytes.
+a = os.open(mnt + "/a", os.O_RDONLY)
+with open(pod + "/a", "r+") as w:
+    w.write("two, longer\n")
+deadline = time.time() + 2
+while os.stat(mnt + "/a").st_size != 12 and time.time() < deadline:
+    time.sleep(0.01)
+print("a:", whole(a))
+# Unlinked or renamed over through the mount, replaced by the pod (rename
+# over it), the page cache dropped: each descriptor reads its own file.
+b = os.open(mnt + "/b", os.O_RDONLY)
+c = os.open(mnt + "/c", os.O_RDONLY)
+d = os.open(mnt + "/d", os.O_RDONLY)
+os.unlink(mnt + "/b")
+os.rename(mnt + "/c-new", mnt + "/c")
+with open(pod + "/d-new", "wb") as w:
+    w.write(b"replacement\n")
+os.rename(pod + "/d-new", pod + "/d")
+deadline = time.time() + 2
+while os.stat(mnt + "/d").st_size != 12 and time.time() < deadline:
+    time.sleep(0.01)
+dropcache()
+print("b:", whole(b) == want["b"], "c:", whole(c) == want["c"], "d:", whole(d) == want["d"])
+for fd in (a, b, c, d):
+    os.close(fd)
+PY
+	assert_status 0
+	assert_eq "${lines[0]}" "a: b'two, longer\n'" "a descriptor's read after the pod's rewrite"
+	assert_eq "${lines[1]}" "b: True c: True d: True" "descriptors after the mount's unlink and rename over, and the pod's rename over"
+	# A file the pod removes is not held open by a kept handle (its space
+	# is freed), and unmounting gives every kept handle back.
+	cat "$MNT/big" >/dev/null
+	rm "$ROOT/big"
+	visible "the pod removed big" eval "! agentd_files | grep -q big"
+	cat "$MNT/a" "$MNT/c" "$MNT/d" >/dev/null
+	[ -n "$(agentd_files)" ]
+	umount_wsfs
+	assert_eq "$(agentd_files)" "" "workspace files agentd holds open after the unmount"
+}
+
 @test "R2: stat after the mount's own write or chmod matches the pod: after a read (atime), on a directory listed, on a file linked outside" {
 	up
 	touch "$ROOT/probe"

@@ -813,6 +813,7 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: R2: an open file the POD renamed (over a known name, or a directory above it) still shows the pod's changes"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: C1: a name the mount was told is missing, made in the POD while the watch was down, shows once it is back"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R2: a stat after a read costs no call (the read brings the attributes, atime too); the pod's change still shows"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
+	["fs-remote.bats: R2: a warm open and close for reading cost no call; the descriptor reads its own file; no handle outlives the file or the mount"]="changes the pod side from the host (gVisor's inotify sees only changes made in the sandbox) and reads agentd's descriptors in /proc"
 	["fs-remote.bats: R2: after echo x >> MNT/f, MNT and POD both show the new size and mtime at once"]="edits the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: A1/R1: appends from the mount and from the pod interleave whole"]="appends from the host race the sandbox's O_APPEND (gVisor computes the append offset itself)"
 	# Runtime.
