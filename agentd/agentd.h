@@ -26,6 +26,7 @@ struct agentd {
 	struct exec_table *exec;       /**< running commands (exec.c) */
 	size_t view_limit;             /**< ViewFile size limit, bytes */
 	unsigned max_handles;          /**< open handles limit */
+	unsigned max_watches;          /**< directories watched at most; 0: the kernel's limit */
 };
 
 /** Default ViewFile limit: fits grpcio's default 4 MiB receive limit. */

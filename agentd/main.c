@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,8 @@ static void usage(FILE *f)
 		"      --log-level LEVEL  error, warning, notice (default), info, debug\n"
 		"      --view-limit BYTES largest file ViewFile returns (default %zu)\n"
 		"      --max-handles N    open file handles allowed (default 4096)\n"
+		"      --max-watches N    directories watched for the Watch stream at most\n"
+		"                         (default: the kernel's fs.inotify.max_user_watches)\n"
 		"      --max-procs N      commands running at once (default %u)\n"
 		"      --journal-size BYTES  output kept per command and stream for Exec.Attach\n"
 		"                         (default %zu)\n"
@@ -203,6 +206,7 @@ int main(int argc, char **argv)
 		{"log-level", required_argument, NULL, 'L'},
 		{"view-limit", required_argument, NULL, 'v'},
 		{"max-handles", required_argument, NULL, 'm'},
+		{"max-watches", required_argument, NULL, 'W'},
 		{"threads", required_argument, NULL, 'T'},
 		{"max-procs", required_argument, NULL, 'P'},
 		{"journal-size", required_argument, NULL, 'J'},
@@ -214,7 +218,7 @@ int main(int argc, char **argv)
 	const char *root = DEFAULT_ROOT, *token_file = NULL;
 	const char *listen[MAX_LISTEN];
 	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
-	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096;
+	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096, max_watches = 0;
 	struct exec_config exec_cfg = { .cgroups = true };
 	char *token = NULL, *end;
 	static struct app app;
@@ -273,21 +277,28 @@ int main(int argc, char **argv)
 		}
 		case 'v':
 		case 'm':
+		case 'W':
 		case 'T': {
 			unsigned long long v;
 
 			errno = 0;
 			v = strtoull(optarg, &end, 10);
 			if (errno || *end || end == optarg || v == 0 || optarg[0] == '-' ||
-			    (c == 'T' && v > 64) || (c == 'm' && v > 1000000)) {
+			    (c == 'T' && v > 64) || (c == 'm' && v > 1000000) ||
+			    (c == 'W' && v > UINT_MAX)) {
 				fprintf(stderr, "agentd: bad number '%s' for --%s\n", optarg,
-					c == 'v' ? "view-limit" : c == 'm' ? "max-handles" : "threads");
+					c == 'v'   ? "view-limit"
+					: c == 'm' ? "max-handles"
+					: c == 'W' ? "max-watches"
+						   : "threads");
 				return 2;
 			}
 			if (c == 'v')
 				view_limit = v;
 			else if (c == 'm')
 				max_handles = v;
+			else if (c == 'W')
+				max_watches = v;
 			else
 				threads = (int)v;
 			break;
@@ -348,6 +359,7 @@ int main(int argc, char **argv)
 	app.ad.loop = loop;
 	app.ad.view_limit = (size_t)view_limit;
 	app.ad.max_handles = (unsigned)max_handles;
+	app.ad.max_watches = (unsigned)max_watches;
 	r = fsops_handles_new(app.ad.max_handles, &app.ad.handles);
 	if (r == 0)
 		r = exec_table_new(loop, &exec_cfg, &app.ad.exec);

@@ -1198,8 +1198,9 @@ _Static_assert(KIND_IS(WATCH_CHANGED, CHANGED) && KIND_IS(WATCH_CREATED, CREATED
 		       KIND_IS(WATCH_OVERFLOW, OVERFLOW) && KIND_IS(WATCH_READY, READY),
 	       "enum watch_kind must match proto WatchEvent.Kind");
 
-/* CHANGED events per WatchBatch that carry the path's attributes; past
- * that a client asks with Stat (WatchEvent.attr). */
+/* CHANGED events, and CREATED of non-directories, per WatchBatch that
+ * carry the path's attributes; past that a client asks with Stat
+ * (WatchEvent.attr). */
 #define WATCH_ATTRS_MAX 1024
 
 struct watch_call {
@@ -1219,8 +1220,10 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	Wsbridge__V1__WatchEvent **ep = calloc(n, sizeof(*ep));
 	size_t n_attr = 0;
 	Wsbridge__V1__Attr *a = calloc(n < WATCH_ATTRS_MAX ? n : WATCH_ATTRS_MAX, sizeof(*a));
+	struct watch_stats ws;
 	int r;
 
+	watch_get_stats(ws_watcher, &ws);
 	if (!e || !ep || !a) {
 		free(e);
 		free(ep);
@@ -1239,7 +1242,10 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 			e[i].from.len = ev[i].from_len;
 		}
 		e[i].is_dir = ev[i].is_dir;
-		if (ev[i].kind == WATCH_CHANGED && n_attr < WATCH_ATTRS_MAX) {
+		if (ev[i].kind == WATCH_READY || ev[i].kind == WATCH_OVERFLOW)
+			e[i].partial = ws.partial;
+		if ((ev[i].kind == WATCH_CHANGED || (ev[i].kind == WATCH_CREATED && !ev[i].is_dir)) &&
+		    n_attr < WATCH_ATTRS_MAX) {
 			struct stat st;
 
 			if (fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st) == 0) {
@@ -1378,7 +1384,8 @@ int svc_workspace_register(struct rpc_server *s, struct agentd *ad)
 {
 	if (!ws_watcher && ad->loop) {
 		/* cheap: nothing is watched before the first Watch call */
-		int r = watch_new(ad->loop, &ad->root, ad->root_path, NULL, &ws_watcher);
+		struct watch_config cfg = { .max_watches = ad->max_watches };
+		int r = watch_new(ad->loop, &ad->root, ad->root_path, &cfg, &ws_watcher);
 
 		if (r < 0)
 			return r;

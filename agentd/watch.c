@@ -95,6 +95,7 @@ struct wsession {
 	size_t pn_cap, pn_count;
 	struct wnode *scan_head, *scan_tail;
 	unsigned watches;
+	bool partial;           /* a directory could not be watched (limit) */
 	struct pending_move *pend;
 	size_t npend, pend_cap;
 	struct displaced *disp;
@@ -894,6 +895,8 @@ static void flush(struct watcher *w)
 static void watch_limit_hit(struct watcher *w, int err)
 {
 	w->limit_hits++;
+	if (w->s)
+		w->s->partial = true;
 	if (!w->warned_watches) {
 		w->warned_watches = true;
 		if (err == ENOSPC) {
@@ -1631,4 +1634,5 @@ void watch_get_stats(const struct watcher *w, struct watch_stats *ret)
 	ret->resyncs = w->resyncs;
 	ret->sub_overflows = w->sub_overflows;
 	ret->limit_hits = w->limit_hits;
+	ret->partial = w->s && w->s->partial;
 }

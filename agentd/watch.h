@@ -191,6 +191,9 @@ struct watch_stats {
 	uint64_t resyncs;     /**< rebuilds after IN_Q_OVERFLOW */
 	uint64_t sub_overflows; /**< subscribers skipped ahead with OVERFLOW */
 	uint64_t limit_hits;  /**< watches not added: ENOSPC or max_watches */
+	bool partial;         /**< the running instance left a directory unwatched
+			       *   (a limit hit since it started): its changes are
+			       *   not reported until a rebuild watches it */
 };
 
 /** Fill *ret with @p w's counters. Loop thread. */

@@ -126,7 +126,9 @@ struct wsfs {
 	 * write or setattr replied (fs.c own_attr) are used only while it
 	 * stays. */
 	atomic_uint_fast64_t agen;
-	/** The watch stream is subscribed (READY seen) and running. */
+	/** The watch stream is subscribed (READY seen) and running, and agentd
+	 * watches every directory (no partial READY or OVERFLOW): what the
+	 * mount keeps may be trusted for watch_timeout. */
 	atomic_bool watch_live;
 	/** wsfs_now_ns() of the last name event the pod caused (created,
 	 * deleted, moved: not an echo); the node table's names may be wrong

@@ -256,17 +256,33 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 #define LINK_CHECKS_MAX 32
 
 /*
- * A non-directory appeared at @path: if it is another name of a file this
- * mount knows (a hard link made in the pod), that file's nlink changed but
- * inotify reports only the new name, so drop the known node's attributes.
- * Costs one Stat; the monitor thread is not a FUSE request thread.
+ * A non-directory with attributes @a appeared: if it is another name of a
+ * file this mount knows (a hard link made in the pod), that file's nlink
+ * changed but inotify reports only the new name, so drop the attributes of
+ * every node of that inode.
+ */
+static void ev_linked(struct wsfs *fs, const Wsbridge__V1__Attr *a)
+{
+	uint64_t ids[64];
+	size_t n;
+
+	if (a->nlink <= 1 || (a->mode & S_IFMT) == S_IFDIR)
+		return;
+	n = node_ids_by_ino(fs->nodes, a->ino, ids, 64);
+	for (size_t i = 0; i < n && i < 64; i++)
+		inval_inode(fs, ids[i], -1);
+}
+
+/*
+ * A non-directory appeared at @path and its event came without attributes
+ * (past agentd's first 1024 per batch): ev_linked() with its lstat. Costs
+ * one Stat; the monitor thread is not a FUSE request thread.
  */
 static void check_link(struct wsfs *fs, const ProtobufCBinaryData *path)
 {
 	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
 	Wsbridge__V1__StatReply *rep = NULL;
 	struct wsc_status st;
-	uint64_t id;
 
 	if (atomic_load(&fs->conn_down))
 		return;
@@ -275,12 +291,29 @@ static void check_link(struct wsfs *fs, const ProtobufCBinaryData *path)
 			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
 			 fs->cfg.rpc_timeout_ms, &st) < 0)
 		return;
-	if (rep->attr && rep->attr->nlink > 1 && (rep->attr->mode & S_IFMT) != S_IFDIR) {
-		id = node_by_ino(fs->nodes, rep->attr->ino);
-		if (id)
-			inval_inode(fs, id, -1);
-	}
+	if (rep->attr)
+		ev_linked(fs, rep->attr);
 	protobuf_c_message_free_unpacked(&rep->base, NULL);
+}
+
+/*
+ * More new names in one batch than check_link() may ask about: any known
+ * file may have gained a link, so drop every node's attributes (kept and
+ * the kernel's). Costs one notification per node, no call.
+ */
+static void links_unknown(struct wsfs *fs)
+{
+	struct node_ref *refs;
+	size_t n;
+
+	node_attr_drop_all(fs->nodes);
+	if (node_snapshot(fs->nodes, &refs, &n) < 0) {
+		wsfs_invalidate_all(fs);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		inval_inode(fs, refs[i].nodeid, -1);
+	node_snapshot_free(refs, n);
 }
 
 /* ---- own changes ---- */
@@ -623,9 +656,11 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
  * Returns true for READY. *link_checks counts check_link() calls in the
  * batch; *last_ok is the path of the batch's last CHANGED event found to be
  * an own echo (a run of CHANGED events on it is checked once), or NULL.
+ * *partial: the last READY or OVERFLOW said that agentd could not watch
+ * every directory (the caller then keeps watch_live false).
  */
 static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
-			 unsigned *link_checks, const ProtobufCBinaryData **last_ok)
+			 unsigned *link_checks, const ProtobufCBinaryData **last_ok, bool *partial)
 {
 	if (wsb_log_enabled(WSB_LOG_DEBUG)) {
 		char *p = wsb_escape(ev->path.data, ev->path.len, 200);
@@ -636,9 +671,18 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	}
 	switch (ev->kind) {
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__READY:
+		*partial = ev->partial;
 		return true;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__OVERFLOW:
 		wsb_info("watch: events were lost; dropping every cached entry");
+		if (ev->partial && !*partial)
+			wsb_notice("watch: agentd cannot watch every directory (its inotify watch "
+				   "limit): caches expire by entry_timeout/attr_timeout until it can");
+		*partial = ev->partial;
+		/* Before the invalidation: no reply computed after it may get
+		 * the long timeouts (fs.c ttl_for). */
+		if (ev->partial)
+			atomic_store(&fs->watch_live, false);
 		wsfs_invalidate_all(fs);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED:
@@ -660,8 +704,17 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			break;
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
-		if (!ev->is_dir && (*link_checks)++ < LINK_CHECKS_MAX)
+		if (ev->is_dir)
+			break;
+		if (ev->attr) {
+			ev_linked(fs, ev->attr);
+		} else if (*link_checks < LINK_CHECKS_MAX) {
+			(*link_checks)++;
 			check_link(fs, &ev->path);
+		} else if (*link_checks == LINK_CHECKS_MAX) {
+			(*link_checks)++;
+			links_unknown(fs);
+		}
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__DELETED:
 		if (self_match(fs, &ev->path, WSFS_SELF_DELETED, NULL, NULL))
@@ -717,7 +770,7 @@ static int run_watch(struct wsfs *fs)
 	Wsbridge__V1__WatchRequest q = WSBRIDGE__V1__WATCH_REQUEST__INIT;
 	struct wsc_stream *s = NULL;
 	struct wsc_status st;
-	bool live = false;
+	bool live = false, partial = false;
 	int r;
 
 	/*
@@ -763,7 +816,7 @@ static int run_watch(struct wsfs *fs)
 				continue;
 			if (ev->kind != WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED)
 				last_ok = NULL;
-			if (handle_event(fs, ev, &link_checks, &last_ok))
+			if (handle_event(fs, ev, &link_checks, &last_ok, &partial))
 				ready = true;
 		}
 		protobuf_c_message_free_unpacked(&b->base, NULL);
@@ -771,10 +824,18 @@ static int run_watch(struct wsfs *fs)
 			/* Whatever changed before the subscription is unknown. */
 			wsfs_invalidate_all(fs);
 			live = true;
-			atomic_store(&fs->watch_live, true);
+			atomic_store(&fs->watch_live, !partial);
 			wsfs_conn_ok(fs);
-			wsb_info("watch stream live: kernel caches last up to %g s",
-				 fs->cfg.watch_timeout);
+			if (partial)
+				wsb_notice("watch stream live, but agentd cannot watch every "
+					   "directory (its inotify watch limit): caches expire by "
+					   "entry_timeout/attr_timeout");
+			else
+				wsb_info("watch stream live: kernel caches last up to %g s",
+					 fs->cfg.watch_timeout);
+		} else if (live) {
+			/* After an OVERFLOW: partial or whole again. */
+			atomic_store(&fs->watch_live, !partial);
 		}
 	}
 

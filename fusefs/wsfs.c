@@ -139,7 +139,7 @@ static void usage(FILE *f)
 		"  -o attr_timeout=S      kernel attribute cache, seconds (default 1)\n"
 		"  -o negative_timeout=S  cache of missing names, seconds (default: 0,\n"
 		"                         or watch_timeout while the watch stream is live)\n"
-		"  -o watch_timeout=S     both caches while agentd pushes changes (default 10;\n"
+		"  -o watch_timeout=S     both caches while agentd pushes changes (default 60;\n"
 		"                         0 = never longer than entry/attr_timeout)\n"
 		"  -o no_watch            do not subscribe to agentd's change stream\n"
 		"  -o rpc_timeout=S       a call to agentd fails (EIO) after S seconds instead\n"
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 		.entry_timeout = 1.0,
 		.attr_timeout = 1.0,
 		.negative_timeout = -1.0,
-		.watch_timeout = 10.0,
+		.watch_timeout = 60.0,
 		.rpc_timeout = 5.0,
 		.max_threads = 16,
 		.read_ahead_kb = 4096,

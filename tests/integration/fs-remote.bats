@@ -812,6 +812,70 @@ PY
 	assert_eq "$output" "" "names listed twice"
 }
 
+@test "R1: with directories past agentd's watch limit, the pod's changes in any of them show within entry_timeout, not watch_timeout" {
+	local d
+	for d in a b c d e; do
+		mkdir "$ROOT/$d"
+		printf 'x\n' >"$ROOT/$d/f"
+	done
+	# The root and one directory are watched; three are not.
+	agentd_unix --max-watches 2
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	poll_until 5 grep -q "cannot watch every directory" "$WSFS_ERR"
+	# The kernel has each listing, the missing name and f's attributes.
+	for d in a b c d e; do
+		ls "$MNT/$d" >/dev/null
+		[ ! -e "$MNT/$d/new" ]
+		assert_eq "$(stat -c %s "$MNT/$d/f")" 2 "$d/f before"
+	done
+	for d in a b c d e; do
+		printf 'new\n' >"$ROOT/$d/new"
+		printf 'more\n' >>"$ROOT/$d/f"
+	done
+	# entry_timeout and attr_timeout are 1 s: 3 s is ample, 60 s (the
+	# default watch_timeout) is not.
+	for d in a b c d e; do
+		if ! poll_until 3 content_is "$MNT/$d/new" $'new\n'; then
+			echo "# $d/new: not visible after $POLL_MS ms" >&3
+			return 1
+		fi
+		poll_until 3 size_is "$MNT/$d/f" 7 || { echo "# $d/f: size $(stat -c %s "$MNT/$d/f")" >&3; return 1; }
+		grep -qx new <(ls "$MNT/$d")
+	done
+}
+
+@test "R2: hard links the POD makes in a burst (past a batch's attributes) show nlink 2 on every linked file at once" {
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	local i
+	mkdir "$ROOT/k" "$ROOT/burst"
+	for i in $(seq 40); do printf '%s\n' "$i" >"$ROOT/k/f$i"; done
+	printf 'mark\n' >"$ROOT/probe"
+	visible "the pod's files" content_is "$MNT/probe" $'mark\n'
+	# The kernel and wsfs keep f1..f40 with nlink 1.
+	for i in $(seq 40); do cat "$MNT/k/f$i" >/dev/null; done
+	assert_eq "$(stat -c %h "$MNT"/k/f* | sort -u)" 1 "nlink before"
+	# 1,200 new files with the 40 links among them, made while agentd is
+	# stopped so that its batches are big: far past 32 new names each, some
+	# past the 1,024 that agentd gives the attributes of.
+	kill -STOP "$AGENTD_PID"
+	python3 - "$ROOT" <<'PY'
+import os, sys
+root = sys.argv[1]
+for i in range(1200):
+    os.close(os.open(f"{root}/burst/n{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+    if i % 30 == 29 and i // 30 < 40:
+        k = i // 30 + 1
+        os.link(f"{root}/k/f{k}", f"{root}/k/l{k}")
+PY
+	kill -CONT "$AGENTD_PID"
+	for i in $(seq 40); do
+		visible "nlink of k/f$i" nlink_is "$MNT/k/f$i" 2
+	done
+}
+
 @test "hard links share st_ino and nlink 2; symlinks keep their target" {
 	up
 	echo data >"$MNT/f"

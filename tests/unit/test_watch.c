@@ -719,12 +719,14 @@ static void test_watch_limit(void **state)
 	watch_get_stats(f->w, &st);
 	assert_int_equal(st.watches, 2);
 	assert_int_equal(st.limit_hits, 0);
+	assert_false(st.partial);
 	mkdir_at(f, "b");
 	expect(f, WATCH_CREATED, "b");
 	expect(f, WATCH_OVERFLOW, "");
 	watch_get_stats(f->w, &st);
 	assert_int_equal(st.watches, 2);
 	assert_int_equal(st.limit_hits, 1);
+	assert_true(st.partial); /* "b" is not watched */
 }
 
 static void test_stop_and_restart(void **state)
