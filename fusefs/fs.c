@@ -15,10 +15,7 @@
  * answers EBADF for a handle it no longer knows (it restarted, or an --exec
  * transport started a new agentd), the file is reopened by its node's path
  * if that is safe (same server inode; never with O_TRUNC/O_CREAT/O_EXCL) and
- * fails with EIO from then on if not. The handle of a file opened for
- * reading outlives its release (idle_*): the next open for reading of the
- * same node takes it instead of a new Open when the watch vouches that the
- * file is unchanged, so a warm open and close cost no round trip.
+ * fails with EIO from then on if not.
  *
  * Caching: no writeback cache (writes reach agentd before write(2) returns,
  * so close leaves nothing buffered); kernel entry/attribute timeouts, longer
@@ -73,7 +70,6 @@ struct wsfs_file {
 	uint64_t ino;  /* server inode at open */
 	Wsbridge__V1__Access access;
 	bool append;
-	bool idle_ok;  /* a read-only open of the node's own file: keep sh at release */
 	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
 	/* The file's first bytes as Open read them (OpenRequest.read_ahead),
 	 * for the first Read; under lock. */
@@ -545,111 +541,6 @@ void wsfs_release_pending(struct wsfs *fs)
 	free(a);
 }
 
-/* ---- idle handles ---- */
-
-/*
- * Take the handle kept for node @id (idle_put) into *@sh, with the server
- * inode it opened into *@ino and the conn_gen it was opened at into *@gen.
- * Returns true if there was one.
- */
-static bool idle_take(struct wsfs *fs, uint64_t id, uint64_t *sh, uint64_t *ino, uint64_t *gen)
-{
-	bool got = false;
-
-	pthread_mutex_lock(&fs->idle_lock);
-	for (size_t i = 0; i < fs->n_idle; i++) {
-		if (fs->idle[i].nodeid == id) {
-			*sh = fs->idle[i].sh;
-			*ino = fs->idle[i].ino;
-			*gen = fs->idle[i].gen;
-			fs->idle[i] = fs->idle[--fs->n_idle];
-			got = true;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&fs->idle_lock);
-	return got;
-}
-
-/*
- * Keep read-only handle @sh of node @id (server inode @ino, opened at
- * conn_gen @gen) for the node's next open for reading. It replaces the
- * node's older one; when WSFS_IDLE_MAX are kept, the one kept longest goes.
- * What it displaces is released (one round trip).
- */
-static void idle_put(struct wsfs *fs, uint64_t id, uint64_t sh, uint64_t ino, uint64_t gen)
-{
-	uint64_t out = 0;
-	size_t k;
-
-	pthread_mutex_lock(&fs->idle_lock);
-	for (k = 0; k < fs->n_idle; k++)
-		if (fs->idle[k].nodeid == id)
-			break;
-	if (k == fs->n_idle && fs->n_idle == WSFS_IDLE_MAX) {
-		k = 0;
-		for (size_t i = 1; i < fs->n_idle; i++)
-			if (fs->idle[i].at_ns < fs->idle[k].at_ns)
-				k = i;
-	}
-	if (k < fs->n_idle)
-		out = fs->idle[k].sh;
-	else
-		fs->n_idle++;
-	fs->idle[k] = (struct wsfs_idle){ .nodeid = id, .sh = sh, .ino = ino, .gen = gen,
-					  .at_ns = wsfs_now_ns() };
-	pthread_mutex_unlock(&fs->idle_lock);
-	release_handle(fs, out);
-}
-
-/* How many handles are kept. */
-static size_t idle_count(struct wsfs *fs)
-{
-	size_t n;
-
-	pthread_mutex_lock(&fs->idle_lock);
-	n = fs->n_idle;
-	pthread_mutex_unlock(&fs->idle_lock);
-	return n;
-}
-
-void wsfs_idle_drop(struct wsfs *fs, uint64_t id)
-{
-	uint64_t sh, ino, gen;
-
-	if (idle_take(fs, id, &sh, &ino, &gen))
-		release_handle(fs, sh);
-}
-
-void wsfs_idle_drop_all(struct wsfs *fs)
-{
-	struct wsfs_idle out[WSFS_IDLE_MAX];
-	size_t n;
-
-	pthread_mutex_lock(&fs->idle_lock);
-	n = fs->n_idle;
-	memcpy(out, fs->idle, n * sizeof(*out));
-	fs->n_idle = 0;
-	pthread_mutex_unlock(&fs->idle_lock);
-	for (size_t i = 0; i < n; i++)
-		release_handle(fs, out[i].sh);
-}
-
-/*
- * Whether @f's handle may serve the node's next open for reading: a
- * read-only open of the node's own file that still has a name, while the
- * watch is live and agentd the one that opened it (conn_gen).
- */
-static bool idle_keepable(struct wsfs *fs, const struct wsfs_file *f)
-{
-	struct node_info info;
-
-	return f->idle_ok && !f->broken && f->sh && !f->sh_pos &&
-	       f->gen == atomic_load(&fs->conn_gen) && atomic_load(&fs->watch_live) &&
-	       node_info(fs->nodes, f->link.nodeid, &info) == 0 && info.attached &&
-	       info.ino == f->ino;
-}
-
 /* Release agentd's handle and free @f (which nothing references). */
 static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 {
@@ -661,10 +552,7 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 	if (f->next)
 		f->next->prev = f->prev;
 	pthread_mutex_unlock(&files_lock);
-	if (idle_keepable(fs, f))
-		idle_put(fs, f->link.nodeid, f->sh, f->ino, f->gen);
-	else
-		release_handle(fs, f->sh);
+	release_handle(fs, f->sh);
 	release_handle(fs, f->sh_pos);
 	pthread_mutex_destroy(&f->lock);
 	free(f->ra);
@@ -1051,21 +939,17 @@ out:
 
 static void ws_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	struct wsfs *fs = FS(req);
-
+	node_forget(FS(req)->nodes, ino, nlookup);
 	fuse_reply_none(req);
-	if (node_forget(fs->nodes, ino, nlookup) == 0)
-		wsfs_idle_drop(fs, ino);
 }
 
 static void ws_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
 	struct wsfs *fs = FS(req);
 
-	fuse_reply_none(req);
 	for (size_t i = 0; i < count; i++)
-		if (node_forget(fs->nodes, forgets[i].ino, forgets[i].nlookup) == 0)
-			wsfs_idle_drop(fs, forgets[i].ino);
+		node_forget(fs->nodes, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
 }
 
 /*
@@ -1545,8 +1429,6 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 	}
 	if (r == 0) {
 		id = node_unlink(fs->nodes, parent, name, strlen(name));
-		if (id && !dir)
-			wsfs_idle_drop(fs, id); /* its space is freed now, not at eviction */
 		/* Another name keeps the file (git's objects: link, then
 		 * unlink of the temporary name); the kernel dropped its
 		 * attributes (nlink) and asks next (fs/fuse/dir.c
@@ -1576,7 +1458,6 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	Wsbridge__V1__RenameRequest q = WSBRIDGE__V1__RENAME_REQUEST__INIT;
 	char *from = NULL, *to = NULL;
 	size_t from_len, to_len;
-	uint64_t victim = 0;
 	int r;
 
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
@@ -1592,15 +1473,6 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		q.to = bin(to, to_len);
 		q.noreplace = flags & RENAME_NOREPLACE;
 		q.exchange = flags & RENAME_EXCHANGE;
-		if (!q.exchange && idle_count(fs)) {
-			/* The file renamed over: its kept handle goes with it. */
-			const char *nm;
-			size_t nl;
-			uint64_t p;
-
-			if (node_resolve(fs->nodes, to, to_len, &p, &victim, &nm, &nl) < 0)
-				victim = 0;
-		}
 		{
 			unsigned both = WSFS_SELF_MOVED_FROM | WSFS_SELF_MOVED_TO;
 
@@ -1626,8 +1498,6 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
-	if (r == 0 && victim)
-		wsfs_idle_drop(fs, victim);
 	free(from);
 	free(to);
 }
@@ -1682,24 +1552,16 @@ static Wsbridge__V1__Access access_of(int flags)
 
 /*
  * Register the file agentd opened (@rep) on node @id and fill @fi. Sets
- * keep_cache when the contents are what this mount saw last. @read_ok: an
- * Open of an existing file with read access (agentd's permission check
- * passed for reading; node.h node_seen). Returns 0 or -errno (the handle is
- * released then).
+ * keep_cache when the contents are what this mount saw last. Returns 0 or
+ * -errno (the handle is released then).
  */
 static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__OpenReply *rep,
-		       const struct stat *st, bool read_ok, struct fuse_file_info *fi)
+		       const struct stat *st, struct fuse_file_info *fi)
 {
 	struct wsfs_file *f;
 	struct node_info info;
 	struct node_seen now = seen_of(st);
 
-	if (read_ok) {
-		now.read_ok = true;
-		now.mode = st->st_mode & 07777;
-		now.uid = st->st_uid;
-		now.gid = st->st_gid;
-	}
 	f = file_new(fs, rep->handle, st, access_of(flags), flags & O_APPEND);
 	if (!f) {
 		release_handle(fs, rep->handle);
@@ -1732,69 +1594,6 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	return 0;
 }
 
-/*
- * An open for reading of @id without a round trip: the handle kept from the
- * node's last such open (idle_put) serves it when the watch vouches that the
- * file is unchanged since (its kept attributes, fresh within watch_timeout,
- * give the inode, size and mtime this mount saw, so the kernel's pages are
- * its contents: keep_cache) and its owner and mode are those agentd opened
- * it for reading with (node_seen read_ok; a new open checks no more than
- * NFS's access cache does, RFC 1813 ACCESS). Returns 1 when @fi is filled,
- * 0 when an Open is needed, or -errno.
- */
-static int open_idle(struct wsfs *fs, fuse_ino_t id, const struct node_info *info,
-		     struct fuse_file_info *fi)
-{
-	struct wsfs_file *f;
-	struct stat st;
-	uint64_t sh, ino, gen;
-
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_APPEND)) ||
-	    !info->seen.valid || !info->seen.read_ok || !attr_kept(fs, id, &st) ||
-	    !S_ISREG(st.st_mode) || (uint64_t)st.st_ino != info->seen.ino ||
-	    (uint64_t)st.st_size != info->seen.size ||
-	    ns_of_ts(&st.st_mtim) != info->seen.mtime_ns ||
-	    (st.st_mode & 07777) != info->seen.mode || st.st_uid != info->seen.uid ||
-	    st.st_gid != info->seen.gid || !idle_take(fs, id, &sh, &ino, &gen))
-		return 0;
-	if (ino != (uint64_t)st.st_ino) {
-		release_handle(fs, sh); /* another file's */
-		return 0;
-	}
-	f = file_new(fs, sh, &st, WSBRIDGE__V1__ACCESS__RDONLY, false);
-	if (!f) {
-		release_handle(fs, sh);
-		return -ENOMEM;
-	}
-	f->gen = gen;
-	f->idle_ok = true;
-	if (node_fh_add(fs->nodes, id, &f->link) < 0) {
-		f->link.refs = 0;
-		file_destroy(fs, f);
-		return 0;
-	}
-	fi->noflush = 1; /* as file_opened */
-	fi->keep_cache = 1;
-	fi->fh = (uint64_t)(uintptr_t)f;
-	return 1;
-}
-
-/*
- * Open, and when agentd's handle table is full (EMFILE) while this mount
- * keeps idle handles, give those back and try once more.
- */
-static int open_rpc(struct wsfs *fs, const Wsbridge__V1__OpenRequest *q,
-		    Wsbridge__V1__OpenReply **rep)
-{
-	int r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
-
-	if (r == -EMFILE && idle_count(fs)) {
-		wsfs_idle_drop_all(fs);
-		r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
-	}
-	return r;
-}
-
 static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -1809,12 +1608,6 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r;
 
 	r = node_info(fs->nodes, ino, &info);
-	if (r == 0)
-		r = open_idle(fs, ino, &info, fi);
-	if (r == 1) {
-		r = 0;
-		goto out;
-	}
 	if (r == 0)
 		r = path_of(fs, ino, &path, &len);
 	if (r < 0)
@@ -1836,14 +1629,12 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (q.truncate)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 	read_mark(fs); /* Open may read (atime) */
-	r = open_rpc(fs, &q, &rep);
+	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	read_mark(fs);
 	if (q.truncate)
 		mutated(fs);
 	if (q.truncate)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-	if (r == -EACCES || r == -EPERM)
-		node_seen_set(fs->nodes, ino, NULL); /* not readable now: read_ok */
 	if (r == -ENOENT || r == -ELOOP) {
 		/* The name was removed or replaced by a symlink in the pod:
 		 * ESTALE makes the VFS look it up again (and create it, for
@@ -1869,13 +1660,9 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fi->keep_cache = 0;
 	}
 	if (r == 0)
-		r = file_opened(fs, ino, fi->flags, rep, &st, q.access != WSBRIDGE__V1__ACCESS__WRONLY,
-				fi);
+		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
 	else
 		release_handle(fs, rep->handle);
-	if (r == 0)
-		file_of(fi)->idle_ok = q.access == WSBRIDGE__V1__ACCESS__RDONLY && !q.truncate &&
-				       !q.append && !fi->direct_io;
 	if (r == 0 && !fi->direct_io)
 		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
@@ -1931,7 +1718,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	q.nofollow = true;
 	q.mode = mode & 07777;
 	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
-	r = open_rpc(fs, &q, &rep);
+	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	known_update(fs, parent, name, r, true);
 	if (r == -ELOOP && !(fi->flags & O_NOFOLLOW))
@@ -1948,7 +1735,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			r = -ENOENT;
 		goto out;
 	}
-	r = file_opened(fs, id, fi->flags, rep, &e.attr, false, fi);
+	r = file_opened(fs, id, fi->flags, rep, &e.attr, fi);
 	if (r < 0) {
 		node_forget(fs->nodes, id, 1);
 		goto out;
@@ -2805,17 +2592,6 @@ static bool xattr_local(const char *name)
 	return strncmp(name, "security.", 9) == 0 || strncmp(name, "system.", 7) == 0;
 }
 
-/*
- * An ACL (acl(5): system.posix_acl_access) may change who can read @ino
- * without a change of mode or owner: forget that agentd could (node_seen
- * read_ok), so that the next open asks agentd.
- */
-static void acl_changed(struct wsfs *fs, fuse_ino_t ino, const char *name)
-{
-	if (strncmp(name, "system.posix_acl_", 17) == 0)
-		node_seen_set(fs->nodes, ino, NULL);
-}
-
 static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -2843,7 +2619,6 @@ static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		r = rpc(fs, M("SetXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		mutated(fs);
 		node_attr_drop(fs->nodes, ino); /* ctime */
-		acl_changed(fs, ino, name);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
@@ -2975,7 +2750,6 @@ static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		r = rpc(fs, M("RemoveXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 		mutated(fs);
 		node_attr_drop(fs->nodes, ino); /* ctime */
-		acl_changed(fs, ino, name);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
@@ -3136,7 +2910,6 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
-	pthread_mutex_init(&fs->idle_lock, NULL);
 	{
 		pthread_condattr_t ca;
 
@@ -3174,7 +2947,6 @@ void wsfs_free(struct wsfs *fs)
 	pthread_cond_destroy(&fs->self_cond);
 	if (!fs->client) {
 		node_table_free(fs->nodes);
-		pthread_mutex_destroy(&fs->idle_lock);
 		pthread_mutex_destroy(&fs->mon_lock);
 		pthread_cond_destroy(&fs->mon_cond);
 		free(fs);
@@ -3182,7 +2954,6 @@ void wsfs_free(struct wsfs *fs)
 	}
 	/* Handles queued while agentd was unreachable, and files still open
 	 * (the session ended under them): give agentd its handles back. */
-	wsfs_idle_drop_all(fs);
 	wsfs_release_pending(fs);
 	pthread_mutex_lock(&files_lock);
 	f = fs_files;
@@ -3197,7 +2968,6 @@ void wsfs_free(struct wsfs *fs)
 	}
 	free(fs->pending);
 	node_table_free(fs->nodes);
-	pthread_mutex_destroy(&fs->idle_lock);
 	pthread_mutex_destroy(&fs->mon_lock);
 	pthread_cond_destroy(&fs->mon_cond);
 	free(fs);

@@ -97,8 +97,6 @@ struct wsfs_pf;
 
 /** Most directory listings ReadDir prefetched and kept for a later opendir. */
 #define WSFS_PF_DIRS 1024
-/** Read-only handles kept after their file's release (fs.c idle_*). */
-#define WSFS_IDLE_MAX 256
 
 /** The mounted filesystem. Fields are shared by fs.c and watch.c. */
 struct wsfs {
@@ -156,19 +154,6 @@ struct wsfs {
 	pthread_mutex_t pf_lock;
 	struct wsfs_pf *pf[WSFS_PF_DIRS];
 	size_t pf_next;
-
-	/* agentd handles of files opened for reading and released, one per
-	 * node, for the node's next such open (fs.c idle_*): unordered, the
-	 * oldest given back to agentd when full; protected by idle_lock. */
-	pthread_mutex_t idle_lock;
-	struct wsfs_idle {
-		uint64_t nodeid;
-		uint64_t sh;    /**< agentd's handle */
-		uint64_t ino;   /**< the server inode it opened */
-		uint64_t gen;   /**< conn_gen when it was opened */
-		int64_t at_ns;  /**< CLOCK_MONOTONIC when kept */
-	} idle[WSFS_IDLE_MAX];
-	size_t n_idle;
 
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
 	pthread_mutex_t self_lock;
@@ -242,17 +227,6 @@ int wsfs_monitor_start(struct wsfs *fs);
  * fuse_session_destroy().
  */
 int wsfs_monitor_stop(struct wsfs *fs, unsigned ms);
-
-/**
- * Give back to agentd (Release) the read-only handle kept for node @p id
- * after its last release (fs.c idle_*), if any: the node lost a name (the
- * file may be gone, and an open handle keeps its space in use), or the
- * kernel forgot it. Blocks for that Release's round trip; any thread.
- */
-void wsfs_idle_drop(struct wsfs *fs, uint64_t id);
-
-/** Every node's, as wsfs_idle_drop(): the watch stream started or ended. */
-void wsfs_idle_drop_all(struct wsfs *fs);
 
 /**
  * Drop every kernel dentry and attribute/page cache entry this mount knows

@@ -991,15 +991,7 @@ void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s)
 	n = by_id(t, id);
 	if (n) {
 		if (s) {
-			struct node_seen was = n->seen;
-
 			n->seen = *s;
-			if (!s->read_ok && was.valid && was.read_ok && s->valid && was.ino == s->ino) {
-				n->seen.read_ok = true;
-				n->seen.mode = was.mode;
-				n->seen.uid = was.uid;
-				n->seen.gid = was.gid;
-			}
 		} else {
 			memset(&n->seen, 0, sizeof(n->seen));
 			attr_drop(t, n);

@@ -63,20 +63,13 @@ struct node_fh {
 /**
  * What this mount last saw of a file's contents, for FOPEN_KEEP_CACHE: the
  * kernel's page cache may be kept at open only when (ino, size, mtime) still
- * match (libfuse fuse_common.h, keep_cache). read_ok: agentd opened this file
- * for reading (an Open with read access succeeded) while it had owner
- * uid:gid and permission bits mode, so an open for reading with the same
- * owner and mode needs no new permission check (as NFS's access cache, RFC
- * 1813 ACCESS).
+ * match (libfuse fuse_common.h, keep_cache).
  */
 struct node_seen {
 	bool valid;
 	uint64_t ino;
 	uint64_t size;     /**< bytes */
 	int64_t mtime_ns;  /**< ns since the epoch */
-	bool read_ok;
-	uint32_t mode;     /**< st_mode's permission bits (07777) when read_ok */
-	uint32_t uid, gid; /**< owner when read_ok */
 };
 
 /** A copy of one node's state (node_info()). */
@@ -256,13 +249,7 @@ void node_known_drop_all(struct node_table *t);
 int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len,
 		   int64_t max_age_ns);
 
-/**
- * Replace what this mount last saw of @p id's contents (@p s may be NULL:
- * forget). A @p s without read_ok for the same server inode as the node's
- * valid one keeps the node's read_ok, mode, uid and gid (a write or truncate
- * through the mount changes contents, not permissions; whoever relies on
- * read_ok compares mode, uid and gid with the file's current ones).
- */
+/** Replace what this mount last saw of @p id's contents (@p s may be NULL: forget). */
 void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s);
 
 /**

@@ -159,7 +159,6 @@ void wsfs_invalidate_all(struct wsfs *fs)
 	node_known_drop_all(fs->nodes);
 	node_attr_drop_all(fs->nodes);
 	neg_invalidate(fs);
-	wsfs_idle_drop_all(fs);
 	if (node_snapshot(fs->nodes, &refs, &n) < 0) {
 		inval_inode(fs, NODE_ROOT_ID, 0);
 		return;
@@ -248,7 +247,6 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 		node_seen_set(fs->nodes, id, NULL);
 		inval_inode(fs, id, 0);
 		node_known_drop(fs->nodes, id); /* a directory moved or removed */
-		wsfs_idle_drop(fs, id);         /* keep no handle on a file gone */
 	}
 }
 

@@ -815,7 +815,6 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: R2: a stat after a read costs no call (the read brings the attributes, atime too); the pod's change still shows"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R1: with directories past agentd's watch limit, the pod's changes in any of them show within entry_timeout, not watch_timeout"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R2: hard links the POD makes in a burst (past a batch's attributes) show nlink 2 on every linked file at once"]="links on the pod side from the host while agentd is stopped (SIGSTOP of runsc is not of agentd)"
-	["fs-remote.bats: R2: a warm open and close for reading cost no call; the descriptor reads its own file; no handle outlives the file or the mount"]="changes the pod side from the host (gVisor's inotify sees only changes made in the sandbox) and reads agentd's descriptors in /proc"
 	["fs-remote.bats: R2: after echo x >> MNT/f, MNT and POD both show the new size and mtime at once"]="edits the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: A1/R1: appends from the mount and from the pod interleave whole"]="appends from the host race the sandbox's O_APPEND (gVisor computes the append offset itself)"
 	# Runtime.

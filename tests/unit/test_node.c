@@ -349,36 +349,6 @@ static void test_seen(void **state)
 	node_seen_set(t, f, NULL);
 	assert_int_equal(node_info(t, f, &info), 0);
 	assert_false(info.seen.valid);
-
-	/* read_ok (an Open for reading passed) outlives a write's new size
-	 * and mtime for the same inode, not a forget nor another inode. */
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 9, .size = 3,
-						 .read_ok = true, .mode = 0640, .uid = 7,
-						 .gid = 8 });
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 9, .size = 5 });
-	assert_int_equal(node_info(t, f, &info), 0);
-	assert_int_equal(info.seen.size, 5);
-	assert_true(info.seen.read_ok);
-	assert_int_equal(info.seen.mode, 0640);
-	assert_int_equal(info.seen.uid, 7);
-	assert_int_equal(info.seen.gid, 8);
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 10, .size = 5 });
-	assert_int_equal(node_info(t, f, &info), 0);
-	assert_false(info.seen.read_ok);
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 10, .read_ok = true,
-						 .mode = 0600 });
-	node_seen_set(t, f, NULL);
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 10 });
-	assert_int_equal(node_info(t, f, &info), 0);
-	assert_false(info.seen.read_ok);
-	/* A new read_ok replaces the old one's mode and owner. */
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 10, .read_ok = true,
-						 .mode = 0600, .uid = 1 });
-	node_seen_set(t, f, &(struct node_seen){ .valid = true, .ino = 10, .read_ok = true,
-						 .mode = 0444, .uid = 2 });
-	assert_int_equal(node_info(t, f, &info), 0);
-	assert_int_equal(info.seen.mode, 0444);
-	assert_int_equal(info.seen.uid, 2);
 }
 
 static void test_own(void **state)
