@@ -81,25 +81,21 @@ struct wsfs_file {
 	struct wsfs_file *prev, *next; /* fs_files list */
 };
 
-/* One directory entry as a ReadDir gave it. */
+/* An open directory (fi->fh of opendir): a window of the listing. */
 struct wsfs_dirent {
 	char *name; /* NUL-terminated */
 	size_t len;
 	struct stat st;
-	uint64_t seq;   /* inval_seq when fetched */
-	int64_t cookie; /* agentd's offset just after this entry (DirEntry.next_offset) */
+	uint64_t seq; /* inval_seq when fetched */
 };
 
-/* Entries of a directory from agentd's offset @start on, as one ReadDir
- * (or a prefetched listing) gave them: see "directories" below. */
-struct wsfs_dpage {
-	uint64_t nodeid;
-	int64_t start; /* agentd's offset it was fetched at */
-	int64_t end;   /* agentd's offset after its last entry, skipped ones too */
+struct wsfs_dir {
+	pthread_mutex_t lock;
 	struct wsfs_dirent *ents;
-	size_t n;
-	bool eof;      /* ents reach the end of the directory */
-	int64_t at_ns; /* CLOCK_MONOTONIC when fetched */
+	size_t n, cap;
+	uint64_t base;  /* listing index of ents[0]; 0 = ".", 1 = "..", 2.. = entries */
+	int64_t cookie; /* server offset after the last fetched entry */
+	bool eof;
 };
 
 /* Every open file, for the final Release at exit. */
@@ -753,11 +749,8 @@ static void ws_init(void *userdata, struct fuse_conn_info *conn)
 				  FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_EXPLICIT_INVAL_DATA |
 				  FUSE_CAP_HANDLE_KILLPRIV | FUSE_CAP_POSIX_ACL |
 				  FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_NO_OPEN_SUPPORT |
-				  FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_DONT_MASK);
-	/* Directories without OPENDIR/RELEASEDIR (ws_opendir). */
-	fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
-	if (fs->no_opendir)
-		conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
+				  FUSE_CAP_NO_OPENDIR_SUPPORT | FUSE_CAP_EXPORT_SUPPORT |
+				  FUSE_CAP_DONT_MASK);
 	/*
 	 * READDIRPLUS always, not _AUTO: a ReadDir RPC returns the names and
 	 * attributes of a whole page at once, and with _AUTO the kernel asks
@@ -2074,6 +2067,38 @@ static void ws_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 /* ---- directories ---- */
 
+static void dir_clear(struct wsfs_dir *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->ents[i].name);
+	d->n = 0;
+}
+
+static void dir_reset(struct wsfs_dir *d)
+{
+	dir_clear(d);
+	d->base = 2;
+	d->cookie = 0;
+	d->eof = false;
+}
+
+/* Drop buffered entries before listing index @idx (already consumed). */
+static void dir_drop_before(struct wsfs_dir *d, uint64_t idx)
+{
+	size_t k;
+
+	if (idx <= d->base)
+		return;
+	k = idx - d->base;
+	if (k > d->n)
+		k = d->n;
+	for (size_t i = 0; i < k; i++)
+		free(d->ents[i].name);
+	memmove(d->ents, d->ents + k, (d->n - k) * sizeof(*d->ents));
+	d->n -= k;
+	d->base += k;
+}
+
 /* ---- prefetched listings ---- */
 
 /* A whole directory listing that a ReadDir of an ancestor brought along. */
@@ -2141,7 +2166,6 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
 		e->name[de->name.len] = '\0';
 		e->len = de->name.len;
 		e->seq = seq;
-		e->cookie = de->next_offset;
 		(*n)++;
 	}
 	return 0;
@@ -2235,141 +2259,34 @@ static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
 }
 
 /*
- * @ino's listing in @p is whole and was fetched at inval_seq @seq and mgen
+ * @ino's listing in @d is whole and was fetched at inval_seq @seq and mgen
  * @mgen: its names are known in full (node.h node_known_*), unless
  * something was invalidated or changed through this mount since.
  */
-static void known_from_listing(struct wsfs *fs, fuse_ino_t ino, const struct wsfs_dpage *p,
+static void known_from_listing(struct wsfs *fs, fuse_ino_t ino, const struct wsfs_dir *d,
 			       uint64_t seq, uint64_t mgen)
 {
 	if (fs->cfg.watch_timeout <= 0 || !atomic_load(&fs->watch_live) ||
 	    node_known_begin(fs->nodes, ino, &fs->inval_seq, seq) < 0)
 		return;
-	for (size_t i = 0; i < p->n; i++)
-		node_known_add(fs->nodes, ino, p->ents[i].name, p->ents[i].len);
+	for (size_t i = 0; i < d->n; i++)
+		node_known_add(fs->nodes, ino, d->ents[i].name, d->ents[i].len);
 	/* An own change since the listing was fetched may be missing from it;
 	 * one from now on updates the set (known_update: mgen, then add). */
 	if (atomic_load(&fs->mgen) != mgen)
 		node_known_drop(fs->nodes, ino);
 }
 
-/*
- * Directories are listed statelessly: with FUSE_CAP_NO_OPENDIR_SUPPORT
- * (Linux 5.1) the kernel sends no OPENDIR or RELEASEDIR (two trips to this
- * process per directory a program opens: a third of a warm git status), and
- * READDIR(PLUS) comes with fh 0 and an offset. The offsets the kernel gets
- * are agentd's own (the d_off cookies of the pod's file system, as
- * getdents64(2) gives them: stable across changes, so a listing resumed at
- * one never repeats or skips an entry that stayed) moved up by
- * DIR_OFF_BASE, which leaves 0 (the start), 1 (after ".") and 2 (after
- * "..") to this file. The last page agentd sent for each of a few
- * directories is kept for a second, so that a listing the kernel reads 4 KiB
- * at a time costs one ReadDir per page agentd sends, not per kernel call.
- */
-#define DIR_OFF_BASE 3
-#define DPAGE_TTL_NS (1000LL * 1000 * 1000)
-
-/* The kernel's offset for agentd's @cookie; INT64_MAX stays the end. */
-static off_t dir_off_of(int64_t cookie)
-{
-	return cookie >= INT64_MAX - DIR_OFF_BASE ? INT64_MAX : cookie + DIR_OFF_BASE;
-}
-
-/* agentd's offset for the kernel's @off (at least DIR_OFF_BASE). */
-static int64_t dir_cookie_of(off_t off)
-{
-	return off == INT64_MAX ? INT64_MAX : off - DIR_OFF_BASE;
-}
-
-static void dpage_free(struct wsfs_dpage *p)
-{
-	if (p) {
-		dirents_free(p->ents, p->n);
-		free(p);
-	}
-}
-
-/*
- * Take the kept page of directory @id that holds the entry after agentd's
- * offset @cookie (it starts there, or an entry of it ends there), fetched
- * less than DPAGE_TTL_NS ago. Sets *@idx to that entry's index (n when the
- * page ends there). Returns it (the caller owns it) or NULL.
- */
-static struct wsfs_dpage *dpage_take(struct wsfs *fs, uint64_t id, int64_t cookie, size_t *idx)
-{
-	struct wsfs_dpage *p = NULL;
-
-	pthread_mutex_lock(&fs->dpage_lock);
-	for (size_t k = 0; k < WSFS_DPAGES; k++) {
-		if (fs->dpage[k] && fs->dpage[k]->nodeid == id) {
-			p = fs->dpage[k];
-			fs->dpage[k] = NULL;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&fs->dpage_lock);
-	if (!p)
-		return NULL;
-	if (wsfs_now_ns() - p->at_ns < DPAGE_TTL_NS) {
-		if (p->start == cookie) {
-			*idx = 0;
-			return p;
-		}
-		for (size_t i = 0; i < p->n; i++) {
-			if (p->ents[i].cookie == cookie) {
-				*idx = i + 1;
-				return p;
-			}
-		}
-		if (p->end == cookie) {
-			*idx = p->n;
-			return p;
-		}
-	}
-	dpage_free(p);
-	return NULL;
-}
-
-/* Keep page @p (of its nodeid) for the listing's next kernel call: replaces
- * the directory's older page, else an expired or the oldest one. */
-static void dpage_put(struct wsfs *fs, struct wsfs_dpage *p)
-{
-	struct wsfs_dpage *out;
-	size_t slot = 0;
-
-	pthread_mutex_lock(&fs->dpage_lock);
-	for (size_t k = 0; k < WSFS_DPAGES; k++) {
-		struct wsfs_dpage *o = fs->dpage[k];
-
-		if (!o || o->nodeid == p->nodeid) {
-			slot = k;
-			if (o)
-				break;
-		} else if (fs->dpage[slot] && o->at_ns < fs->dpage[slot]->at_ns) {
-			slot = k;
-		}
-	}
-	out = fs->dpage[slot];
-	fs->dpage[slot] = p;
-	pthread_mutex_unlock(&fs->dpage_lock);
-	dpage_free(out);
-}
-
-/*
- * Fetch the entries of directory @ino from agentd's offset @cookie (0: a
- * listing from its start, which a listing prefetched with a parent's may
- * serve). Returns 0 with the page in *@ret (the caller owns it), or -errno.
- */
-static int dpage_fetch(struct wsfs *fs, fuse_ino_t ino, int64_t cookie, struct wsfs_dpage **ret)
+/* Fetch the next page of directory @ino into @d. */
+static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 {
 	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
 	Wsbridge__V1__ReadDirReply *rep = NULL;
 	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
-	bool whole = cookie == 0, all = false;
+	bool whole = d->cookie == 0 && d->n == 0, all = false;
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
-	struct wsfs_dpage *p;
 	char *path = NULL;
-	size_t len, cap = 0;
+	size_t len;
 	int r;
 
 	r = path_of(fs, ino, &path, &len);
@@ -2377,33 +2294,25 @@ static int dpage_fetch(struct wsfs *fs, fuse_ino_t ino, int64_t cookie, struct w
 		r = -ENOENT; /* a removed directory */
 	if (r < 0)
 		return r;
-	p = calloc(1, sizeof(*p));
-	if (!p) {
-		free(path);
-		return -ENOMEM;
-	}
-	p->nodeid = ino;
-	p->start = p->end = cookie;
-	p->at_ns = wsfs_now_ns();
 	if (whole) {
-		struct wsfs_pf *pf = pf_take(fs, path, len);
+		struct wsfs_pf *p = pf_take(fs, path, len);
 
-		if (pf) {
+		if (p) {
 			/* Listed along with an ancestor: no round trip. */
-			p->ents = pf->ents;
-			p->n = pf->n;
-			p->eof = true;
-			pf->ents = NULL;
-			pf->n = 0;
-			known_from_listing(fs, ino, p, pf->seq, pf->mgen);
-			pf_free(pf);
+			dirents_free(d->ents, d->n);
+			d->ents = p->ents;
+			d->n = d->cap = p->n;
+			d->eof = true;
+			p->ents = NULL;
+			p->n = 0;
+			known_from_listing(fs, ino, d, p->seq, p->mgen);
+			pf_free(p);
 			free(path);
-			*ret = p;
 			return 0;
 		}
 	}
 	q.path = bin(path, len);
-	q.offset = cookie;
+	q.offset = d->cookie;
 	q.max_entries = READDIR_PAGE;
 	/* Bring the subdirectories' listings along, for find, ls -R and
 	 * include searches: usable only while the watch reports changes. */
@@ -2412,68 +2321,71 @@ static int dpage_fetch(struct wsfs *fs, fuse_ino_t ino, int64_t cookie, struct w
 	r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
 	free(path);
 	if (r < 0)
-		goto out;
-	r = dirents_add(&p->ents, &p->n, &cap, rep->entries, rep->n_entries, seq0, &all);
+		return r;
+	r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 	if (r < 0)
 		goto out;
 	if (live)
 		pf_put_all(fs, rep, seq0, mgen0);
-	if (rep->n_entries && rep->entries[rep->n_entries - 1])
-		p->end = rep->entries[rep->n_entries - 1]->next_offset;
-	/* An offset that does not move would list forever: the end. */
-	p->eof = rep->n_entries == 0 || rep->eof || p->end == cookie;
-	if (p->eof && whole && all)
-		known_from_listing(fs, ino, p, seq0, mgen0);
+	if (rep->n_entries == 0 || rep->eof) {
+		d->eof = true;
+		if (whole && all)
+			known_from_listing(fs, ino, d, seq0, mgen0);
+	} else {
+		int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
+
+		/* A cookie that does not move would list forever. */
+		if (next == d->cookie)
+			d->eof = true;
+		d->cookie = next;
+	}
 out:
 	free_reply(rep);
-	if (r < 0) {
-		dpage_free(p);
-		return r;
-	}
-	*ret = p;
-	return 0;
+	return r;
 }
 
-/*
- * opendir. With FUSE_CAP_NO_OPENDIR_SUPPORT negotiated, ENOSYS: the kernel
- * then opens directories without asking, keeps their listings across opens
- * (FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR: fs/fuse/file.c fuse_file_open) and
- * drops them when the directory changes through this mount (its iversion),
- * when its mtime differs at the next listing from the start (which asks
- * GETATTR once attr_timeout has passed) and on notify_inval_inode, which the
- * watch sends for every change the pod makes in it. An older kernel gets
- * fh 0 and the same flags, the listing kept across opens only while the
- * watch stream reports the pod's changes.
- */
 static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wsfs *fs = FS(req);
+	struct wsfs_dir *d = calloc(1, sizeof(*d));
 
 	(void)ino;
-	if (fs->no_opendir) {
-		fuse_reply_err(req, ENOSYS);
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fi->fh = 0;
+	pthread_mutex_init(&d->lock, NULL);
+	dir_reset(d);
+	fi->fh = (uint64_t)(uintptr_t)d;
+	/*
+	 * The kernel keeps the listing in the directory's page cache
+	 * (FOPEN_CACHE_DIR, Linux 4.20) and drops it when the directory
+	 * changes through this mount (its iversion), when its mtime differs
+	 * at the next listing, and on notify_inval_inode. Across opens it
+	 * keeps it (FOPEN_KEEP_CACHE) only while the watch stream reports
+	 * the pod's changes; without it, each opendir lists afresh.
+	 */
 	fi->cache_readdir = 1;
-	fi->keep_cache = atomic_load(&fs->watch_live) && fs->cfg.watch_timeout > 0;
-	fuse_reply_open(req, fi);
+	fi->keep_cache = atomic_load(&FS(req)->watch_live) && FS(req)->cfg.watch_timeout > 0;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		pthread_mutex_destroy(&d->lock);
+		free(d->ents);
+		free(d);
+	}
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, bool plus)
 {
 	struct wsfs *fs = FS(req);
-	struct wsfs_dpage *p = NULL;
+	struct wsfs_dir *d = (struct wsfs_dir *)(uintptr_t)fi->fh;
 	uint64_t *ids = NULL;
 	struct node_info info;
-	size_t n_ids = 0, used = 0, idx = 0;
-	bool fresh = off < 2; /* a listing from its start, not the rest of one */
+	size_t n_ids = 0, used = 0;
+	uint64_t idx;
 	char *buf;
 	int r = 0;
 
-	(void)fi;
-	if (off < 0) {
+	if (off < 0 || !d) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
@@ -2490,60 +2402,46 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (node_info(fs->nodes, ino, &info) < 0)
 		memset(&info, 0, sizeof(info));
+	pthread_mutex_lock(&d->lock);
+	idx = (uint64_t)off;
+	if (idx == 0)
+		dir_reset(d); /* (re)start: a fresh listing */
+	else if (idx < d->base && idx >= 2)
+		dir_reset(d); /* seekdir backwards: list again and skip */
+	dir_drop_before(d, idx);
 	for (;;) {
 		struct fuse_entry_param e;
 		struct stat dot;
 		const char *name;
 		const struct stat *st;
 		uint64_t seq = 0;
-		off_t next;
 		size_t need;
 
-		if (off < 2) {
+		if (idx < 2) {
 			memset(&dot, 0, sizeof(dot));
 			dot.st_mode = S_IFDIR;
 			/* d_ino 0 may be skipped by readdir(3): never give it. */
-			dot.st_ino = off == 0 ? info.ino : info.parent_ino;
+			dot.st_ino = idx == 0 ? info.ino : info.parent_ino;
 			if (!dot.st_ino)
 				dot.st_ino = info.ino ? info.ino : ino;
-			name = off == 0 ? "." : "..";
+			name = idx == 0 ? "." : "..";
 			st = &dot;
-			next = off + 1;
 		} else {
-			if (!p) {
-				int64_t cookie = off == 2 ? 0 : dir_cookie_of(off);
-
-				/* A listing from its start is always fetched anew. */
-				if (!fresh)
-					p = dpage_take(fs, ino, cookie, &idx);
-				if (!p) {
-					r = dpage_fetch(fs, ino, cookie, &p);
-					idx = 0;
-					if (r < 0)
-						break;
-				}
-			}
-			if (idx >= p->n) {
-				int64_t end = p->end;
-
-				if (p->eof)
-					break;
-				/* Past the page: the next one. */
-				dpage_free(p);
-				p = NULL;
-				r = dpage_fetch(fs, ino, end, &p);
-				idx = 0;
+			while (idx >= d->base + d->n && !d->eof) {
+				dir_drop_before(d, idx);
+				r = dir_fetch(fs, ino, d);
 				if (r < 0)
 					break;
-				continue;
 			}
-			name = p->ents[idx].name;
-			st = &p->ents[idx].st;
-			seq = p->ents[idx].seq;
-			next = dir_off_of(p->ents[idx].cookie);
+			if (r < 0 || idx >= d->base + d->n)
+				break;
+			name = d->ents[idx - d->base].name;
+			st = &d->ents[idx - d->base].st;
+			seq = d->ents[idx - d->base].seq;
 		}
 		if (!plus) {
-			need = fuse_add_direntry(req, buf + used, size - used, name, st, next);
+			need = fuse_add_direntry(req, buf + used, size - used, name, st,
+						 (off_t)(idx + 1));
 			if (need > size - used)
 				break;
 		} else {
@@ -2552,7 +2450,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
 			if (need > size - used)
 				break;
-			if (off >= 2) {
+			if (idx >= 2) {
 				/* Counts as a lookup (FUSE protocol: readdirplus). */
 				struct ttl t = ttl_for(fs, seq, st);
 				uint64_t id;
@@ -2565,16 +2463,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					ids[n_ids++] = id;
 				}
 			}
-			fuse_add_direntry_plus(req, buf + used, size - used, name, &e, next);
+			fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+					       (off_t)(idx + 1));
 		}
 		used += need;
-		if (off >= 2)
-			idx++;
-		off = next;
+		idx++;
 	}
-	/* The kernel comes back for the rest, or (an empty reply) the end. */
-	if (p)
-		dpage_put(fs, p);
+	pthread_mutex_unlock(&d->lock);
 	if (r < 0 && used == 0) {
 		reply_err(req, r);
 	} else if (fuse_reply_buf(req, buf, used) == -ENOENT) {
@@ -2600,8 +2495,15 @@ static void ws_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void ws_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct wsfs_dir *d = (struct wsfs_dir *)(uintptr_t)fi->fh;
+
 	(void)ino;
-	(void)fi;
+	if (d) {
+		dir_clear(d);
+		free(d->ents);
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -3008,7 +2910,6 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
-	pthread_mutex_init(&fs->dpage_lock, NULL);
 	{
 		pthread_condattr_t ca;
 
@@ -3039,9 +2940,6 @@ void wsfs_free(struct wsfs *fs)
 	for (size_t k = 0; k < WSFS_PF_DIRS; k++)
 		pf_free(fs->pf[k]);
 	pthread_mutex_destroy(&fs->pf_lock);
-	for (size_t k = 0; k < WSFS_DPAGES; k++)
-		dpage_free(fs->dpage[k]);
-	pthread_mutex_destroy(&fs->dpage_lock);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
 	wsfs_neg_free(fs);

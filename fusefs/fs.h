@@ -94,13 +94,9 @@ enum wsfs_self_kind {
 
 struct wsfs_self;
 struct wsfs_pf;
-struct wsfs_dpage;
 
 /** Most directory listings ReadDir prefetched and kept for a later opendir. */
 #define WSFS_PF_DIRS 1024
-/** Directories whose last ReadDir page is kept for the listing's next
- * kernel call (fs.c dpage_*). */
-#define WSFS_DPAGES 8
 
 /** The mounted filesystem. Fields are shared by fs.c and watch.c. */
 struct wsfs {
@@ -136,10 +132,6 @@ struct wsfs {
 	 * deleted, moved: not an echo); the node table's names may be wrong
 	 * since (watch.c ev_changed). */
 	atomic_int_fast64_t pod_names_ns;
-	/** The kernel opens directories without OPENDIR (FUSE 7.29,
-	 * FUSE_CAP_NO_OPENDIR_SUPPORT): ws_opendir answers ENOSYS. Set by
-	 * ws_init. */
-	bool no_opendir;
 	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */
 	atomic_bool expire_only;
 
@@ -162,11 +154,6 @@ struct wsfs {
 	pthread_mutex_t pf_lock;
 	struct wsfs_pf *pf[WSFS_PF_DIRS];
 	size_t pf_next;
-
-	/* The last ReadDir page of a few directories (fs.c dpage_*), for a
-	 * listing the kernel reads 4 KiB at a time; protected by dpage_lock. */
-	pthread_mutex_t dpage_lock;
-	struct wsfs_dpage *dpage[WSFS_DPAGES];
 
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
 	pthread_mutex_t self_lock;
