@@ -143,7 +143,7 @@ struct watcher {
 	bool shut;
 	bool free_pending;
 	int closing;            /* handles whose close callback is still due */
-	bool warned_watches, warned_queue;
+	bool warned_watches, warned_queue, warned_failed;
 	uint64_t resyncs, sub_overflows, limit_hits;
 };
 
@@ -891,6 +891,25 @@ static void flush(struct watcher *w)
 
 /* ---- watching directories ---- */
 
+/*
+ * A directory that exists could not be watched (@err: errno): its changes go
+ * unreported, so the session is partial (READY and OVERFLOW say so, and
+ * clients keep to short cache timeouts) until a rebuild. Warn once; report
+ * OVERFLOW.
+ */
+static void watch_failed(struct watcher *w, int err)
+{
+	if (w->s)
+		w->s->partial = true;
+	if (!w->warned_failed) {
+		w->warned_failed = true;
+		wsb_warn("watch: cannot watch a directory (%s): changes in it are not reported "
+			 "until the watch is rebuilt; clients fall back to short cache timeouts",
+			 strerror(err));
+	}
+	stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
+}
+
 /* Warn once that the watch limit was reached; report OVERFLOW. */
 static void watch_limit_hit(struct watcher *w, int err)
 {
@@ -1034,8 +1053,12 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 
 	scan_dequeue(s, n);
 	fd = node_open(s, n, O_RDONLY | O_NONBLOCK);
-	if (fd < 0)
-		return; /* gone already; its parent reports that */
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP)
+		return; /* gone or moved already; its parent reports that */
+	if (fd < 0) {
+		watch_failed(w, -fd); /* EMFILE, EACCES, ...: it is there, unwatched */
+		return;
+	}
 	if (n->wd < 0) {
 		wd = add_watch(s, n, fd);
 		if (wd == -ENOSPC || wd == -EDQUOT) {
@@ -1044,7 +1067,8 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 			return;
 		}
 		if (wd < 0) {
-			wsb_debug("watch: cannot watch a directory: %s", strerror(-wd));
+			if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP)
+				watch_failed(w, -wd); /* else gone meanwhile */
 			close(fd);
 			return;
 		}
@@ -1232,6 +1256,10 @@ static void on_moved_to(struct wsession *s, struct wnode *dir, const char *name,
 		if (node_attach(s, n, dir, name, len) < 0) {
 			node_free_tree(s, n, true);
 			w->lost = true;
+		} else if (n->wd < 0) {
+			/* Moved before its walk could open it: walk it under the
+			 * new name, reporting what is in it. */
+			scan_enqueue(s, n, true);
 		}
 	} else if (is_dir && !pn_lookup(s, dir, name, len)) {
 		/* its node was lost (a stale duplicate): walk it anew */
@@ -1634,5 +1662,6 @@ void watch_get_stats(const struct watcher *w, struct watch_stats *ret)
 	ret->resyncs = w->resyncs;
 	ret->sub_overflows = w->sub_overflows;
 	ret->limit_hits = w->limit_hits;
-	ret->partial = w->s && w->s->partial;
+	/* While a rebuild walks the tree, events are not reported either. */
+	ret->partial = w->s && (w->s->partial || !w->s->ready);
 }

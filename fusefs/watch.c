@@ -295,6 +295,28 @@ static void check_link(struct wsfs *fs, const ProtobufCBinaryData *path)
 }
 
 /*
+ * A non-directory got the name @ev->path (created, linked, or moved there):
+ * if it is another name of a file this mount knows, drop that file's
+ * attributes (ev_linked), from the event's attributes, else from a Stat for
+ * the batch's first LINK_CHECKS_MAX such names, else for every node once.
+ */
+static void links_unknown(struct wsfs *fs);
+static void new_name(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev, unsigned *link_checks)
+{
+	if (ev->is_dir)
+		return;
+	if (ev->attr) {
+		ev_linked(fs, ev->attr);
+	} else if (*link_checks < LINK_CHECKS_MAX) {
+		(*link_checks)++;
+		check_link(fs, &ev->path);
+	} else if (*link_checks == LINK_CHECKS_MAX) {
+		(*link_checks)++;
+		links_unknown(fs);
+	}
+}
+
+/*
  * More new names in one batch than check_link() may ask about: any known
  * file may have gained a link, so drop every node's attributes (kept and
  * the kernel's). Costs one notification per node, no call.
@@ -702,17 +724,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			break;
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
-		if (ev->is_dir)
-			break;
-		if (ev->attr) {
-			ev_linked(fs, ev->attr);
-		} else if (*link_checks < LINK_CHECKS_MAX) {
-			(*link_checks)++;
-			check_link(fs, &ev->path);
-		} else if (*link_checks == LINK_CHECKS_MAX) {
-			(*link_checks)++;
-			links_unknown(fs);
-		}
+		new_name(fs, ev, link_checks);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__DELETED:
 		if (self_match(fs, &ev->path, WSFS_SELF_DELETED, NULL, NULL))
@@ -728,6 +740,8 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->from);
 		ev_name(fs, &ev->path);
+		/* A link made and moved before agentd reported it. */
+		new_name(fs, ev, link_checks);
 		break;
 	default:
 		break; /* a kind from a newer agentd */

@@ -793,6 +793,15 @@ PY
 	for i in $(seq 40); do
 		visible "nlink of k/f$i" nlink_is "$MNT/k/f$i" 2
 	done
+	# A link made and moved on before agentd reports it: the CREATED
+	# name is gone by then, the MOVED one brings the attributes.
+	stat "$MNT/k/f1" >/dev/null
+	mkdir "$ROOT/k2"
+	kill -STOP "$AGENTD_PID"
+	ln "$ROOT/k/l1" "$ROOT/k/tmp"
+	mv "$ROOT/k/tmp" "$ROOT/k2/g"
+	kill -CONT "$AGENTD_PID"
+	visible "nlink of k/f1 after ln and mv" nlink_is "$MNT/k/f1" 3
 }
 
 @test "hard links share st_ino and nlink 2; symlinks keep their target" {

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -464,6 +465,26 @@ static void test_renamed_dir_reports_new_path(void **state)
 	assert_int_equal(st.watches, 4); /* root, other, d2, sub: relinked, not re-added */
 }
 
+/* A directory renamed after agentd read its creation but before its walk
+ * opened it: watched under the new name, and what is in it reported. */
+static void test_dir_renamed_before_its_walk(void **state)
+{
+	struct fixture *f = *state;
+
+	subscribe_ready(f);
+	mkdir_at(f, "t");
+	/* One loop turn reads IN_CREATE and queues t's walk; a turn runs idle
+	 * callbacks (the walk) before polling, so the walk comes next turn. */
+	uv_run(&f->loop, UV_RUN_ONCE);
+	rename_at(f, "t", "u");
+	write_at(f, "u/early", "1");
+	expect(f, WATCH_MOVED, "u");
+	expect(f, WATCH_CREATED, "u/early");
+	col_clear(&f->c);
+	write_at(f, "u/late", "1");
+	expect(f, WATCH_CREATED, "u/late");
+}
+
 static void test_exchange_dirs(void **state)
 {
 	struct fixture *f = *state;
@@ -729,6 +750,51 @@ static void test_watch_limit(void **state)
 	assert_true(st.partial); /* "b" is not watched */
 }
 
+static struct rlimit nofile_saved;
+static bool nofile_changed;
+
+/* teardown, and RLIMIT_NOFILE back as it was (a failed assertion skips the
+ * test's own restore). */
+static int teardown_nofile(void **state)
+{
+	if (nofile_changed)
+		setrlimit(RLIMIT_NOFILE, &nofile_saved);
+	nofile_changed = false;
+	return teardown(state);
+}
+
+/* A directory the watcher cannot open (EMFILE here; EACCES for a non-root
+ * agentd) is reported like the watch limit: OVERFLOW, and partial. */
+static void test_unwatchable_dir(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	struct rlimit old, low;
+	int lowest;
+
+	subscribe_ready(f);
+	watch_get_stats(f->w, &st);
+	assert_false(st.partial);
+	/* No descriptor can be made from here on: the lowest free one is the
+	 * limit (getrlimit(2): RLIMIT_NOFILE bounds the number, not the count). */
+	lowest = dup(0);
+	assert_true(lowest >= 0);
+	close(lowest);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	nofile_saved = old;
+	low = old;
+	low.rlim_cur = (rlim_t)lowest;
+	nofile_changed = true;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	mkdir_at(f, "x");
+	expect(f, WATCH_CREATED, "x");
+	expect(f, WATCH_OVERFLOW, "");
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	watch_get_stats(f->w, &st);
+	assert_true(st.partial);
+	assert_int_equal(st.limit_hits, 0); /* not the watch limit */
+}
+
 static void test_stop_and_restart(void **state)
 {
 	struct fixture *f = *state;
@@ -771,6 +837,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_lifecycle, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nested_new_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_renamed_dir_reports_new_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_renamed_before_its_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_exchange_dirs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_empty_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_out_and_in, setup, teardown),
@@ -781,6 +848,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_kernel_queue_overflow, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_limit, setup_two_watches, teardown),
+		cmocka_unit_test_setup_teardown(test_unwatchable_dir, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
 	};
