@@ -95,7 +95,7 @@ struct wsession {
 	size_t pn_cap, pn_count;
 	struct wnode *scan_head, *scan_tail;
 	unsigned watches;
-	bool partial;           /* a directory could not be watched (limit) */
+	bool partial;           /* a directory could not be watched (watch_failed) */
 	struct pending_move *pend;
 	size_t npend, pend_cap;
 	struct displaced *disp;

@@ -191,9 +191,11 @@ struct watch_stats {
 	uint64_t resyncs;     /**< rebuilds after IN_Q_OVERFLOW */
 	uint64_t sub_overflows; /**< subscribers skipped ahead with OVERFLOW */
 	uint64_t limit_hits;  /**< watches not added: ENOSPC or max_watches */
-	bool partial;         /**< the running instance left a directory unwatched
-			       *   (a limit hit since it started): its changes are
-			       *   not reported until a rebuild watches it */
+	bool partial;         /**< the running instance left a directory that
+			       *   exists unwatched (the limit, EMFILE, EACCES...
+			       *   since it started), or is still walking the
+			       *   tree: some changes go unreported until a
+			       *   rebuild watches everything */
 };
 
 /** Fill *ret with @p w's counters. Loop thread. */

@@ -677,7 +677,8 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
  * batch; *last_ok is the path of the batch's last CHANGED event found to be
  * an own echo (a run of CHANGED events on it is checked once), or NULL.
  * *partial: the last READY or OVERFLOW said that agentd could not watch
- * every directory (the caller then keeps watch_live false).
+ * every directory, or was walking the tree anew (the caller then keeps
+ * watch_live false).
  */
 static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			 unsigned *link_checks, const ProtobufCBinaryData **last_ok, bool *partial)
@@ -696,8 +697,9 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__OVERFLOW:
 		wsb_info("watch: events were lost; dropping every cached entry");
 		if (ev->partial && !*partial)
-			wsb_notice("watch: agentd cannot watch every directory (its inotify watch "
-				   "limit): caches expire by entry_timeout/attr_timeout until it can");
+			wsb_notice("watch: agentd cannot watch every directory now (its inotify "
+				   "watch limit, an error, or a rescan: see its log); caches expire by "
+				   "entry_timeout/attr_timeout until it can");
 		*partial = ev->partial;
 		/* Before the invalidation: no reply computed after it may get
 		 * the long timeouts (fs.c ttl_for). */
@@ -840,8 +842,8 @@ static int run_watch(struct wsfs *fs)
 			wsfs_conn_ok(fs);
 			if (partial)
 				wsb_notice("watch stream live, but agentd cannot watch every "
-					   "directory (its inotify watch limit): caches expire by "
-					   "entry_timeout/attr_timeout");
+					   "directory (its inotify watch limit or an error: see its "
+					   "log); caches expire by entry_timeout/attr_timeout");
 			else
 				wsb_info("watch stream live: kernel caches last up to %g s",
 					 fs->cfg.watch_timeout);
