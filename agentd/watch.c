@@ -897,22 +897,34 @@ static void flush(struct watcher *w)
  * clients keep to short cache timeouts) until a rebuild. Warn once; report
  * OVERFLOW.
  */
-static void watch_failed(struct watcher *w, int err)
+static void watch_failed(struct watcher *w, const struct wnode *n, int err)
 {
+	bool was = !w->s || w->s->partial;
+
 	if (w->s)
 		w->s->partial = true;
-	if (!w->warned_failed) {
+	if (!w->warned_failed && w->s) {
+		size_t pl = 0;
+		char *p = node_path(w->s, n, NULL, 0, &pl);
+		char *esc = p ? wsb_escape(p, pl, 200) : NULL;
+
 		w->warned_failed = true;
-		wsb_warn("watch: cannot watch a directory (%s): changes in it are not reported "
-			 "until the watch is rebuilt; clients fall back to short cache timeouts",
-			 strerror(err));
+		wsb_warn("watch: cannot watch directory '%s' (%s): changes in it are not "
+			 "reported until the watch is rebuilt; clients fall back to short cache "
+			 "timeouts",
+			 esc ? esc : "?", strerror(err));
+		free(esc);
+		free(p);
 	}
-	stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
+	if (!was) /* clients already know: another OVERFLOW would only drop their caches */
+		stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
 }
 
 /* Warn once that the watch limit was reached; report OVERFLOW. */
 static void watch_limit_hit(struct watcher *w, int err)
 {
+	bool was = !w->s || w->s->partial;
+
 	w->limit_hits++;
 	if (w->s)
 		w->s->partial = true;
@@ -933,7 +945,8 @@ static void watch_limit_hit(struct watcher *w, int err)
 				 w->cfg.max_watches);
 		}
 	}
-	stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
+	if (!was)
+		stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
 }
 
 /*
@@ -1043,6 +1056,26 @@ static bool dirent_is_dir(int dfd, const struct dirent *de)
  * Watch directory @p n and list it: subdirectories become nodes queued for
  * their own walk; with n->scan_emit every entry is staged as CREATED.
  */
+/*
+ * Can agentd search directory @p n (look names up in it)? A directory it
+ * can neither read nor search (lost+found, mode 0700 root's, under a
+ * non-root agentd) hides nothing from agentd's clients when unwatched:
+ * every call on a path below it fails with EACCES. Resolving "." inside it
+ * needs search permission (path_resolution(7)).
+ */
+static bool node_searchable(const struct wsession *s, const struct wnode *n)
+{
+	int fd = node_open(s, n, O_PATH);
+	struct stat st;
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = fstatat(fd, ".", &st, 0) == 0;
+	close(fd);
+	return ok;
+}
+
 static void scan_dir(struct wsession *s, struct wnode *n)
 {
 	struct watcher *w = s->w;
@@ -1055,8 +1088,10 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 	fd = node_open(s, n, O_RDONLY | O_NONBLOCK);
 	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP)
 		return; /* gone or moved already; its parent reports that */
+	if (fd == -EACCES && !node_searchable(s, n))
+		return; /* nothing in it is reachable by agentd: nothing to miss */
 	if (fd < 0) {
-		watch_failed(w, -fd); /* EMFILE, EACCES, ...: it is there, unwatched */
+		watch_failed(w, n, -fd); /* EMFILE, EACCES, ...: it is there, unwatched */
 		return;
 	}
 	if (n->wd < 0) {
@@ -1067,8 +1102,9 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 			return;
 		}
 		if (wd < 0) {
-			if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP)
-				watch_failed(w, -wd); /* else gone meanwhile */
+			if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP &&
+			    !(wd == -EACCES && !node_searchable(s, n)))
+				watch_failed(w, n, -wd); /* else gone, or unreachable */
 			close(fd);
 			return;
 		}

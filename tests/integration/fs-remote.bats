@@ -797,6 +797,8 @@ PY
 	# name is gone by then, the MOVED one brings the attributes.
 	stat "$MNT/k/f1" >/dev/null
 	mkdir "$ROOT/k2"
+	touch "$ROOT/k2/p" # once the mount shows it, agentd watches k2
+	visible "k2/p" content_is "$MNT/k2/p" ""
 	kill -STOP "$AGENTD_PID"
 	ln "$ROOT/k/l1" "$ROOT/k/tmp"
 	mv "$ROOT/k/tmp" "$ROOT/k2/g"

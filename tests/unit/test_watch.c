@@ -748,6 +748,13 @@ static void test_watch_limit(void **state)
 	assert_int_equal(st.watches, 2);
 	assert_int_equal(st.limit_hits, 1);
 	assert_true(st.partial); /* "b" is not watched */
+	/* Clients know already: no more OVERFLOW (each drops their caches). */
+	col_clear(&f->c);
+	mkdir_at(f, "c");
+	rename_at(f, "b", "b2");
+	expect(f, WATCH_CREATED, "c");
+	expect(f, WATCH_MOVED, "b2");
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 0);
 }
 
 static struct rlimit nofile_saved;
