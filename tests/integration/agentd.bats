@@ -42,6 +42,12 @@ teardown() {
 	assert_status 2
 	assert_contains "$stderr" "view-limit"
 
+	for v in 0 -1 4294967296 x; do
+		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --max-watches "$v" --listen 127.0.0.1:1
+		assert_status 2
+		assert_eq "$stderr" "agentd: bad number '$v' for --max-watches"
+	done
+
 	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" stray-arg
 	assert_status 2
 	assert_contains "$stderr" "stray-arg"
