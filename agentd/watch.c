@@ -892,17 +892,24 @@ static void flush(struct watcher *w)
 /* ---- watching directories ---- */
 
 /*
- * A directory that exists could not be watched (@err: errno): its changes go
- * unreported, so the session is partial (READY and OVERFLOW say so, and
- * clients keep to short cache timeouts) until a rebuild. Warn once; report
- * OVERFLOW.
+ * A directory that exists is left unwatched: its changes go unreported, so
+ * the session is partial (READY and OVERFLOW say so, and clients keep to
+ * short cache timeouts) until a rebuild. The OVERFLOW goes out when it
+ * becomes so: clients that know already would only drop their caches.
  */
+static void set_partial(struct watcher *w)
+{
+	if (w->s && !w->s->partial) {
+		w->s->partial = true;
+		stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
+	}
+}
+
+/* Directory @p n could not be watched (@p err: errno): set_partial(); warn
+ * once, naming it. */
 static void watch_failed(struct watcher *w, const struct wnode *n, int err)
 {
-	bool was = !w->s || w->s->partial;
-
-	if (w->s)
-		w->s->partial = true;
+	set_partial(w);
 	if (!w->warned_failed && w->s) {
 		size_t pl = 0;
 		char *p = node_path(w->s, n, NULL, 0, &pl);
@@ -916,18 +923,13 @@ static void watch_failed(struct watcher *w, const struct wnode *n, int err)
 		free(esc);
 		free(p);
 	}
-	if (!was) /* clients already know: another OVERFLOW would only drop their caches */
-		stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
 }
 
-/* Warn once that the watch limit was reached; report OVERFLOW. */
+/* The watch limit was reached: set_partial(); warn once. */
 static void watch_limit_hit(struct watcher *w, int err)
 {
-	bool was = !w->s || w->s->partial;
-
 	w->limit_hits++;
-	if (w->s)
-		w->s->partial = true;
+	set_partial(w);
 	if (!w->warned_watches) {
 		w->warned_watches = true;
 		if (err == ENOSPC) {
@@ -945,8 +947,6 @@ static void watch_limit_hit(struct watcher *w, int err)
 				 w->cfg.max_watches);
 		}
 	}
-	if (!was)
-		stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
 }
 
 /*

@@ -955,14 +955,6 @@ size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t
 	return k;
 }
 
-uint64_t node_by_ino(struct node_table *t, uint64_t ino)
-{
-	uint64_t id = 0;
-
-	node_ids_by_ino(t, ino, &id, 1);
-	return id;
-}
-
 int node_set_ino(struct node_table *t, uint64_t id, uint64_t ino, uint32_t mode)
 {
 	struct node *n;

@@ -189,13 +189,6 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret);
 size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t max);
 
 /**
- * The node that has a name for the non-directory server file with inode
- * @p ino, or 0 (for the watch stream: a hard link made in the pod changes
- * the nlink of a file known under another name).
- */
-uint64_t node_by_ino(struct node_table *t, uint64_t ino);
-
-/**
  * Set the server inode number and type of @p id (the root's, learnt from its
  * first Stat). Returns 0 or -ESTALE.
  */
