@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,69 @@ static int unix_addr_in_use(const char *addr)
 	r = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
 	close(fd);
 	return r == 0 ? -EADDRINUSE : 0;
+}
+
+/*
+ * Why gRPC could not listen on @addr (grpc_server_add_http2_port says only
+ * that it failed): bind a socket of our own to it, as gRPC would, and give
+ * that errno (bind(2), unix(7)): -EADDRINUSE, -EACCES (a port below 1024,
+ * a directory agentd may not write), -ENOENT (no such directory),
+ * -EADDRNOTAVAIL (not an address of this machine), ... -EADDRINUSE when
+ * our bind works (gRPC's reason is unknown then).
+ */
+static int listen_error(const char *addr)
+{
+	char host[256], port[16];
+	const char *colon, *h = addr;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+	size_t n;
+	int fd, r = -EADDRINUSE;
+
+	if (strncmp(addr, "unix:", 5) == 0) {
+		struct sockaddr_un sun = {.sun_family = AF_UNIX};
+		const char *path = addr + 5;
+
+		if (strncmp(path, "//", 2) == 0)
+			path += 2;
+		if (strlen(path) >= sizeof(sun.sun_path))
+			return -ENAMETOOLONG;
+		strcpy(sun.sun_path, path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+			r = -errno;
+		else
+			unlink(path); /* ours: gone again */
+		close(fd);
+		return r;
+	}
+	colon = strrchr(addr, ':');
+	if (!colon || strlen(colon + 1) >= sizeof(port))
+		return r;
+	n = (size_t)(colon - addr);
+	if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']') {
+		h = addr + 1;
+		n -= 2;
+	}
+	if (n >= sizeof(host))
+		return r;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	strcpy(port, colon + 1);
+	if (getaddrinfo(n ? host : NULL, port, &hints, &ai) != 0)
+		return r;
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+	if (fd >= 0) {
+		int one = 1;
+
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+			r = -errno;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return r;
 }
 
 static int read_token(const char *file, char **ret)
@@ -387,8 +451,11 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < nlisten; i++) {
 		r = strncmp(listen[i], "unix:", 5) == 0 ? unix_addr_in_use(listen[i]) : 0;
-		if (r == 0)
+		if (r == 0) {
 			r = rpc_server_listen(app.server, listen[i]);
+			if (r == -EADDRINUSE)
+				r = listen_error(listen[i]);
+		}
 		if (r < 0) {
 			wsb_err("cannot listen on '%s': %s", listen[i],
 				r == -EADDRINUSE ? "address in use (is another agentd running?)" :

@@ -85,6 +85,21 @@ teardown() {
 	assert_contains "$stderr" "0.0.0.0:$port"
 }
 
+@test "an address agentd cannot listen on fails with the reason, not a guess" {
+	local port
+	port=$(free_port)
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "unix:$BATS_TEST_TMPDIR/no-such-dir/s"
+	assert_status 1
+	assert_contains "$stderr" "no-such-dir/s': No such file or directory"
+	printf 'a-token\n' >"$BATS_TEST_TMPDIR/token"
+	chmod 600 "$BATS_TEST_TMPDIR/token"
+	# TEST-NET-1 (RFC 5737): no address of this machine.
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "192.0.2.1:$port" \
+		--token-file "$BATS_TEST_TMPDIR/token"
+	assert_status 1
+	assert_contains "$stderr" "192.0.2.1:$port': Cannot assign requested address"
+}
+
 @test "a bad token file is refused" {
 	local port
 	port=$(free_port)
