@@ -216,6 +216,8 @@ struct app {
 	uv_signal_t sigterm, sigint;
 	bool stopping;
 	bool stdio;
+	char *token; /* --token-file's; static storage, so the early exits
+		      * (return 1) leave it reachable, not leaked */
 };
 
 static void on_drained(void *arg)
@@ -284,7 +286,7 @@ int main(int argc, char **argv)
 	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
 	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096, max_watches = 0;
 	struct exec_config exec_cfg = { .cgroups = true };
-	char *token = NULL, *end;
+	char *end;
 	static struct app app;
 	struct rpc_server_config cfg = {0};
 	uv_loop_t *loop = uv_default_loop();
@@ -391,7 +393,7 @@ int main(int argc, char **argv)
 	if (!app.stdio && nlisten == 0)
 		listen[nlisten++] = DEFAULT_LISTEN;
 	if (token_file) {
-		r = read_token(token_file, &token);
+		r = read_token(token_file, &app.token);
 		if (r < 0) {
 			wsb_err("cannot read token file '%s': %s", token_file,
 				r == -EINVAL ? "empty or more than one line" : strerror(-r));
@@ -399,7 +401,7 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int i = 0; i < nlisten; i++) {
-		if (!token && !addr_is_local(listen[i])) {
+		if (!app.token && !addr_is_local(listen[i])) {
 			wsb_err("refusing to listen on '%s' without --token-file: it is reachable "
 				"beyond this machine (only loopback and unix sockets may go without "
 				"a token)",
@@ -434,7 +436,7 @@ int main(int argc, char **argv)
 
 	cfg.loop = loop;
 	cfg.cq_threads = threads;
-	cfg.token = token;
+	cfg.token = app.token;
 	cfg.max_recv_bytes = MAX_RECV_BYTES;
 	r = rpc_server_new(&cfg, &app.server);
 	if (r == 0)
@@ -471,7 +473,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (int i = 0; i < nlisten; i++)
-		wsb_notice("serving '%s' on %s%s", root, listen[i], token ? " (token required)" : "");
+		wsb_notice("serving '%s' on %s%s", root, listen[i],
+			   app.token ? " (token required)" : "");
 	if (app.stdio)
 		wsb_info("serving '%s' on stdin/stdout", root);
 
@@ -491,7 +494,7 @@ int main(int argc, char **argv)
 	uv_run(loop, UV_RUN_DEFAULT);
 	fsops_handles_free(app.ad.handles);
 	close(app.ad.root.fd);
-	free(token);
+	free(app.token);
 	r = uv_loop_close(loop);
 	if (r < 0 && wsb_log_enabled(WSB_LOG_DEBUG))
 		uv_walk(loop, log_open_handle, NULL);
