@@ -100,19 +100,32 @@ static bool addr_is_local(const char *addr)
 	return false;
 }
 
+/* The socket address of "unix:PATH" or "unix://PATH" into *@sun. Returns 0
+ * or -ENAMETOOLONG (sun_path holds 107 bytes, unix(7)). */
+static int unix_sockaddr(const char *addr, struct sockaddr_un *sun)
+{
+	const char *path = addr + 5;
+
+	if (strncmp(path, "//", 2) == 0)
+		path += 2;
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sun->sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sun->sun_path, path);
+	return 0;
+}
+
 /* gRPC unlinks and rebinds a unix socket path that exists; refuse instead
  * when another server still answers on it. */
 static int unix_addr_in_use(const char *addr)
 {
-	struct sockaddr_un sun = {.sun_family = AF_UNIX};
-	const char *path = addr + 5;
+	struct sockaddr_un sun;
 	int fd, r;
 
-	if (strncmp(path, "//", 2) == 0)
-		path += 2;
-	if (strlen(path) >= sizeof(sun.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sun.sun_path, path);
+	r = unix_sockaddr(addr, &sun);
+	if (r < 0)
+		return r;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -138,21 +151,19 @@ static int listen_error(const char *addr)
 	int fd, r = -EADDRINUSE;
 
 	if (strncmp(addr, "unix:", 5) == 0) {
-		struct sockaddr_un sun = {.sun_family = AF_UNIX};
-		const char *path = addr + 5;
+		struct sockaddr_un sun;
 
-		if (strncmp(path, "//", 2) == 0)
-			path += 2;
-		if (strlen(path) >= sizeof(sun.sun_path))
-			return -ENAMETOOLONG;
-		strcpy(sun.sun_path, path);
+		r = unix_sockaddr(addr, &sun);
+		if (r < 0)
+			return r;
+		r = -EADDRINUSE;
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			return -errno;
 		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
 			r = -errno;
 		else
-			unlink(path); /* ours: gone again */
+			unlink(sun.sun_path); /* ours: gone again */
 		close(fd);
 		return r;
 	}
