@@ -45,6 +45,12 @@
 /* Estimated bytes of one event in a WatchBatch besides its paths. */
 #define EVENT_OVERHEAD 16
 
+/* Directories that could not be watched (EMFILE, ENOMEM, EACCES...) are
+ * tried again after RETRY_FIRST_MS, then at twice the last period, at most
+ * RETRY_MAX_MS (NFS's acregmax, like wsfs's watch_timeout). */
+#define RETRY_FIRST_MS 1000u
+#define RETRY_MAX_MS 60000u
+
 /* ---- types ---- */
 
 /* One directory of the tree. */
@@ -60,6 +66,9 @@ struct wnode {
 	struct wnode *scan_next, *scan_prev; /* walk queue */
 	bool in_scan;
 	bool scan_emit;         /* report what the walk finds as CREATED */
+	struct wnode *fail_next, *fail_prev; /* failed list */
+	bool failed;            /* it exists but could not be watched or listed
+				 * (watch_failed): retried by the retry timer */
 };
 
 /* An IN_MOVED_FROM waiting for its IN_MOVED_TO. */
@@ -95,7 +104,10 @@ struct wsession {
 	size_t pn_cap, pn_count;
 	struct wnode *scan_head, *scan_tail;
 	unsigned watches;
-	bool partial;           /* a directory could not be watched (watch_failed) */
+	bool partial;           /* a directory could not be watched (set_partial) */
+	bool limited;           /* ... because of the watch limit: no way back */
+	struct wnode *fail_head; /* nodes with failed set */
+	unsigned nfailed;
 	struct pending_move *pend;
 	size_t npend, pend_cap;
 	struct displaced *disp;
@@ -135,9 +147,10 @@ struct watcher {
 	bool stage_overflow;    /* an OVERFLOW is staged */
 	bool lost;              /* an event was lost (ENOMEM): stage OVERFLOW */
 
-	uv_timer_t pair_timer, kick;
+	uv_timer_t pair_timer, kick, retry;
 	uv_idle_t idle;
 	bool pair_armed;
+	uint64_t retry_ms;      /* the retry timer's next period */
 	char *rbuf;
 
 	bool shut;
@@ -351,6 +364,44 @@ static void scan_dequeue(struct wsession *s, struct wnode *n)
 	n->in_scan = false;
 }
 
+static void on_retry(uv_timer_t *t);
+
+/* Put @p n on the failed list; the retry timer walks it again. */
+static void fail_add(struct wsession *s, struct wnode *n)
+{
+	struct watcher *w = s->w;
+
+	if (n->failed)
+		return;
+	n->failed = true;
+	n->fail_prev = NULL;
+	n->fail_next = s->fail_head;
+	if (s->fail_head)
+		s->fail_head->fail_prev = n;
+	s->fail_head = n;
+	if (s->nfailed++ == 0 && !uv_is_active((uv_handle_t *)&w->retry)) {
+		w->retry_ms = RETRY_FIRST_MS;
+		uv_timer_start(&w->retry, on_retry, w->retry_ms, 0);
+	}
+}
+
+/* Take @p n off the failed list (it was watched and listed, or is gone). */
+static void fail_remove(struct wsession *s, struct wnode *n)
+{
+	if (!n->failed)
+		return;
+	if (n->fail_prev)
+		n->fail_prev->fail_next = n->fail_next;
+	else
+		s->fail_head = n->fail_next;
+	if (n->fail_next)
+		n->fail_next->fail_prev = n->fail_prev;
+	n->fail_next = n->fail_prev = NULL;
+	n->failed = false;
+	if (--s->nfailed == 0)
+		uv_timer_stop(&s->w->retry);
+}
+
 /* Unlink @p n from its parent; it keeps its subtree. */
 static void node_detach(struct wsession *s, struct wnode *n)
 {
@@ -379,6 +430,7 @@ static void node_free_one(struct wsession *s, struct wnode *n, bool rm)
 		s->watches--;
 	}
 	scan_dequeue(s, n);
+	fail_remove(s, n);
 	for (size_t i = 0; i < s->npend; i++)
 		if (s->pend[i].node == n)
 			s->pend[i].node = NULL;
@@ -872,14 +924,19 @@ static void pump_all(struct watcher *w)
 	}
 }
 
+static void maybe_whole(struct watcher *w);
+
 /*
- * Commit the stage when no move waits for its second half (else, and while
- * displaced directories wait for theirs, the pair timer runs); deliver.
+ * End of a loop callback's work: stage OVERFLOW if the stream is whole again
+ * (maybe_whole); commit the stage when no move waits for its second half
+ * (else, and while displaced directories wait for theirs, the pair timer
+ * runs); deliver.
  */
 static void flush(struct watcher *w)
 {
 	struct wsession *s = w->s;
 
+	maybe_whole(w);
 	if (s && (s->npend || s->ndisp) && !w->pair_armed) {
 		uv_timer_start(&w->pair_timer, on_pair_timer, w->cfg.pair_ms, 0);
 		w->pair_armed = true;
@@ -894,8 +951,10 @@ static void flush(struct watcher *w)
 /*
  * A directory that exists is left unwatched: its changes go unreported, so
  * the session is partial (READY and OVERFLOW say so, and clients keep to
- * short cache timeouts) until a rebuild. The OVERFLOW goes out when it
- * becomes so: clients that know already would only drop their caches.
+ * short cache timeouts) until every such directory is watched (maybe_whole;
+ * never after the watch limit was hit) or a rebuild. The OVERFLOW goes out
+ * when it becomes so: clients that know already would only drop their
+ * caches.
  */
 static void set_partial(struct watcher *w)
 {
@@ -905,11 +964,33 @@ static void set_partial(struct watcher *w)
 	}
 }
 
-/* Directory @p n could not be watched (@p err: errno): set_partial(); warn
- * once, naming it. */
-static void watch_failed(struct watcher *w, const struct wnode *n, int err)
+/*
+ * Every directory is watched again: the failed ones were retried with
+ * success (or went away) and no limit was hit. OVERFLOW, now without
+ * partial, lets clients drop what they cached while the stream was partial
+ * and go back to long timeouts.
+ */
+static void maybe_whole(struct watcher *w)
+{
+	struct wsession *s = w->s;
+
+	if (!s || !s->partial || s->limited || s->nfailed || s->scan_head || !s->ready)
+		return;
+	s->partial = false;
+	stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
+	if (w->warned_failed) {
+		w->warned_failed = false; /* warn again at the next failure */
+		wsb_info("watch: every directory is watched again");
+	}
+}
+
+/* Directory @p n could not be watched or listed (@p err: errno):
+ * set_partial(); retry it later (fail_add); warn once, naming it. */
+static void watch_failed(struct watcher *w, struct wnode *n, int err)
 {
 	set_partial(w);
+	if (w->s)
+		fail_add(w->s, n);
 	if (!w->warned_failed && w->s) {
 		size_t pl = 0;
 		char *p = node_path(w->s, n, NULL, 0, &pl);
@@ -917,8 +998,8 @@ static void watch_failed(struct watcher *w, const struct wnode *n, int err)
 
 		w->warned_failed = true;
 		wsb_warn("watch: cannot watch directory '%s' (%s): changes in it are not "
-			 "reported until the watch is rebuilt; clients fall back to short cache "
-			 "timeouts",
+			 "reported until it can be watched (retried every minute at most); "
+			 "clients fall back to short cache timeouts",
 			 esc ? esc : "?", strerror(err));
 		free(esc);
 		free(p);
@@ -930,6 +1011,8 @@ static void watch_limit_hit(struct watcher *w, int err)
 {
 	w->limit_hits++;
 	set_partial(w);
+	if (w->s)
+		w->s->limited = true;
 	if (!w->warned_watches) {
 		w->warned_watches = true;
 		if (err == ENOSPC) {
@@ -1086,10 +1169,14 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 
 	scan_dequeue(s, n);
 	fd = node_open(s, n, O_RDONLY | O_NONBLOCK);
-	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP)
-		return; /* gone or moved already; its parent reports that */
-	if (fd == -EACCES && !node_searchable(s, n))
-		return; /* nothing in it is reachable by agentd: nothing to miss */
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP ||
+	    (fd == -EACCES && !node_searchable(s, n))) {
+		/* Gone or moved already: its parent reports that, and a rename
+		 * of it or of a parent walks it again (requeue_unwatched). Or
+		 * nothing in it is reachable by agentd: nothing to miss. */
+		fail_remove(s, n);
+		return;
+	}
 	if (fd < 0) {
 		watch_failed(w, n, -fd); /* EMFILE, EACCES, ...: it is there, unwatched */
 		return;
@@ -1104,7 +1191,9 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 		if (wd < 0) {
 			if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP &&
 			    !(wd == -EACCES && !node_searchable(s, n)))
-				watch_failed(w, n, -wd); /* else gone, or unreachable */
+				watch_failed(w, n, -wd);
+			else
+				fail_remove(s, n); /* gone, or unreachable */
 			close(fd);
 			return;
 		}
@@ -1112,16 +1201,29 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 			struct wnode *o = wd_lookup(s, wd);
 
 			/* The same inode under another node: the directory moved
-			 * and the events saying so are still queued. The old node
-			 * is stale; its watches are shared with this subtree. */
+			 * and the events saying so are still queued, or o's walk
+			 * opened it after a rename had put it at o's name (a
+			 * directory renamed away and another made at its name
+			 * before o's walk). o is stale; its watches are shared
+			 * with this subtree. Whatever is at o's name now is
+			 * walked as new. */
 			if (o && o != n) {
+				struct wnode *op = o->parent;
+				char *oname = NULL;
+				size_t olen = o->name_len;
+
 				for (struct wnode *a = n->parent; a; a = a->parent) {
 					if (a == o) {
 						close(fd);
 						return; /* a bind mount looping back: never */
 					}
 				}
+				if (op)
+					oname = memdup0(o->name, olen);
 				node_free_tree(s, o, false);
+				if (op && (!oname || !node_add_child(s, op, oname, olen, true)))
+					w->lost = true;
+				free(oname);
 			}
 		}
 		n->wd = wd;
@@ -1137,10 +1239,21 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 	}
 	d = fdopendir(fd);
 	if (!d) {
+		watch_failed(w, n, errno); /* watched, but its entries unknown */
 		close(fd);
 		return;
 	}
-	while ((de = readdir(d))) {
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			/* ENOENT: removed while listed (its parent reports it) */
+			if (errno && errno != ENOENT)
+				watch_failed(w, n, errno);
+			else
+				fail_remove(s, n);
+			break;
+		}
 		size_t len = strlen(de->d_name);
 		bool is_dir;
 
@@ -1161,6 +1274,31 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 		}
 	}
 	closedir(d);
+}
+
+/*
+ * Walk every directory of @p n's subtree (@p n too) that has no watch, as
+ * new: a walk that found it gone because it or a parent had just been
+ * renamed (the rename's events not yet read) left it so, and @p n was just
+ * renamed. Iterative, like node_free_tree().
+ */
+static void requeue_unwatched(struct wsession *s, struct wnode *n)
+{
+	struct wnode *c = n;
+
+	for (;;) {
+		if (c->wd < 0)
+			scan_enqueue(s, c, true);
+		if (c->first_child) {
+			c = c->first_child;
+			continue;
+		}
+		while (c != n && !c->next_sib)
+			c = c->parent;
+		if (c == n)
+			return;
+		c = c->next_sib;
+	}
 }
 
 static void on_ready(struct watcher *w)
@@ -1292,10 +1430,11 @@ static void on_moved_to(struct wsession *s, struct wnode *dir, const char *name,
 		if (node_attach(s, n, dir, name, len) < 0) {
 			node_free_tree(s, n, true);
 			w->lost = true;
-		} else if (n->wd < 0) {
-			/* Moved before its walk could open it: walk it under the
-			 * new name, reporting what is in it. */
-			scan_enqueue(s, n, true);
+		} else {
+			/* Moved before its walk (or a walk below it) could
+			 * open it: walk those under the new name, reporting
+			 * what is in them. */
+			requeue_unwatched(s, n);
 		}
 	} else if (is_dir && !pn_lookup(s, dir, name, len)) {
 		/* its node was lost (a stale duplicate): walk it anew */
@@ -1364,10 +1503,27 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 			return true;
 		}
 		if (ev->mask & IN_IGNORED) {
+			struct wnode *p = n->parent;
+			char *name = p ? memdup0(n->name, n->name_len) : NULL;
+			size_t nl = n->name_len;
+
 			wd_unhash(s, n);
 			n->wd = -1;
 			s->watches--;
 			node_free_tree(s, n, true);
+			/*
+			 * Its directory is gone (IN_DELETE_SELF: the parent's
+			 * IN_DELETE, which comes next, finds nothing to free) or
+			 * unmounted. But the node may have watched a directory
+			 * that had been renamed away, with another put at its
+			 * name, before its walk: so what is at its name now is
+			 * walked as new. A removed directory's IN_DELETE is
+			 * almost always read in the same batch and drops this
+			 * node before its walk; else the walk finds ENOENT.
+			 */
+			if (p && (!name || !node_add_child(s, p, name, nl, true)))
+				w->lost = true;
+			free(name);
 		}
 		return true;
 	}
@@ -1397,6 +1553,13 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 		on_moved_to(s, n, ev->name, len, is_dir, ev->cookie);
 	} else if (ev->mask & (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE)) {
 		stage_entry(w, WATCH_CHANGED, n, ev->name, len, is_dir);
+		if (is_dir && (ev->mask & IN_ATTRIB)) {
+			/* a chmod may have made a failed directory readable */
+			struct wnode *c = pn_lookup(s, n, ev->name, len);
+
+			if (c && c->failed)
+				scan_enqueue(s, c, false);
+		}
 	}
 	return true;
 }
@@ -1448,6 +1611,21 @@ static void on_pair_timer(uv_timer_t *t)
 	flush(w);
 }
 
+/* The retry timer: walk the failed directories again, then wait twice as
+ * long (at most RETRY_MAX_MS) before the next try. */
+static void on_retry(uv_timer_t *t)
+{
+	struct watcher *w = t->data;
+	struct wsession *s = w->s;
+
+	if (!s || !s->fail_head)
+		return;
+	for (struct wnode *n = s->fail_head; n; n = n->fail_next)
+		scan_enqueue(s, n, false); /* clients are on short timeouts */
+	w->retry_ms = w->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : w->retry_ms * 2;
+	uv_timer_start(&w->retry, on_retry, w->retry_ms, 0);
+}
+
 /* ---- sessions ---- */
 
 static void session_closed(uv_handle_t *h)
@@ -1484,6 +1662,7 @@ static void session_stop(struct watcher *w)
 	uv_idle_stop(&w->idle);
 	uv_timer_stop(&w->pair_timer);
 	w->pair_armed = false;
+	uv_timer_stop(&w->retry);
 	/* uv_close stops polling (epoll_ctl DEL) at once; then the fd may go. */
 	uv_close((uv_handle_t *)&s->poll, session_closed);
 	w->closing++;
@@ -1594,8 +1773,9 @@ int watch_new(uv_loop_t *loop, const struct resolve_root *root, const char *root
 		w->cfg.walk_dirs = WATCH_WALK_DIRS_DEFAULT;
 	uv_timer_init(loop, &w->pair_timer);
 	uv_timer_init(loop, &w->kick);
+	uv_timer_init(loop, &w->retry);
 	uv_idle_init(loop, &w->idle);
-	w->pair_timer.data = w->kick.data = w->idle.data = w;
+	w->pair_timer.data = w->kick.data = w->retry.data = w->idle.data = w;
 	*ret_w = w;
 	return 0;
 }
@@ -1665,8 +1845,9 @@ void watch_shutdown(struct watcher *w)
 	w->log_head = w->log_len = 0;
 	uv_close((uv_handle_t *)&w->pair_timer, handle_closed);
 	uv_close((uv_handle_t *)&w->kick, handle_closed);
+	uv_close((uv_handle_t *)&w->retry, handle_closed);
 	uv_close((uv_handle_t *)&w->idle, handle_closed);
-	w->closing += 3;
+	w->closing += 4;
 }
 
 void watch_free(struct watcher *w)

@@ -39,7 +39,20 @@
  *  - ENOSPC from inotify_add_watch (fs.inotify.max_user_watches, or
  *    watch_config.max_watches): OVERFLOW, and a warning logged once; the
  *    directories that could not be watched stay unwatched, their changes are
- *    not reported (the client must rely on its attribute timeouts there).
+ *    not reported (the client must rely on its attribute timeouts there),
+ *    and the stream stays partial until a rebuild.
+ *  - Any other failure to watch or list a directory that exists and that
+ *    agentd can search (EMFILE, ENOMEM, EACCES on a 0711 one, EIO):
+ *    OVERFLOW and partial as for the limit, and the directory is tried
+ *    again 1 s later, then at doubling periods up to 60 s, and at once when
+ *    its attributes change (a chmod). Once every such directory is watched
+ *    (and no limit was hit), one more OVERFLOW, without partial, says so.
+ *  - A directory renamed (or whose parent was renamed) after its creation
+ *    was read but before its walk opened it is walked under the new name
+ *    when the rename's events arrive. One whose walk opened a directory
+ *    that had replaced it at its name (renamed away, another made there)
+ *    ends up with that one's watch and name; the renamed one is walked
+ *    anew.
  *
  * Delivery: events go to one shared queue; each subscriber reads it at its
  * own pace, at most one batch (watch_config.batch_bytes) in flight; it asks
@@ -193,9 +206,9 @@ struct watch_stats {
 	uint64_t limit_hits;  /**< watches not added: ENOSPC or max_watches */
 	bool partial;         /**< the running instance left a directory that
 			       *   exists unwatched (the limit, EMFILE, EACCES...
-			       *   since it started), or is still walking the
-			       *   tree: some changes go unreported until a
-			       *   rebuild watches everything */
+			       *   since it started, and not watched on a retry
+			       *   since), or is still walking the tree: some
+			       *   changes go unreported */
 };
 
 /** Fill *ret with @p w's counters. Loop thread. */

@@ -485,6 +485,80 @@ static void test_dir_renamed_before_its_walk(void **state)
 	expect(f, WATCH_CREATED, "u/late");
 }
 
+/* A directory made in a parent that is renamed after agentd read the
+ * creation but before the new directory's walk: the walk finds the old
+ * path gone, and the parent's rename walks it again under the new one. */
+static void test_parent_renamed_before_subdir_walk(void **state)
+{
+	struct fixture *f = *state;
+
+	mkdir_at(f, "p");
+	subscribe_ready(f);
+	mkdir_at(f, "p/c");
+	uv_run(&f->loop, UV_RUN_ONCE); /* reads IN_CREATE of c; its walk is next */
+	rename_at(f, "p", "q");
+	expect(f, WATCH_MOVED, "q");
+	col_clear(&f->c);
+	write_at(f, "q/c/late", "1");
+	expect(f, WATCH_CREATED, "q/c/late");
+}
+
+/* Open the directory at @p rel, run one loop turn, and rename it away and
+ * make a new one at its name: the walk of the first opens the second. */
+static void replace_before_walk(struct fixture *f)
+{
+	mkdir_at(f, "a");
+	uv_run(&f->loop, UV_RUN_ONCE); /* reads IN_CREATE of a; its walk is next */
+	rename_at(f, "a", "b");
+	mkdir_at(f, "a");
+	/* The walk of node "a" watches the new a; then the events of the
+	 * rename (node "a" becomes "b", with the new a's watch) and of the
+	 * mkdir are read. */
+	uv_run(&f->loop, UV_RUN_ONCE);
+}
+
+/* A directory renamed away and another made at its name before its walk:
+ * both are watched under their own names in the end. */
+static void test_dir_replaced_before_its_walk(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	subscribe_ready(f);
+	replace_before_walk(f);
+	expect(f, WATCH_MOVED, "b");
+	run_for(f, 50);
+	col_clear(&f->c);
+	write_at(f, "b/late", "1");
+	write_at(f, "a/late2", "1");
+	expect(f, WATCH_CREATED, "b/late");
+	expect(f, WATCH_CREATED, "a/late2");
+	assert_int_equal(col_find(&f->c, 0, WATCH_CREATED, "a/late", NULL), -1);
+	assert_int_equal(col_find(&f->c, 0, WATCH_CREATED, "b/late2", NULL), -1);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 3); /* root, a, b */
+	assert_false(st.partial);
+}
+
+/* As above, and the new directory removed before its own walk: the node
+ * that watched it (now named b) sees IN_IGNORED, and what is at b is
+ * walked as new. */
+static void test_dir_replaced_and_removed_before_its_walk(void **state)
+{
+	struct fixture *f = *state;
+	char p[512];
+
+	subscribe_ready(f);
+	replace_before_walk(f);
+	pathf(f, p, sizeof(p), "a");
+	assert_int_equal(rmdir(p), 0);
+	expect(f, WATCH_DELETED, "a");
+	run_for(f, 50);
+	col_clear(&f->c);
+	write_at(f, "b/late", "1");
+	expect(f, WATCH_CREATED, "b/late");
+}
+
 static void test_exchange_dirs(void **state)
 {
 	struct fixture *f = *state;
@@ -770,36 +844,97 @@ static int teardown_nofile(void **state)
 	return teardown(state);
 }
 
+/* Make every new descriptor fail with EMFILE (undone by teardown_nofile). */
+static void nofile_exhaust(void)
+{
+	struct rlimit low;
+	int lowest = dup(0);
+
+	/* The lowest free descriptor becomes the limit (getrlimit(2):
+	 * RLIMIT_NOFILE bounds the number, not the count). */
+	assert_true(lowest >= 0);
+	close(lowest);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &nofile_saved), 0);
+	low = nofile_saved;
+	low.rlim_cur = (rlim_t)lowest;
+	nofile_changed = true;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+}
+
+static void nofile_restore(void)
+{
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &nofile_saved), 0);
+	nofile_changed = false;
+}
+
 /* A directory the watcher cannot open (EMFILE here; EACCES for a non-root
  * agentd) is reported like the watch limit: OVERFLOW, and partial. */
 static void test_unwatchable_dir(void **state)
 {
 	struct fixture *f = *state;
 	struct watch_stats st;
-	struct rlimit old, low;
-	int lowest;
 
 	subscribe_ready(f);
 	watch_get_stats(f->w, &st);
 	assert_false(st.partial);
-	/* No descriptor can be made from here on: the lowest free one is the
-	 * limit (getrlimit(2): RLIMIT_NOFILE bounds the number, not the count). */
-	lowest = dup(0);
-	assert_true(lowest >= 0);
-	close(lowest);
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	nofile_saved = old;
-	low = old;
-	low.rlim_cur = (rlim_t)lowest;
-	nofile_changed = true;
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	nofile_exhaust(); /* no descriptor can be made from here on */
 	mkdir_at(f, "x");
 	expect(f, WATCH_CREATED, "x");
 	expect(f, WATCH_OVERFLOW, "");
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	nofile_restore();
 	watch_get_stats(f->w, &st);
 	assert_true(st.partial);
 	assert_int_equal(st.limit_hits, 0); /* not the watch limit */
+	/* The retry timer (1 s) walks x again; the stream is whole again,
+	 * which one more OVERFLOW says. */
+	col_clear(&f->c);
+	write_at(f, "x/unseen", "1"); /* made while x was unwatched */
+	expect(f, WATCH_OVERFLOW, "");
+	watch_get_stats(f->w, &st);
+	assert_false(st.partial);
+	assert_int_equal(st.watches, 2);
+	assert_int_equal(col_find(&f->c, 0, WATCH_CREATED, "x/unseen", NULL), -1);
+	col_clear(&f->c);
+	write_at(f, "x/seen", "1");
+	expect(f, WATCH_CREATED, "x/seen");
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 0);
+}
+
+static int setup_three_watches(void **state)
+{
+	struct watch_config cfg = {.max_watches = 3};
+
+	return setup_cfg(state, &cfg);
+}
+
+/* Once the watch limit was hit, a failed directory watched on retry does
+ * not end partial: what the limit left out is still unwatched. */
+static void test_limit_stays_partial(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char p[512];
+
+	mkdir_at(f, "a");
+	subscribe_ready(f); /* root, a */
+	nofile_exhaust();
+	mkdir_at(f, "b"); /* EMFILE: failed, retried in 1 s */
+	expect(f, WATCH_OVERFLOW, "");
+	nofile_restore();
+	mkdir_at(f, "c"); /* the third watch */
+	mkdir_at(f, "d"); /* past the limit */
+	expect(f, WATCH_CREATED, "d");
+	pathf(f, p, sizeof(p), "c");
+	assert_int_equal(rmdir(p), 0); /* room for b */
+	expect(f, WATCH_DELETED, "c");
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.limit_hits, 1);
+	col_clear(&f->c);
+	run_for(f, 1300); /* past the first retry */
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 3); /* root, a, b */
+	assert_true(st.partial);          /* d is not */
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 0);
 }
 
 static void test_stop_and_restart(void **state)
@@ -845,6 +980,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_nested_new_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_renamed_dir_reports_new_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_renamed_before_its_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_parent_renamed_before_subdir_walk, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dir_replaced_before_its_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_replaced_and_removed_before_its_walk, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_exchange_dirs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_empty_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_out_and_in, setup, teardown),
@@ -856,6 +996,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kernel_queue_overflow, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_limit, setup_two_watches, teardown),
 		cmocka_unit_test_setup_teardown(test_unwatchable_dir, setup, teardown_nofile),
+		cmocka_unit_test_setup_teardown(test_limit_stays_partial, setup_three_watches,
+						teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
 	};
