@@ -139,8 +139,9 @@ static int unix_addr_in_use(const char *addr)
  * that it failed): bind a socket of our own to it, as gRPC would, and give
  * that errno (bind(2), unix(7)): -EADDRINUSE, -EACCES (a port below 1024,
  * a directory agentd may not write), -ENOENT (no such directory),
- * -EADDRNOTAVAIL (not an address of this machine), ... -EADDRINUSE when
- * our bind works (gRPC's reason is unknown then).
+ * -EADDRNOTAVAIL (not an address of this machine), -ENOTSOCK (a unix path
+ * that exists and is no socket: gRPC replaces only a stale socket), ...
+ * -EADDRINUSE when our bind works (gRPC's reason is unknown then).
  */
 static int listen_error(const char *addr)
 {
@@ -152,10 +153,13 @@ static int listen_error(const char *addr)
 
 	if (strncmp(addr, "unix:", 5) == 0) {
 		struct sockaddr_un sun;
+		struct stat st;
 
 		r = unix_sockaddr(addr, &sun);
 		if (r < 0)
 			return r;
+		if (lstat(sun.sun_path, &st) == 0 && !S_ISSOCK(st.st_mode))
+			return -ENOTSOCK;
 		r = -EADDRINUSE;
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
@@ -470,9 +474,13 @@ int main(int argc, char **argv)
 				r = listen_error(listen[i]);
 		}
 		if (r < 0) {
-			wsb_err("cannot listen on '%s': %s", listen[i],
-				r == -EADDRINUSE ? "address in use (is another agentd running?)" :
-						   strerror(-r));
+			const char *why = strerror(-r);
+
+			if (r == -EADDRINUSE)
+				why = "address in use (is another agentd running?)";
+			else if (r == -ENOTSOCK)
+				why = "the path exists and is not a socket";
+			wsb_err("cannot listen on '%s': %s", listen[i], why);
 			return 1;
 		}
 	}

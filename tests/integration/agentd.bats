@@ -91,6 +91,12 @@ teardown() {
 	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "unix:$BATS_TEST_TMPDIR/no-such-dir/s"
 	assert_status 1
 	assert_contains "$stderr" "no-such-dir/s': No such file or directory"
+	# A file in the way is kept (gRPC would replace only a stale socket).
+	echo keep >"$BATS_TEST_TMPDIR/file"
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "unix:$BATS_TEST_TMPDIR/file"
+	assert_status 1
+	assert_contains "$stderr" "file': the path exists and is not a socket"
+	[ "$(cat "$BATS_TEST_TMPDIR/file")" = keep ]
 	printf 'a-token\n' >"$BATS_TEST_TMPDIR/token"
 	chmod 600 "$BATS_TEST_TMPDIR/token"
 	# TEST-NET-1 (RFC 5737): no address of this machine.
