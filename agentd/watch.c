@@ -108,6 +108,9 @@ struct wsession {
 	bool limited;           /* ... because of the watch limit: no way back */
 	struct wnode *fail_head; /* nodes with failed set */
 	unsigned nfailed;
+	bool failed_since_retry; /* watch_failed since the retry timer last fired */
+	bool quiet;             /* a whole retry period passed without a failure */
+	uint64_t retry_ms;      /* the retry timer's next period */
 	struct pending_move *pend;
 	size_t npend, pend_cap;
 	struct displaced *disp;
@@ -147,10 +150,9 @@ struct watcher {
 	bool stage_overflow;    /* an OVERFLOW is staged */
 	bool lost;              /* an event was lost (ENOMEM): stage OVERFLOW */
 
-	uv_timer_t pair_timer, kick, retry;
+	uv_timer_t pair_timer, kick, retry, read_delay;
 	uv_idle_t idle;
 	bool pair_armed;
-	uint64_t retry_ms;      /* the retry timer's next period */
 	char *rbuf;
 
 	bool shut;
@@ -379,13 +381,14 @@ static void fail_add(struct wsession *s, struct wnode *n)
 	if (s->fail_head)
 		s->fail_head->fail_prev = n;
 	s->fail_head = n;
-	if (s->nfailed++ == 0 && !uv_is_active((uv_handle_t *)&w->retry)) {
-		w->retry_ms = RETRY_FIRST_MS;
-		uv_timer_start(&w->retry, on_retry, w->retry_ms, 0);
-	}
+	s->nfailed++;
+	if (!uv_is_active((uv_handle_t *)&w->retry))
+		uv_timer_start(&w->retry, on_retry, s->retry_ms, 0);
 }
 
-/* Take @p n off the failed list (it was watched and listed, or is gone). */
+/* Take @p n off the failed list (it was watched and listed, is gone from
+ * the tree, or is out of agentd's reach). The retry timer keeps running:
+ * on_retry decides when the stream is whole again. */
 static void fail_remove(struct wsession *s, struct wnode *n)
 {
 	if (!n->failed)
@@ -398,8 +401,7 @@ static void fail_remove(struct wsession *s, struct wnode *n)
 		n->fail_next->fail_prev = n->fail_prev;
 	n->fail_next = n->fail_prev = NULL;
 	n->failed = false;
-	if (--s->nfailed == 0)
-		uv_timer_stop(&s->w->retry);
+	s->nfailed--;
 }
 
 /* Unlink @p n from its parent; it keeps its subtree. */
@@ -966,17 +968,22 @@ static void set_partial(struct watcher *w)
 
 /*
  * Every directory is watched again: the failed ones were retried with
- * success (or went away) and no limit was hit. OVERFLOW, now without
- * partial, lets clients drop what they cached while the stream was partial
- * and go back to long timeouts.
+ * success (or went away), no failure came for a whole retry period
+ * (s->quiet: while EMFILE lasts, directories that fail and go away must not
+ * flip the stream to whole and back, each flip an OVERFLOW that drops every
+ * client's caches), and no limit was hit. OVERFLOW, now without partial,
+ * lets clients drop what they cached while the stream was partial and go
+ * back to long timeouts.
  */
 static void maybe_whole(struct watcher *w)
 {
 	struct wsession *s = w->s;
 
-	if (!s || !s->partial || s->limited || s->nfailed || s->scan_head || !s->ready)
+	if (!s || !s->partial || !s->quiet || s->limited || s->nfailed || s->scan_head ||
+	    !s->ready)
 		return;
 	s->partial = false;
+	s->quiet = false;
 	stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
 	if (w->warned_failed) {
 		w->warned_failed = false; /* warn again at the next failure */
@@ -989,8 +996,11 @@ static void maybe_whole(struct watcher *w)
 static void watch_failed(struct watcher *w, struct wnode *n, int err)
 {
 	set_partial(w);
-	if (w->s)
+	if (w->s) {
+		w->s->failed_since_retry = true;
+		w->s->quiet = false;
 		fail_add(w->s, n);
+	}
 	if (!w->warned_failed && w->s) {
 		size_t pl = 0;
 		char *p = node_path(w->s, n, NULL, 0, &pl);
@@ -1159,6 +1169,22 @@ static bool node_searchable(const struct wsession *s, const struct wnode *n)
 	return ok;
 }
 
+/* Is the directory at node @p o's path the one open as @p fd (or is there
+ * none: nothing to walk)? */
+static bool same_dir(const struct wsession *s, const struct wnode *o, int fd)
+{
+	struct stat a, b;
+	int ofd = node_open(s, o, O_PATH);
+	bool same;
+
+	if (ofd < 0)
+		return ofd == -ENOENT || ofd == -ENOTDIR || ofd == -ELOOP;
+	same = fstat(ofd, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+	close(ofd);
+	return same;
+}
+
 static void scan_dir(struct wsession *s, struct wnode *n)
 {
 	struct watcher *w = s->w;
@@ -1169,12 +1195,14 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 
 	scan_dequeue(s, n);
 	fd = node_open(s, n, O_RDONLY | O_NONBLOCK);
-	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP ||
-	    (fd == -EACCES && !node_searchable(s, n))) {
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP) {
 		/* Gone or moved already: its parent reports that, and a rename
-		 * of it or of a parent walks it again (requeue_unwatched). Or
-		 * nothing in it is reachable by agentd: nothing to miss. */
-		fail_remove(s, n);
+		 * of it or of a parent walks it again (requeue_unwatched). A
+		 * failed node stays failed until that event comes. */
+		return;
+	}
+	if (fd == -EACCES && !node_searchable(s, n)) {
+		fail_remove(s, n); /* nothing in it is reachable: nothing to miss */
 		return;
 	}
 	if (fd < 0) {
@@ -1185,15 +1213,15 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 		wd = add_watch(s, n, fd);
 		if (wd == -ENOSPC || wd == -EDQUOT) {
 			watch_limit_hit(w, -wd);
+			fail_remove(s, n); /* partial for good: no use retrying */
 			close(fd);
 			return;
 		}
 		if (wd < 0) {
-			if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP &&
-			    !(wd == -EACCES && !node_searchable(s, n)))
-				watch_failed(w, n, -wd);
-			else
-				fail_remove(s, n); /* gone, or unreachable */
+			if (wd == -EACCES && !node_searchable(s, n))
+				fail_remove(s, n); /* unreachable */
+			else if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP)
+				watch_failed(w, n, -wd); /* else gone, as above */
 			close(fd);
 			return;
 		}
@@ -1205,8 +1233,10 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 			 * opened it after a rename had put it at o's name (a
 			 * directory renamed away and another made at its name
 			 * before o's walk). o is stale; its watches are shared
-			 * with this subtree. Whatever is at o's name now is
-			 * walked as new. */
+			 * with this subtree. A different directory at o's name
+			 * now is walked as new (not this one again: a bind
+			 * mount shows it at both names, and each walk would
+			 * undo the other's). */
 			if (o && o != n) {
 				struct wnode *op = o->parent;
 				char *oname = NULL;
@@ -1218,8 +1248,10 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 						return; /* a bind mount looping back: never */
 					}
 				}
-				if (op)
+				if (op && !same_dir(s, o, fd))
 					oname = memdup0(o->name, olen);
+				else
+					op = NULL;
 				node_free_tree(s, o, false);
 				if (op && (!oname || !node_add_child(s, op, oname, olen, true)))
 					w->lost = true;
@@ -1247,11 +1279,10 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 		errno = 0;
 		de = readdir(d);
 		if (!de) {
-			/* ENOENT: removed while listed (its parent reports it) */
-			if (errno && errno != ENOENT)
+			if (!errno)
+				fail_remove(s, n); /* watched and listed */
+			else if (errno != ENOENT) /* ENOENT: removed while listed */
 				watch_failed(w, n, errno);
-			else
-				fail_remove(s, n);
 			break;
 		}
 		size_t len = strlen(de->d_name);
@@ -1397,7 +1428,15 @@ static void on_moved_from(struct wsession *s, struct wnode *dir, const char *nam
 	s->pend[s->npend++] = (struct pending_move){cookie, (size_t)idx, c};
 }
 
-static void on_moved_to(struct wsession *s, struct wnode *dir, const char *name, size_t len,
+/*
+ * The second half of a rename into @p dir. Returns false when the tree is
+ * inconsistent: the moved directory's node is @p dir or one of its parents,
+ * which happens only after a walk gave a node the watch of another
+ * directory (one renamed onto its name before the walk opened it, and the
+ * events saying so not yet read). Attaching it would make a cycle; the
+ * caller rebuilds instead.
+ */
+static bool on_moved_to(struct wsession *s, struct wnode *dir, const char *name, size_t len,
 			bool is_dir, uint32_t cookie)
 {
 	struct watcher *w = s->w;
@@ -1410,8 +1449,11 @@ static void on_moved_to(struct wsession *s, struct wnode *dir, const char *name,
 		stage_entry(w, WATCH_CREATED, dir, name, len, is_dir);
 		if (is_dir && !node_add_child(s, dir, name, len, true))
 			w->lost = true;
-		return;
+		return true;
 	}
+	for (const struct wnode *a = dir; p->node && a; a = a->parent)
+		if (a == p->node)
+			return false;
 	path = node_path(s, dir, name, len, &pl);
 	e = &w->stage[p->stage_idx];
 	if (path) {
@@ -1442,18 +1484,22 @@ static void on_moved_to(struct wsession *s, struct wnode *dir, const char *name,
 			w->lost = true;
 	}
 	pend_remove(s, p);
+	return true;
 }
 
 /*
- * The kernel's event queue overflowed: tell everyone now, rebuild the
- * instance, walk again (on_ready then sends OVERFLOW once more).
+ * The kernel's event queue overflowed (@p why NULL), or the tree cannot be
+ * trusted (@p why says why): tell everyone now, rebuild the instance, walk
+ * again (on_ready then sends OVERFLOW once more).
  */
-static void resync(struct watcher *w)
+static void resync(struct watcher *w, const char *why)
 {
 	int r;
 
 	w->resyncs++;
-	if (!w->warned_queue) {
+	if (why) {
+		wsb_info("watch: %s; rescanning the workspace", why);
+	} else if (!w->warned_queue) {
 		w->warned_queue = true;
 		wsb_warn("watch: the inotify event queue overflowed "
 			 "(fs.inotify.max_queued_events = %ld); rescanning the workspace. If this "
@@ -1487,7 +1533,7 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 	size_t len;
 
 	if (ev->mask & IN_Q_OVERFLOW) {
-		resync(w);
+		resync(w, NULL);
 		return false;
 	}
 	n = wd_lookup(s, ev->wd);
@@ -1550,7 +1596,11 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 	} else if (ev->mask & IN_MOVED_FROM) {
 		on_moved_from(s, n, ev->name, len, is_dir, ev->cookie);
 	} else if (ev->mask & IN_MOVED_TO) {
-		on_moved_to(s, n, ev->name, len, is_dir, ev->cookie);
+		if (!on_moved_to(s, n, ev->name, len, is_dir, ev->cookie)) {
+			resync(w, "a directory was renamed into itself as agentd saw the tree "
+				  "(a rename raced with its walk)");
+			return false;
+		}
 	} else if (ev->mask & (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE)) {
 		stage_entry(w, WATCH_CHANGED, n, ev->name, len, is_dir);
 		if (is_dir && (ev->mask & IN_ATTRIB)) {
@@ -1564,17 +1614,52 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 	return true;
 }
 
+static void read_events(struct wsession *s);
+static void on_read_delay(uv_timer_t *t);
+
+/*
+ * The inotify fd is readable. Wait watch_config.read_delay_ms before reading
+ * it (the poll stopped meanwhile): one file written through agentd makes
+ * three events (IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE) a few hundred
+ * microseconds apart, and reading each at once woke the loop thread, and
+ * sent a batch, three times per file.
+ */
 static void on_inotify(uv_poll_t *h, int status, int events)
 {
 	struct wsession *s = h->data;
 	struct watcher *w = s->w;
 
+	(void)events;
 	if (status < 0) {
 		wsb_warn("watch: polling the inotify fd failed: %s", uv_strerror(status));
-		resync(w);
+		resync(w, "polling the inotify fd failed");
 		flush(w);
 		return;
 	}
+	if (w->cfg.read_delay_ms == WATCH_READ_AT_ONCE) {
+		read_events(s);
+		return;
+	}
+	uv_poll_stop(&s->poll);
+	uv_timer_start(&w->read_delay, on_read_delay, w->cfg.read_delay_ms, 0);
+}
+
+static void on_read_delay(uv_timer_t *t)
+{
+	struct watcher *w = t->data;
+
+	if (w->s) {
+		uv_poll_start(&w->s->poll, UV_READABLE, on_inotify);
+		read_events(w->s);
+	}
+}
+
+/* Read and handle the events the kernel has queued (a bounded amount: the
+ * poll is level-triggered), then commit and deliver them. */
+static void read_events(struct wsession *s)
+{
+	struct watcher *w = s->w;
+
 	for (int k = 0; k < READS_PER_WAKEUP; k++) {
 		ssize_t n = read(s->fd, w->rbuf, READ_BUF_BYTES);
 		size_t off = 0;
@@ -1611,19 +1696,31 @@ static void on_pair_timer(uv_timer_t *t)
 	flush(w);
 }
 
-/* The retry timer: walk the failed directories again, then wait twice as
- * long (at most RETRY_MAX_MS) before the next try. */
+/*
+ * The retry timer: walk the failed directories again, then wait twice as
+ * long (at most RETRY_MAX_MS) before the next try. Once a whole period has
+ * passed without a failure and none is left, the stream may be whole again
+ * (maybe_whole) and the timer stops; the next failure starts it with the
+ * period reached, so a failure that keeps coming back flips the stream at
+ * most once per period.
+ */
 static void on_retry(uv_timer_t *t)
 {
 	struct watcher *w = t->data;
 	struct wsession *s = w->s;
 
-	if (!s || !s->fail_head)
+	if (!s)
 		return;
+	if (!s->fail_head && !s->failed_since_retry) {
+		s->quiet = true;
+		flush(w); /* maybe_whole */
+		return;
+	}
+	s->failed_since_retry = false;
 	for (struct wnode *n = s->fail_head; n; n = n->fail_next)
 		scan_enqueue(s, n, false); /* clients are on short timeouts */
-	w->retry_ms = w->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : w->retry_ms * 2;
-	uv_timer_start(&w->retry, on_retry, w->retry_ms, 0);
+	s->retry_ms = s->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : s->retry_ms * 2;
+	uv_timer_start(&w->retry, on_retry, s->retry_ms, 0);
 }
 
 /* ---- sessions ---- */
@@ -1663,6 +1760,7 @@ static void session_stop(struct watcher *w)
 	uv_timer_stop(&w->pair_timer);
 	w->pair_armed = false;
 	uv_timer_stop(&w->retry);
+	uv_timer_stop(&w->read_delay);
 	/* uv_close stops polling (epoll_ctl DEL) at once; then the fd may go. */
 	uv_close((uv_handle_t *)&s->poll, session_closed);
 	w->closing++;
@@ -1677,6 +1775,7 @@ static int session_start(struct watcher *w)
 	if (!s)
 		return -ENOMEM;
 	s->w = w;
+	s->retry_ms = RETRY_FIRST_MS;
 	s->wd_cap = s->pn_cap = 64;
 	s->wd_tab = calloc(s->wd_cap, sizeof(*s->wd_tab));
 	s->pn_tab = calloc(s->pn_cap, sizeof(*s->pn_tab));
@@ -1771,11 +1870,14 @@ int watch_new(uv_loop_t *loop, const struct resolve_root *root, const char *root
 		w->cfg.pair_ms = WATCH_PAIR_MS_DEFAULT;
 	if (!w->cfg.walk_dirs)
 		w->cfg.walk_dirs = WATCH_WALK_DIRS_DEFAULT;
+	if (!w->cfg.read_delay_ms)
+		w->cfg.read_delay_ms = WATCH_READ_DELAY_MS_DEFAULT;
 	uv_timer_init(loop, &w->pair_timer);
 	uv_timer_init(loop, &w->kick);
 	uv_timer_init(loop, &w->retry);
+	uv_timer_init(loop, &w->read_delay);
 	uv_idle_init(loop, &w->idle);
-	w->pair_timer.data = w->kick.data = w->retry.data = w->idle.data = w;
+	w->pair_timer.data = w->kick.data = w->retry.data = w->read_delay.data = w->idle.data = w;
 	*ret_w = w;
 	return 0;
 }
@@ -1846,8 +1948,9 @@ void watch_shutdown(struct watcher *w)
 	uv_close((uv_handle_t *)&w->pair_timer, handle_closed);
 	uv_close((uv_handle_t *)&w->kick, handle_closed);
 	uv_close((uv_handle_t *)&w->retry, handle_closed);
+	uv_close((uv_handle_t *)&w->read_delay, handle_closed);
 	uv_close((uv_handle_t *)&w->idle, handle_closed);
-	w->closing += 4;
+	w->closing += 5;
 }
 
 void watch_free(struct watcher *w)

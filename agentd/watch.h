@@ -8,7 +8,8 @@
  * rpc_send/rpc_finish).
  *
  * Mechanism: one inotify(7) instance watching every directory under the root,
- * read on the libuv loop (uv_poll on the inotify fd). Started at the first
+ * read on the libuv loop (uv_poll on the inotify fd; read_delay_ms after it
+ * becomes readable, so that a burst is read at once). Started at the first
  * subscriber, stopped (fd closed, every watch dropped) when the last one
  * leaves: no kernel watches and no CPU while nobody listens.
  *  - The tree is walked at start, a bounded number of directories per loop
@@ -46,13 +47,16 @@
  *    OVERFLOW and partial as for the limit, and the directory is tried
  *    again 1 s later, then at doubling periods up to 60 s, and at once when
  *    its attributes change (a chmod). Once every such directory is watched
- *    (and no limit was hit), one more OVERFLOW, without partial, says so.
+ *    (or gone), no failure came for a whole period, and no limit was hit,
+ *    one more OVERFLOW, without partial, says so.
  *  - A directory renamed (or whose parent was renamed) after its creation
  *    was read but before its walk opened it is walked under the new name
  *    when the rename's events arrive. One whose walk opened a directory
  *    that had replaced it at its name (renamed away, another made there)
  *    ends up with that one's watch and name; the renamed one is walked
- *    anew.
+ *    anew. If that renamed one is then moved into the new one before the
+ *    events are read, the tree as agentd saw it would loop: the instance
+ *    is rebuilt instead, as after IN_Q_OVERFLOW.
  *
  * Delivery: events go to one shared queue; each subscriber reads it at its
  * own pace, at most one batch (watch_config.batch_bytes) in flight; it asks
@@ -76,6 +80,7 @@
 #ifndef AGENTD_WATCH_H
 #define AGENTD_WATCH_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -110,12 +115,19 @@ struct watch_config {
 	unsigned max_watches; /**< directories watched at most (default: the kernel's limit) */
 	unsigned pair_ms;     /**< wait for IN_MOVED_TO, milliseconds (default 10) */
 	unsigned walk_dirs;   /**< directories walked per loop iteration (default 64) */
+	/** Wait this long after the inotify fd becomes readable before reading
+	 * it, milliseconds (default 2): the events of one file's create, write
+	 * and close then come in one read and one batch. WATCH_READ_AT_ONCE:
+	 * no wait (tests that step the loop one turn at a time). */
+	unsigned read_delay_ms;
 };
 
 #define WATCH_MAX_QUEUE_DEFAULT 10000u
 #define WATCH_BATCH_BYTES_DEFAULT ((size_t)64 * 1024)
 #define WATCH_PAIR_MS_DEFAULT 10u
 #define WATCH_WALK_DIRS_DEFAULT 64u
+#define WATCH_READ_DELAY_MS_DEFAULT 2u
+#define WATCH_READ_AT_ONCE UINT_MAX
 
 struct watcher;
 struct watch_sub;

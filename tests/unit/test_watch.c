@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -263,9 +265,17 @@ static void rm_rf(const char *p)
 
 /* ---- fixture ---- */
 
-static int setup_cfg(void **state, const struct watch_config *cfg)
+/* @p cfg may be NULL; a read_delay_ms of 0 means WATCH_READ_AT_ONCE here
+ * (tests step the loop one turn at a time). */
+static int setup_cfg(void **state, const struct watch_config *cfg_in)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
+	struct watch_config c = {0}, *cfg = &c;
+
+	if (cfg_in)
+		c = *cfg_in;
+	if (!c.read_delay_ms)
+		c.read_delay_ms = WATCH_READ_AT_ONCE;
 
 	assert_non_null(f);
 	assert_int_equal(uv_loop_init(&f->loop), 0);
@@ -557,6 +567,50 @@ static void test_dir_replaced_and_removed_before_its_walk(void **state)
 	col_clear(&f->c);
 	write_at(f, "b/late", "1");
 	expect(f, WATCH_CREATED, "b/late");
+}
+
+/*
+ * mv a b; mkdir a; then mv b a/x after the walk of node "a" opened the new
+ * a but before the events of all three are read: node "a" holds the new
+ * a's watch, so the rename names node "a" as b's destination while b's
+ * node is node "a" itself (renamed to "b"). Attaching it would make a
+ * cycle (agentd's loop then spun forever); the tree is rebuilt instead.
+ */
+static struct fixture *rot_f;
+
+static void rot_prepare(uv_prepare_t *h)
+{
+	rename_at(rot_f, "b", "a/x");
+	write_at(rot_f, "a/f", "1");
+	uv_prepare_stop(h);
+}
+
+static void test_renamed_into_replacement_before_walk(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	uv_prepare_t prep;
+
+	subscribe_ready(f);
+	mkdir_at(f, "a");
+	uv_run(&f->loop, UV_RUN_ONCE); /* reads IN_CREATE of a; its walk is next */
+	rename_at(f, "a", "b");
+	mkdir_at(f, "a");
+	rot_f = f;
+	uv_prepare_init(&f->loop, &prep);
+	uv_prepare_start(&prep, rot_prepare); /* after the idle walk, before the poll */
+	uv_run(&f->loop, UV_RUN_ONCE);
+	uv_close((uv_handle_t *)&prep, NULL);
+	expect(f, WATCH_OVERFLOW, "");
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.resyncs, 1);
+	col_clear(&f->c);
+	write_at(f, "a/x/late", "1");
+	write_at(f, "a/late2", "1");
+	expect(f, WATCH_CREATED, "a/x/late");
+	expect(f, WATCH_CREATED, "a/late2");
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 3); /* root, a, a/x */
 }
 
 static void test_exchange_dirs(void **state)
@@ -937,6 +991,96 @@ static void test_limit_stays_partial(void **state)
 	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 0);
 }
 
+/* While EMFILE lasts, directories that fail and go away keep the stream
+ * partial: one OVERFLOW, not one per directory (each drops every client's
+ * caches); whole again once a retry period passes without failures. */
+static void test_emfile_churn(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char p[512];
+
+	subscribe_ready(f);
+	nofile_exhaust();
+	pathf(f, p, sizeof(p), "tmp");
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(mkdir(p, 0755), 0);
+		run_for(f, 5);
+		assert_int_equal(rmdir(p), 0);
+		run_for(f, 5);
+	}
+	nofile_restore();
+	run_for(f, 20);
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 1);
+	watch_get_stats(f->w, &st);
+	assert_true(st.partial);
+	col_clear(&f->c);
+	expect(f, WATCH_OVERFLOW, ""); /* within 5 s */
+	watch_get_stats(f->w, &st);
+	assert_false(st.partial);
+}
+
+/* main() moved this process into a mount namespace of its own (root only):
+ * a bind mount made there stays there. The watcher's root fd must be
+ * opened after that, or lookups from it do not see the mount. */
+static bool own_mount_ns;
+
+/* The same directory at two names (a bind mount): each walk finds the
+ * other's watch; neither may walk the other again (they alternated
+ * forever and READY never came). */
+static void test_bind_mount_twice(void **state)
+{
+	struct fixture *f = *state;
+	char a[512], b[512];
+	uint64_t t0;
+
+	if (!own_mount_ns)
+		skip(); /* not root: no mount namespace of our own */
+	mkdir_at(f, "a");
+	mkdir_at(f, "a/sub");
+	mkdir_at(f, "b");
+	pathf(f, a, sizeof(a), "a");
+	pathf(f, b, sizeof(b), "b");
+	assert_int_equal(mount(a, b, NULL, MS_BIND, NULL), 0);
+	t0 = now_ms(f);
+	assert_int_equal(watch_subscribe(f->w, &col_ops, &f->c, &f->c.sub), 0);
+	expect(f, WATCH_READY, "");
+	assert_true(now_ms(f) - t0 < 2000);
+	col_clear(&f->c);
+	run_for(f, 200);
+	assert_int_equal(f->c.n, 0); /* no walk emitting CREATED over and over */
+	assert_int_equal(umount2(b, MNT_DETACH), 0);
+}
+
+/* With read_delay_ms, a file's create, write and close come as one batch
+ * even when the loop runs between them. */
+static int setup_slow_read(void **state)
+{
+	struct watch_config cfg = {.read_delay_ms = 200};
+
+	return setup_cfg(state, &cfg);
+}
+
+static void test_read_delay_one_batch(void **state)
+{
+	struct fixture *f = *state;
+	char p[512];
+	size_t b0;
+	int fd;
+
+	subscribe_ready(f);
+	b0 = f->c.batches;
+	pathf(f, p, sizeof(p), "f");
+	fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	run_for(f, 50); /* the fd is readable; the read waits */
+	assert_int_equal(f->c.batches, b0);
+	assert_int_equal(write(fd, "x", 1), 1);
+	close(fd);
+	expect(f, WATCH_CREATED, "f");
+	assert_int_equal(f->c.batches, b0 + 1);
+}
+
 static void test_stop_and_restart(void **state)
 {
 	struct fixture *f = *state;
@@ -985,6 +1129,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_replaced_before_its_walk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dir_replaced_and_removed_before_its_walk, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_renamed_into_replacement_before_walk, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_exchange_dirs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_empty_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_out_and_in, setup, teardown),
@@ -998,9 +1144,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unwatchable_dir, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_limit_stays_partial, setup_three_watches,
 						teardown_nofile),
+		cmocka_unit_test_setup_teardown(test_emfile_churn, setup, teardown_nofile),
+		cmocka_unit_test_setup_teardown(test_bind_mount_twice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_read_delay_one_batch, setup_slow_read, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
 	};
 
+	own_mount_ns = unshare(CLONE_NEWNS) == 0 &&
+		       mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
