@@ -69,6 +69,7 @@ struct wnode {
 	struct wnode *fail_next, *fail_prev; /* failed list */
 	bool failed;            /* it exists but could not be watched or listed
 				 * (watch_failed): retried by the retry timer */
+	bool listed;            /* a walk listed it whole */
 };
 
 /* An IN_MOVED_FROM waiting for its IN_MOVED_TO. */
@@ -111,6 +112,7 @@ struct wsession {
 	bool failed_since_retry; /* watch_failed since the retry timer last fired */
 	bool quiet;             /* a whole retry period passed without a failure */
 	uint64_t retry_ms;      /* the retry timer's next period */
+	uint64_t whole_at;      /* uv_now() when the stream was last made whole */
 	struct pending_move *pend;
 	size_t npend, pend_cap;
 	struct displaced *disp;
@@ -382,8 +384,13 @@ static void fail_add(struct wsession *s, struct wnode *n)
 		s->fail_head->fail_prev = n;
 	s->fail_head = n;
 	s->nfailed++;
-	if (!uv_is_active((uv_handle_t *)&w->retry))
+	if (!uv_is_active((uv_handle_t *)&w->retry)) {
+		/* back to the first period once the stream stayed whole for
+		 * the longest one: a new episode, not a failure coming back */
+		if (uv_now(w->loop) - s->whole_at >= RETRY_MAX_MS)
+			s->retry_ms = RETRY_FIRST_MS;
 		uv_timer_start(&w->retry, on_retry, s->retry_ms, 0);
+	}
 }
 
 /* Take @p n off the failed list (it was watched and listed, is gone from
@@ -984,6 +991,7 @@ static void maybe_whole(struct watcher *w)
 		return;
 	s->partial = false;
 	s->quiet = false;
+	s->whole_at = uv_now(w->loop);
 	stage_add(w, WATCH_OVERFLOW, false, NULL, 0, NULL, 0);
 	if (w->warned_failed) {
 		w->warned_failed = false; /* warn again at the next failure */
@@ -1169,8 +1177,9 @@ static bool node_searchable(const struct wsession *s, const struct wnode *n)
 	return ok;
 }
 
-/* Is the directory at node @p o's path the one open as @p fd (or is there
- * none: nothing to walk)? */
+/* Is the directory at node @p o's path the one open as @p fd? (Not when
+ * nothing is there: a rename of a parent, its events unread, may have
+ * moved what is there; a walk that finds nothing costs little.) */
 static bool same_dir(const struct wsession *s, const struct wnode *o, int fd)
 {
 	struct stat a, b;
@@ -1178,7 +1187,7 @@ static bool same_dir(const struct wsession *s, const struct wnode *o, int fd)
 	bool same;
 
 	if (ofd < 0)
-		return ofd == -ENOENT || ofd == -ENOTDIR || ofd == -ELOOP;
+		return false;
 	same = fstat(ofd, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
 	       a.st_ino == b.st_ino;
 	close(ofd);
@@ -1195,14 +1204,14 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 
 	scan_dequeue(s, n);
 	fd = node_open(s, n, O_RDONLY | O_NONBLOCK);
-	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP) {
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP ||
+	    (fd == -EACCES && !node_searchable(s, n))) {
 		/* Gone or moved already: its parent reports that, and a rename
-		 * of it or of a parent walks it again (requeue_unwatched). A
-		 * failed node stays failed until that event comes. */
-		return;
-	}
-	if (fd == -EACCES && !node_searchable(s, n)) {
-		fail_remove(s, n); /* nothing in it is reachable: nothing to miss */
+		 * of it or of a parent walks it again (requeue_unwatched). (A
+		 * node can also be left at a name where nothing is, with no
+		 * event to come: it must not keep the stream partial.) Or
+		 * nothing in it is reachable by agentd: nothing to miss. */
+		fail_remove(s, n);
 		return;
 	}
 	if (fd < 0) {
@@ -1218,10 +1227,11 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 			return;
 		}
 		if (wd < 0) {
-			if (wd == -EACCES && !node_searchable(s, n))
-				fail_remove(s, n); /* unreachable */
-			else if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP)
-				watch_failed(w, n, -wd); /* else gone, as above */
+			if (wd != -ENOENT && wd != -ENOTDIR && wd != -ELOOP &&
+			    !(wd == -EACCES && !node_searchable(s, n)))
+				watch_failed(w, n, -wd);
+			else
+				fail_remove(s, n); /* gone, or unreachable: as above */
 			close(fd);
 			return;
 		}
@@ -1279,10 +1289,12 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 		errno = 0;
 		de = readdir(d);
 		if (!de) {
-			if (!errno)
-				fail_remove(s, n); /* watched and listed */
-			else if (errno != ENOENT) /* ENOENT: removed while listed */
+			if (errno && errno != ENOENT) {
 				watch_failed(w, n, errno);
+			} else {
+				n->listed = !errno;
+				fail_remove(s, n); /* listed, or removed meanwhile */
+			}
 			break;
 		}
 		size_t len = strlen(de->d_name);
@@ -1308,17 +1320,17 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 }
 
 /*
- * Walk every directory of @p n's subtree (@p n too) that has no watch, as
- * new: a walk that found it gone because it or a parent had just been
- * renamed (the rename's events not yet read) left it so, and @p n was just
- * renamed. Iterative, like node_free_tree().
+ * Walk every directory of @p n's subtree (@p n too) that has no watch or
+ * was never listed whole, as new: a walk that found it gone because it or a
+ * parent had just been renamed (the rename's events not yet read) left it
+ * so, and @p n was just renamed. Iterative, like node_free_tree().
  */
 static void requeue_unwatched(struct wsession *s, struct wnode *n)
 {
 	struct wnode *c = n;
 
 	for (;;) {
-		if (c->wd < 0)
+		if (c->wd < 0 || !c->listed)
 			scan_enqueue(s, c, true);
 		if (c->first_child) {
 			c = c->first_child;

@@ -613,6 +613,36 @@ static void test_renamed_into_replacement_before_walk(void **state)
 	assert_int_equal(st.watches, 3); /* root, a, a/x */
 }
 
+/* The stale node (P/y, holding the new x's watch) is found by the walk of
+ * the new x after it moved to R/z, while P was renamed to P2 (its events
+ * unread): P/y is not there, but y must still be walked under P2. */
+static void test_stale_node_under_renamed_parent(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+
+	mkdir_at(f, "P");
+	mkdir_at(f, "R");
+	subscribe_ready(f);
+	mkdir_at(f, "P/x");
+	uv_run(&f->loop, UV_RUN_ONCE); /* reads IN_CREATE P/x: node o queued */
+	rename_at(f, "P/x", "P/y");
+	mkdir_at(f, "P/x");
+	uv_run(&f->loop, UV_RUN_ONCE); /* walk o opens the new x; o -> y; n at x queued */
+	rename_at(f, "P/x", "R/z");
+	uv_run(&f->loop, UV_RUN_ONCE); /* walk n at P/x: ENOENT; then n -> R/z, requeued */
+	rename_at(f, "P", "P2");
+	uv_run(&f->loop, UV_RUN_ONCE); /* walk n at R/z: o stale, P/y ENOENT */
+	run_for(f, 100);
+	col_clear(&f->c);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.watches, 5); /* root, P2, R, R/z, P2/y */
+	write_at(f, "R/z/late", "1");
+	write_at(f, "P2/y/late", "1");
+	expect(f, WATCH_CREATED, "R/z/late");
+	expect(f, WATCH_CREATED, "P2/y/late");
+}
+
 static void test_exchange_dirs(void **state)
 {
 	struct fixture *f = *state;
@@ -1081,6 +1111,39 @@ static void test_read_delay_one_batch(void **state)
 	assert_int_equal(f->c.batches, b0 + 1);
 }
 
+/* mkdir x; mkdir b; mv x b (over the unwalked b); mv b OUT/b, all before
+ * agentd reads them, while EMFILE lasts for x's walk. The MOVED_FROM of b
+ * takes the displaced (replaced) b node, so node x stays at "b": its walk
+ * fails (EMFILE), then finds nothing there. A failed node found gone must
+ * not keep the stream partial. */
+static void test_failed_node_gone(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_stats st;
+	char p[512], q[512];
+	uint64_t end;
+
+	subscribe_ready(f);
+	mkdir_at(f, "x");
+	mkdir_at(f, "b");
+	rename_at(f, "x", "b");
+	pathf(f, p, sizeof(p), "b");
+	snprintf(q, sizeof(q), "%s/b", f->out_path);
+	assert_int_equal(rename(p, q), 0);
+	nofile_exhaust();
+	run_for(f, 100);
+	nofile_restore();
+	watch_get_stats(f->w, &st);
+	assert_true(st.partial);
+	/* the retry at 1 s finds it gone; whole after a quiet period (2 s) */
+	end = now_ms(f) + 6000;
+	while (st.partial && now_ms(f) < end) {
+		run_for(f, 100);
+		watch_get_stats(f->w, &st);
+	}
+	assert_false(st.partial);
+}
+
 static void test_stop_and_restart(void **state)
 {
 	struct fixture *f = *state;
@@ -1131,6 +1194,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_renamed_into_replacement_before_walk, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_stale_node_under_renamed_parent, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_exchange_dirs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename_over_empty_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_out_and_in, setup, teardown),
@@ -1147,6 +1212,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_emfile_churn, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_bind_mount_twice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_delay_one_batch, setup_slow_read, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_node_gone, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
 	};
