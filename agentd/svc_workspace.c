@@ -1248,10 +1248,13 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 		     ((ev[i].kind == WATCH_CREATED || ev[i].kind == WATCH_MOVED) && !ev[i].is_dir)) &&
 		    n_attr < WATCH_ATTRS_MAX) {
 			struct stat st;
+			int sr = fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st);
 
-			if (fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st) == 0) {
+			if (sr == 0) {
 				attr_from_stat(&a[n_attr], &st);
 				e[i].attr = &a[n_attr++];
+			} else if (sr == -ENOENT || sr == -ENOTDIR) {
+				e[i].gone = true;
 			}
 		}
 		ep[i] = &e[i];

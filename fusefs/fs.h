@@ -77,6 +77,9 @@ enum wsfs_self_kind {
 	WSFS_SELF_MOVED_TO = 1u << 4,   /**< renamed to this name */
 };
 
+/** Own replies remembered per path before the last one (an event may show
+ * the file between two own operations). */
+#define WSFS_SELF_PREV 3
 /** How long after an own operation its echo is expected, nanoseconds. */
 #define WSFS_SELF_WINDOW_NS 1000000000LL
 /** Hash buckets of the own-change table. */

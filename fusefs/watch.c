@@ -356,6 +356,18 @@ struct wsfs_self {
 	int64_t until_ns;     /* CLOCK_MONOTONIC end of the window */
 	bool has_attr;
 	struct self_attr attr; /* of the last own reply that had attributes */
+	/* The replies before it, newest first (attr's history, cleared with
+	 * has_attr): an event whose lstat caught the file between two own
+	 * operations (a write, then a chmod) shows one of these. */
+	unsigned n_prev;
+	struct self_attr prev[WSFS_SELF_PREV];
+	/* The non-directory an own create, link or rename put at the name,
+	 * as the last own reply on it left it; kept across a later own
+	 * removal: a CREATED that finds it so is an own echo, however late.
+	 * (All of it, not the inode alone: a file the pod makes at the name
+	 * after an own unlink may get the same inode number back.) */
+	bool has_made;
+	struct self_attr made;
 	size_t len;
 	char path[];
 };
@@ -438,6 +450,8 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 		/* A new period: what was recorded before is over. */
 		e->kinds = 0;
 		e->has_attr = false;
+		e->n_prev = 0;
+		e->has_made = false;
 	}
 	if (!e) {
 		if (fs->n_self >= WSFS_SELF_MAX)
@@ -464,6 +478,7 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 	if (kinds & (WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM)) {
 		e->kinds &= ~(unsigned)(WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO | WSFS_SELF_CHANGED);
 		e->has_attr = false;
+		e->n_prev = 0;
 	}
 	if (kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO))
 		e->kinds &= ~(unsigned)(WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM);
@@ -502,9 +517,24 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 		if (!ok) {
 			e->kinds = 0;
 			e->has_attr = false;
+			e->n_prev = 0;
+			e->has_made = false;
 		} else if (st) {
+			if (e->has_attr) {
+				memmove(&e->prev[1], &e->prev[0],
+					(WSFS_SELF_PREV - 1) * sizeof(e->prev[0]));
+				e->prev[0] = e->attr;
+				if (e->n_prev < WSFS_SELF_PREV)
+					e->n_prev++;
+			}
 			self_attr_of(st, &e->attr);
 			e->has_attr = true;
+			if (!S_ISDIR(st->st_mode) &&
+			    ((e->kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) ||
+			     (e->has_made && e->made.ino == (uint64_t)st->st_ino))) {
+				e->has_made = true;
+				e->made = e->attr;
+			}
 		}
 		if (ok)
 			e->until_ns = now + WSFS_SELF_WINDOW_NS;
@@ -589,8 +619,56 @@ static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path)
 	if (e) {
 		e->kinds = 0;
 		e->has_attr = false;
+		e->n_prev = 0;
+		e->has_made = false;
 	}
 	pthread_mutex_unlock(&fs->self_lock);
+}
+
+static void self_attr_of_pb(const Wsbridge__V1__Attr *a, struct self_attr *ret);
+
+/*
+ * Is @a what an own reply before the last one said of @path (prev), in a
+ * record that still takes CHANGED events as echoes? The caller has waited
+ * for own operations in flight (self_match_wait).
+ */
+static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const struct self_attr *a)
+{
+	const char *p = (const char *)path->data;
+	int64_t now = wsfs_now_ns();
+	struct wsfs_self *e;
+	bool hit = false;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
+	if (e && self_live(e, now) && (e->kinds & WSFS_SELF_CHANGED) && e->has_attr)
+		for (unsigned i = 0; i < e->n_prev && !hit; i++)
+			hit = memcmp(&e->prev[i], a, sizeof(*a)) == 0;
+	pthread_mutex_unlock(&fs->self_lock);
+	return hit;
+}
+
+/*
+ * Did agentd's lstat for a CREATED event on @path find @a, the file an own
+ * operation put there as its last own reply left it (has_made)? Then the
+ * event is that operation's echo, even after an own removal of the name
+ * began (which clears WSFS_SELF_CREATED).
+ */
+static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
+		      const Wsbridge__V1__Attr *a)
+{
+	const char *p = (const char *)path->data;
+	int64_t now = wsfs_now_ns();
+	struct self_attr got;
+	struct wsfs_self *e;
+	bool hit;
+
+	self_attr_of_pb(a, &got);
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
+	hit = e && self_live(e, now) && e->has_made && memcmp(&e->made, &got, sizeof(got)) == 0;
+	pthread_mutex_unlock(&fs->self_lock);
+	return hit;
 }
 
 /* self_match_wait() without waiting. */
@@ -638,6 +716,10 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 			return false;
 		self_attr_of_pb(ev_attr, &now);
 		if (memcmp(&now, &want, sizeof(now)) == 0)
+			return true;
+		/* The state between two own operations (a write, then a
+		 * chmod): the later one's own event follows. */
+		if (self_was(fs, path, &now))
 			return true;
 	}
 
@@ -715,6 +797,15 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			*last_ok = &ev->path;
 			break;
 		}
+		/* Gone, after an own removal: the change (most likely this
+		 * mount's own write, then unlink) was to a name this mount
+		 * removed itself; another name of the same file keeps its
+		 * caches until they time out, as for any pod-side change
+		 * racing an own one (fs.h). */
+		if (ev->gone &&
+		    self_match_wait(fs, &ev->path, WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM, NULL,
+				    NULL, true, NULL))
+			break;
 		/* Each CHANGED is checked by attributes: nothing to forget. */
 		ev_changed(fs, &ev->path, ev->attr);
 		break;
@@ -723,6 +814,25 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 * entry and updated the parent itself (fs/fuse/dir.c
 		 * fuse_dir_changed). */
 		if (self_match(fs, &ev->path, WSFS_SELF_CREATED, NULL, NULL))
+			break;
+		/* The file an own create or link made, found there when
+		 * agentd sent the event; an own unlink has begun since (which
+		 * clears WSFS_SELF_CREATED). */
+		if (ev->attr && !ev->is_dir && self_made(fs, &ev->path, ev->attr))
+			break;
+		/*
+		 * Gone when agentd sent it, and removed by an own operation
+		 * since this mount's last own create there (git's temporary
+		 * object: create, link, unlink, all before agentd read the
+		 * first event): the name is absent, as that removal's reply
+		 * left it here, whoever made it in between; a name made
+		 * after agentd's lstat sends a CREATED of its own. Without
+		 * this the late echo dropped what the mount knew of the
+		 * directory's names (ev_name).
+		 */
+		if (ev->gone && !ev->is_dir &&
+		    self_match_wait(fs, &ev->path, WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM, NULL,
+				    NULL, true, NULL))
 			break;
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
