@@ -16,10 +16,25 @@
  * can swap it while calls run; the last call on an old channel destroys it
  * and reaps its exec_cmd child.
  *
+ * Polling (wsc_options.idle_poller). gRPC reads a connection only while
+ * some thread polls (grpc_completion_queue_pluck on a polling queue), and
+ * with the epoll1 engine one thread at a time polls every connection of the
+ * process, handing the role to another waiting thread each time it is done
+ * (ev_epoll1_linux.cc end_worker). A thread that waits long in a stream's
+ * queue (wsfs's watch) is then the poller most of the time: each reply to
+ * another thread's call wakes it, and it wakes the caller, two switches more
+ * per call. With idle_poller, such a stream waits in a non-polling queue
+ * (wsc_stream_open_ex(WSC_STREAM_NO_POLL)); a thread waiting for its own
+ * call polls for it and for everything else, and while no call has waited
+ * for WSC_IDLE_NS a thread of wsc's own polls (idle_run), so that a stream's
+ * messages still arrive while the caller is idle; the first call to wait
+ * after that wakes it out of its queue (grpc_completion_queue_shutdown).
+ *
  * Locks: wsc.lock guards wsc.chan, every wsc_chan.refs and the queue pool;
- * wsc.reconnect_lock serialises reconnects; wsc_stream.status_lock guards
- * the stream's final status. No lock is held while blocked on gRPC, except
- * status_lock while plucking the status tag.
+ * wsc.reconnect_lock serialises reconnects; wsc.idle_lock the idle poller's
+ * state; wsc_stream.status_lock guards the stream's final status. No lock is
+ * held while blocked on gRPC, except status_lock while plucking the status
+ * tag.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +72,12 @@
 
 extern char **environ;
 
+/** How long no call must have waited before the idle poller polls, ns. */
+#define WSC_IDLE_NS (5 * 1000000LL)
+/** Longest the idle poller stays in one queue, ms (a safety net: a waiter
+ * that missed idle_polling is served by its own poll once it ends). */
+#define WSC_IDLE_POLL_MS 1000
+
 /* One channel; replaced as a whole by wsc_reconnect(). */
 struct wsc_chan {
 	grpc_channel *ch;
@@ -79,12 +100,24 @@ struct wsc {
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
 	grpc_metadata md[1];
 	size_t n_md;
+
+	/* The idle poller (see "Polling" above); only with idle_poller. */
+	bool idle;
+	atomic_uint waiting;          /* threads in cq_wait() on a polling queue */
+	atomic_int_fast64_t quiet_ns; /* CLOCK_MONOTONIC when waiting last fell to 0 */
+	atomic_bool idle_polling;     /* idle_cq is set; read without idle_lock */
+	pthread_t idle_thread;
+	pthread_mutex_t idle_lock;
+	pthread_cond_t idle_cond;          /* CLOCK_MONOTONIC */
+	grpc_completion_queue *idle_cq;    /* the queue it polls in, or NULL; under idle_lock */
+	bool idle_stop;                    /* under idle_lock */
 };
 
 struct wsc_stream {
 	struct wsc *c;
 	struct wsc_chan *chan;
 	grpc_completion_queue *cq;
+	bool polls; /* cq is a polling queue (not WSC_STREAM_NO_POLL) */
 	grpc_call *call;
 	atomic_bool cancelled;
 
@@ -570,11 +603,102 @@ static void cq_put(struct wsc *c, grpc_completion_queue *cq)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Wait for @tag on @cq; the call's deadline bounds the wait. */
-static bool cq_wait(grpc_completion_queue *cq, void *tag)
+/* A non-polling queue of the pluck kind (grpc.h GRPC_CQ_NON_POLLING): its
+ * waiter sleeps until a polling thread completes its tag. */
+static grpc_completion_queue *cq_new_nonpolling(void)
 {
-	grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	grpc_completion_queue_attributes a = {
+		.version = 1,
+		.cq_completion_type = GRPC_CQ_PLUCK,
+		.cq_polling_type = GRPC_CQ_NON_POLLING,
+	};
 
+	return grpc_completion_queue_create(grpc_completion_queue_factory_lookup(&a), &a, NULL);
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Take the idle poller out of its queue, if it polls (any thread). */
+static void idle_kick(struct wsc *c)
+{
+	pthread_mutex_lock(&c->idle_lock);
+	if (c->idle_cq) {
+		/* Its pluck returns GRPC_QUEUE_SHUTDOWN; idle_run() destroys it. */
+		grpc_completion_queue_shutdown(c->idle_cq);
+		c->idle_cq = NULL;
+		atomic_store(&c->idle_polling, false);
+	}
+	pthread_mutex_unlock(&c->idle_lock);
+}
+
+/*
+ * The idle poller's thread: while some thread waits in cq_wait(), or one did
+ * less than WSC_IDLE_NS ago, look again every WSC_IDLE_NS; then poll in a
+ * fresh queue of its own until a waiter comes (idle_kick), at most
+ * WSC_IDLE_POLL_MS at a time.
+ */
+static void *idle_run(void *arg)
+{
+	struct wsc *c = arg;
+	char never; /* a tag no operation completes */
+
+	pthread_mutex_lock(&c->idle_lock);
+	while (!c->idle_stop) {
+		int64_t now = mono_ns(), due = atomic_load(&c->quiet_ns) + WSC_IDLE_NS;
+		grpc_completion_queue *cq;
+		struct timespec ts;
+
+		if (atomic_load(&c->waiting) > 0 || now < due) {
+			if (due <= now)
+				due = now + WSC_IDLE_NS;
+			ts.tv_sec = (time_t)(due / 1000000000LL);
+			ts.tv_nsec = (long)(due % 1000000000LL);
+			(void)pthread_cond_timedwait(&c->idle_cond, &c->idle_lock, &ts);
+			continue;
+		}
+		cq = grpc_completion_queue_create_for_pluck(NULL);
+		if (!cq)
+			break; /* callers' own waits still poll */
+		c->idle_cq = cq;
+		atomic_store(&c->idle_polling, true);
+		pthread_mutex_unlock(&c->idle_lock);
+		(void)grpc_completion_queue_pluck(
+			cq, &never,
+			gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+				     gpr_time_from_millis(WSC_IDLE_POLL_MS, GPR_TIMESPAN)),
+			NULL);
+		pthread_mutex_lock(&c->idle_lock);
+		if (c->idle_cq == cq) {
+			grpc_completion_queue_shutdown(cq);
+			c->idle_cq = NULL;
+			atomic_store(&c->idle_polling, false);
+		}
+		grpc_completion_queue_destroy(cq);
+	}
+	pthread_mutex_unlock(&c->idle_lock);
+	return NULL;
+}
+
+/* Wait for @tag on @cq; the call's deadline bounds the wait. @polls: @cq is
+ * a polling queue, so this thread may poll for every call (see "Polling"). */
+static bool cq_wait(struct wsc *c, grpc_completion_queue *cq, void *tag, bool polls)
+{
+	grpc_event ev;
+
+	if (polls && c->idle) {
+		atomic_fetch_add(&c->waiting, 1);
+		if (atomic_load(&c->idle_polling))
+			idle_kick(c);
+	}
+	ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	if (polls && c->idle && atomic_fetch_sub(&c->waiting, 1) == 1)
+		atomic_store(&c->quiet_ns, mono_ns());
 	return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
@@ -647,6 +771,19 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 		return -ENOMEM;
 	}
 	grpc_init();
+	c->idle = o->idle_poller;
+	atomic_init(&c->waiting, 0);
+	atomic_init(&c->quiet_ns, 0);
+	atomic_init(&c->idle_polling, false);
+	pthread_mutex_init(&c->idle_lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->idle_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	if (o->token) {
 		char *v;
 
@@ -662,12 +799,21 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	r = chan_new(c, &c->chan);
 	if (r < 0)
 		goto fail;
+	if (c->idle) {
+		r = -pthread_create(&c->idle_thread, NULL, idle_run, c);
+		if (r < 0) {
+			chan_put(c, c->chan);
+			goto fail;
+		}
+	}
 	*ret = c;
 	return 0;
 
 fail:
 	if (c->n_md)
 		grpc_slice_unref(c->md[0].value);
+	pthread_cond_destroy(&c->idle_cond);
+	pthread_mutex_destroy(&c->idle_lock);
 	grpc_shutdown();
 	free(c->target);
 	free(c->exec_cmd);
@@ -699,6 +845,16 @@ struct wsc *wsc_free(struct wsc *c)
 {
 	if (!c)
 		return NULL;
+	if (c->idle) {
+		pthread_mutex_lock(&c->idle_lock);
+		c->idle_stop = true;
+		pthread_cond_signal(&c->idle_cond);
+		pthread_mutex_unlock(&c->idle_lock);
+		idle_kick(c);
+		pthread_join(c->idle_thread, NULL);
+	}
+	pthread_cond_destroy(&c->idle_cond);
+	pthread_mutex_destroy(&c->idle_lock);
 	for (size_t i = 0; i < c->n_cq; i++)
 		cq_destroy(c->cq[i]);
 	free(c->cq);
@@ -774,7 +930,7 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		r = status_local(st, EIO, "%s: cannot start the call: %s", method,
 				 grpc_call_error_to_string(e));
 	} else {
-		(void)cq_wait(cq, &tag);
+		(void)cq_wait(c, cq, &tag, true);
 		r = status_from_call(st, code, &details, &trailing_md, false);
 		if (r == 0 && !recv_bb) {
 			r = status_local(st, EPROTO, "%s: status OK without a reply", method);
@@ -811,7 +967,7 @@ static int stream_status(struct wsc_stream *s, struct wsc_status *st)
 {
 	pthread_mutex_lock(&s->status_lock);
 	if (!s->status_done) {
-		(void)cq_wait(s->cq, &s->tag_status);
+		(void)cq_wait(s->c, s->cq, &s->tag_status, s->polls);
 		(void)status_from_call(&s->final, s->status, &s->details, &s->trailing_md,
 				       atomic_load(&s->cancelled));
 		s->status_done = true;
@@ -833,11 +989,18 @@ static bool stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag
 		grpc_call_cancel(s->call, NULL);
 		return false;
 	}
-	return cq_wait(s->cq, tag);
+	return cq_wait(s->c, s->cq, tag, s->polls);
 }
 
 int wsc_stream_open(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		    int64_t timeout_ms, struct wsc_stream **ret, struct wsc_status *st)
+{
+	return wsc_stream_open_ex(c, method, req, timeout_ms, 0, ret, st);
+}
+
+int wsc_stream_open_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
+		       int64_t timeout_ms, unsigned flags, struct wsc_stream **ret,
+		       struct wsc_status *st)
 {
 	struct wsc_stream *s;
 	grpc_byte_buffer *bb = NULL;
@@ -865,7 +1028,17 @@ int wsc_stream_open(struct wsc *c, const char *method, const ProtobufCMessage *r
 	grpc_metadata_array_init(&s->trailing_md);
 	s->details = grpc_empty_slice();
 	s->status = GRPC_STATUS_UNKNOWN;
-	s->cq = cq_get(c);
+	s->polls = !(flags & WSC_STREAM_NO_POLL) || !c->idle;
+	s->cq = s->polls ? cq_get(c) : cq_new_nonpolling();
+	if (!s->cq) {
+		grpc_metadata_array_destroy(&s->initial_md);
+		grpc_metadata_array_destroy(&s->trailing_md);
+		pthread_mutex_destroy(&s->status_lock);
+		if (bb)
+			grpc_byte_buffer_destroy(bb);
+		free(s);
+		return st ? status_local(st, ENOMEM, "out of memory") : -ENOMEM;
+	}
 	s->chan = chan_get(c);
 	s->call = call_new(c, s->chan, s->cq, method, timeout_ms);
 
@@ -1066,7 +1239,10 @@ struct wsc_stream *wsc_stream_free(struct wsc_stream *s)
 	grpc_metadata_array_destroy(&s->initial_md);
 	grpc_metadata_array_destroy(&s->trailing_md);
 	pthread_mutex_destroy(&s->status_lock);
-	cq_put(s->c, s->cq);
+	if (s->polls)
+		cq_put(s->c, s->cq);
+	else
+		cq_destroy(s->cq);
 	chan_put(s->c, s->chan);
 	free(s);
 	return NULL;

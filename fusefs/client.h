@@ -67,7 +67,18 @@ struct wsc_options {
 	 * connect(2) that fails, use the ordinary channel, whose errors
 	 * (UNAVAILABLE with gRPC's reason) are what callers see. */
 	bool direct;
+	/** Keep the connection polled by a thread of wsc's own while no call
+	 * waits, and let streams opened with WSC_STREAM_NO_POLL wait without
+	 * polling (client.c "Polling"): for a caller with one long-lived
+	 * stream beside many short calls (wsfs), whose calls then each poll
+	 * for themselves. Needs gRPC's epoll1 engine (the default on Linux),
+	 * in which any polling thread reads every connection. */
+	bool idle_poller;
 };
+
+/** wsc_stream_open_ex() flag: the stream's waits do not poll (with
+ * wsc_options.idle_poller; ignored without it). */
+#define WSC_STREAM_NO_POLL 1u
 
 /** Outcome of a call. */
 struct wsc_status {
@@ -95,12 +106,13 @@ void wsc_tune_malloc(void);
  * Connect (lazily, as gRPC does: nothing is sent before the first call) to
  * the server named in @p o. For exec_cmd the command is started here, in its
  * own process group, with default signal dispositions and an empty signal
- * mask; it is reaped by wsc_reconnect()/wsc_free(). Calls grpc_init().
+ * mask; it is reaped by wsc_reconnect()/wsc_free(). Calls grpc_init(). With
+ * idle_poller, starts the idle poller's thread (joined by wsc_free()).
  *
  * @param o       settings; borrowed for the duration of the call
  * @param ret     on success, the new client, freed with wsc_free()
  * @return 0, -EINVAL (no target, bad token), -ENOMEM, or the errno of
- *         socketpair(2)/posix_spawn(3).
+ *         socketpair(2)/posix_spawn(3)/pthread_create(3).
  * Thread safety: any thread.
  */
 int wsc_connect(const struct wsc_options *o, struct wsc **ret);
@@ -175,6 +187,15 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
  */
 int wsc_stream_open(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		    int64_t timeout_ms, struct wsc_stream **ret, struct wsc_status *st);
+
+/**
+ * wsc_stream_open() with @p flags: 0 or WSC_STREAM_NO_POLL (a thread that
+ * waits long on the stream, beside other threads' calls, should not be the
+ * one that polls for them; see wsc_options.idle_poller).
+ */
+int wsc_stream_open_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
+		       int64_t timeout_ms, unsigned flags, struct wsc_stream **ret,
+		       struct wsc_status *st);
 
 /**
  * Receive the next message of type @p desc.

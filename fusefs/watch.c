@@ -906,7 +906,10 @@ static int run_watch(struct wsfs *fs)
 	r = probe(fs);
 	if (r < 0)
 		return r;
-	r = wsc_stream_open(fs->client, "/wsbridge.v1.Workspace/Watch", &q.base, 0, &s, &st);
+	/* This thread waits on the stream for good: it must not be the one
+	 * that polls for the FUSE threads' calls (client.h idle_poller). */
+	r = wsc_stream_open_ex(fs->client, "/wsbridge.v1.Workspace/Watch", &q.base, 0,
+			       WSC_STREAM_NO_POLL, &s, &st);
 	if (r < 0)
 		goto out;
 	pthread_mutex_lock(&fs->mon_lock);

@@ -325,6 +325,31 @@ PY
 	visible "the pod removed a linked name" absent "$MNT/objs/h3"
 }
 
+@test "R1: an idle mount takes in the POD's changes while no request of its own runs" {
+	agentd_unix
+	# gRPC reads a connection only while some thread polls it. wsfs's
+	# watch stream waits without polling, each request polls for itself,
+	# and an idle poller does while none runs (fusefs/client.c
+	# "Polling"). gRPC's own backup poller would hide a broken one: off.
+	export GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS=0
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	unset GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	# A missing name the watch vouches for: the kernel keeps the negative
+	# entry for watch_timeout and answers it without asking wsfs.
+	run stat "$MNT/late"
+	assert_status 1
+	printf 'x\n' >"$ROOT/late"
+	sleep 1
+	# One look, no retries: the invalidation came while nothing asked.
+	assert_content "$MNT/late" $'x\n'
+	# Attributes the kernel keeps for watch_timeout, asked once.
+	printf 'longer\n' >"$ROOT/late"
+	sleep 1
+	assert_eq "$(stat -c %s "$MNT/late")" 7
+}
+
 nlink_is() {
 	[ "$(stat -c %h "$1")" = "$2" ]
 }
