@@ -361,13 +361,13 @@ struct wsfs_self {
 	 * operations (a write, then a chmod) shows one of these. */
 	unsigned n_prev;
 	struct self_attr prev[WSFS_SELF_PREV];
-	/* The non-directory an own create, link or rename put at the name,
-	 * as the last own reply on it left it; kept across a later own
-	 * removal: a CREATED that finds it so is an own echo, however late.
+	/* The non-directory an own create or link put at the name, as the
+	 * own replies on it left it, newest first; kept across a later own
+	 * removal: an event that finds it so is an own echo, however late.
 	 * (All of it, not the inode alone: a file the pod makes at the name
 	 * after an own unlink may get the same inode number back.) */
-	bool has_made;
-	struct self_attr made;
+	unsigned n_made;
+	struct self_attr made[WSFS_SELF_PREV + 1];
 	size_t len;
 	char path[];
 };
@@ -451,7 +451,7 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 		e->kinds = 0;
 		e->has_attr = false;
 		e->n_prev = 0;
-		e->has_made = false;
+		e->n_made = 0;
 	}
 	if (!e) {
 		if (fs->n_self >= WSFS_SELF_MAX)
@@ -480,8 +480,12 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 		e->has_attr = false;
 		e->n_prev = 0;
 	}
-	if (kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO))
+	if (kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) {
 		e->kinds &= ~(unsigned)(WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM);
+		/* Another file may come to the name (a rename has no reply
+		 * attributes to say which). */
+		e->n_made = 0;
+	}
 	e->kinds |= kinds;
 	e->inflight++;
 	e->gen++;
@@ -518,7 +522,7 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 			e->kinds = 0;
 			e->has_attr = false;
 			e->n_prev = 0;
-			e->has_made = false;
+			e->n_made = 0;
 		} else if (st) {
 			if (e->has_attr) {
 				memmove(&e->prev[1], &e->prev[0],
@@ -531,9 +535,14 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 			e->has_attr = true;
 			if (!S_ISDIR(st->st_mode) &&
 			    ((e->kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) ||
-			     (e->has_made && e->made.ino == (uint64_t)st->st_ino))) {
-				e->has_made = true;
-				e->made = e->attr;
+			     (e->n_made > 0 && e->made[0].ino == (uint64_t)st->st_ino))) {
+				if (e->n_made > 0 && e->made[0].ino != (uint64_t)st->st_ino)
+					e->n_made = 0;
+				memmove(&e->made[1], &e->made[0],
+					WSFS_SELF_PREV * sizeof(e->made[0]));
+				e->made[0] = e->attr;
+				if (e->n_made < WSFS_SELF_PREV + 1)
+					e->n_made++;
 			}
 		}
 		if (ok)
@@ -620,7 +629,7 @@ static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path)
 		e->kinds = 0;
 		e->has_attr = false;
 		e->n_prev = 0;
-		e->has_made = false;
+		e->n_made = 0;
 	}
 	pthread_mutex_unlock(&fs->self_lock);
 }
@@ -649,10 +658,11 @@ static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const str
 }
 
 /*
- * Did agentd's lstat for a CREATED event on @path find @a, the file an own
- * operation put there as its last own reply left it (has_made)? Then the
- * event is that operation's echo, even after an own removal of the name
- * began (which clears WSFS_SELF_CREATED).
+ * Did agentd's lstat for an event on @path find @a, the file an own
+ * operation put there as one of the own replies on it left it (made)? Then
+ * the event is an own echo, even after an own removal of the name began
+ * (which clears WSFS_SELF_CREATED and the CHANGED records): any later
+ * change sends an event of its own.
  */
 static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 		      const Wsbridge__V1__Attr *a)
@@ -666,7 +676,28 @@ static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 	self_attr_of_pb(a, &got);
 	pthread_mutex_lock(&fs->self_lock);
 	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
-	hit = e && self_live(e, now) && e->has_made && memcmp(&e->made, &got, sizeof(got)) == 0;
+	hit = false;
+	if (e && self_live(e, now))
+		for (unsigned i = 0; i < e->n_made && !hit; i++)
+			hit = memcmp(&e->made[i], &got, sizeof(got)) == 0;
+	pthread_mutex_unlock(&fs->self_lock);
+	return hit;
+}
+
+/* The server inode of the file an own operation put at @path (made), into
+ * *ino; false when there is none. */
+static bool self_made_ino(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_t *ino)
+{
+	const char *p = (const char *)path->data;
+	int64_t now = wsfs_now_ns();
+	struct wsfs_self *e;
+	bool hit;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
+	hit = e && self_live(e, now) && e->n_made > 0;
+	if (hit)
+		*ino = e->made[0].ino;
 	pthread_mutex_unlock(&fs->self_lock);
 	return hit;
 }
@@ -806,6 +837,21 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		    self_match_wait(fs, &ev->path, WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM, NULL,
 				    NULL, true, NULL))
 			break;
+		/* As an own create or link left it, caught after an own
+		 * unlink began (git's temporary object after its link). */
+		if (ev->attr && !ev->is_dir && self_made(fs, &ev->path, ev->attr))
+			break;
+		/* Without attributes (past a batch's first 1024): the file
+		 * is the one an own operation put there, if any; what this
+		 * mount keeps of that inode goes, not of every file. */
+		if (!ev->attr && !ev->gone && !ev->is_dir) {
+			Wsbridge__V1__Attr a = WSBRIDGE__V1__ATTR__INIT;
+
+			if (self_made_ino(fs, &ev->path, &a.ino)) {
+				ev_changed(fs, &ev->path, &a);
+				break;
+			}
+		}
 		/* Each CHANGED is checked by attributes: nothing to forget. */
 		ev_changed(fs, &ev->path, ev->attr);
 		break;
