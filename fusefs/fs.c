@@ -1336,7 +1336,7 @@ static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	if (r == 0) {
 		q.path = bin(path, len);
 		q.mode = mode;
-		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 		r = rpc(fs, M("Mknod"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 		known_update(fs, parent, name, r, true);
@@ -1390,7 +1390,7 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	if (r == 0) {
 		q.path = bin(path, len);
 		q.target = bin(link, strlen(link));
-		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 		r = rpc(fs, M("Symlink"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 		known_update(fs, parent, name, r, true);
@@ -1521,7 +1521,7 @@ static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		q.from = bin(from, from_len);
 		q.to = bin(to, to_len);
 		wsfs_self_begin(fs, from, from_len, WSFS_SELF_CHANGED);
-		wsfs_self_begin(fs, to, to_len, WSFS_SELF_CREATED);
+		wsfs_self_begin(fs, to, to_len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 		r = rpc(fs, M("Link"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, from, from_len, r, rep ? rep->attr : NULL);
 		self_end_attr(fs, to, to_len, r, rep ? rep->attr : NULL);

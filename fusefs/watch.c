@@ -223,6 +223,18 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	}
 }
 
+/* The attributes of server inode @ino changed (not its contents, as far as
+ * anyone knows): drop what the mount and the kernel keep of them. */
+static void ev_attr_only(struct wsfs *fs, uint64_t ino)
+{
+	uint64_t ids[64];
+	size_t n = node_ids_by_ino(fs->nodes, ino, ids, 64);
+
+	node_attr_drop_ino(fs->nodes, ino);
+	for (size_t i = 0; i < n && i < 64; i++)
+		inval_inode(fs, ids[i], -1);
+}
+
 /* @path appeared or went away (created, deleted, one end of a move). */
 static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 {
@@ -368,6 +380,11 @@ struct wsfs_self {
 	 * after an own unlink may get the same inode number back.) */
 	unsigned n_made;
 	struct self_attr made[WSFS_SELF_PREV + 1];
+	/* The CREATED of the own create or link that began made has not come
+	 * yet: one own create, one CREATED, so a later one that looks the
+	 * same is another's (an inode number reused within a timestamp
+	 * tick, or the pod linking the file back). */
+	bool made_await;
 	size_t len;
 	char path[];
 };
@@ -483,8 +500,10 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 	if (kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) {
 		e->kinds &= ~(unsigned)(WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM);
 		/* Another file may come to the name (a rename has no reply
-		 * attributes to say which). */
+		 * attributes to say which); its CREATED (or MOVED) is due,
+		 * and may come before this operation's reply. */
 		e->n_made = 0;
+		e->made_await = true;
 	}
 	e->kinds |= kinds;
 	e->inflight++;
@@ -652,7 +671,10 @@ static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const str
 	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
 	if (e && self_live(e, now) && (e->kinds & WSFS_SELF_CHANGED) && e->has_attr)
 		for (unsigned i = 0; i < e->n_prev && !hit; i++)
-			hit = memcmp(&e->prev[i], a, sizeof(*a)) == 0;
+			/* Only a state the clock put before the last one: within
+			 * one timestamp tick the pod can make it again. */
+			hit = e->prev[i].ctime_ns < e->attr.ctime_ns &&
+			      memcmp(&e->prev[i], a, sizeof(*a)) == 0;
 	pthread_mutex_unlock(&fs->self_lock);
 	return hit;
 }
@@ -665,7 +687,7 @@ static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const str
  * change sends an event of its own.
  */
 static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
-		      const Wsbridge__V1__Attr *a)
+		      const Wsbridge__V1__Attr *a, bool created)
 {
 	const char *p = (const char *)path->data;
 	int64_t now = wsfs_now_ns();
@@ -677,11 +699,29 @@ static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 	pthread_mutex_lock(&fs->self_lock);
 	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
 	hit = false;
-	if (e && self_live(e, now))
+	if (e && self_live(e, now) && (!created || e->made_await))
 		for (unsigned i = 0; i < e->n_made && !hit; i++)
-			hit = memcmp(&e->made[i], &got, sizeof(got)) == 0;
+			/* An older state only if the clock put it before the
+			 * newest (as in self_was()). */
+			hit = (i == 0 || e->made[i].ctime_ns < e->made[0].ctime_ns) &&
+			      memcmp(&e->made[i], &got, sizeof(got)) == 0;
+	if (hit && created)
+		e->made_await = false;
 	pthread_mutex_unlock(&fs->self_lock);
 	return hit;
+}
+
+/* The CREATED of the own create or link that made @path's file came. */
+static void self_made_seen(struct wsfs *fs, const ProtobufCBinaryData *path)
+{
+	const char *p = (const char *)path->data;
+	struct wsfs_self *e;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, p, path->len, self_hash(p, path->len), wsfs_now_ns());
+	if (e)
+		e->made_await = false;
+	pthread_mutex_unlock(&fs->self_lock);
 }
 
 /* The server inode of the file an own operation put at @path (made), into
@@ -839,7 +879,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			break;
 		/* As an own create or link left it, caught after an own
 		 * unlink began (git's temporary object after its link). */
-		if (ev->attr && !ev->is_dir && self_made(fs, &ev->path, ev->attr))
+		if (ev->attr && !ev->is_dir && self_made(fs, &ev->path, ev->attr, false))
 			break;
 		/* Without attributes (past a batch's first 1024): the file
 		 * is the one an own operation put there, if any; what this
@@ -859,12 +899,14 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		/* Own create/mkdir/link/...: the kernel has the reply's
 		 * entry and updated the parent itself (fs/fuse/dir.c
 		 * fuse_dir_changed). */
-		if (self_match(fs, &ev->path, WSFS_SELF_CREATED, NULL, NULL))
+		if (self_match(fs, &ev->path, WSFS_SELF_CREATED, NULL, NULL)) {
+			self_made_seen(fs, &ev->path);
 			break;
+		}
 		/* The file an own create or link made, found there when
 		 * agentd sent the event; an own unlink has begun since (which
 		 * clears WSFS_SELF_CREATED). */
-		if (ev->attr && !ev->is_dir && self_made(fs, &ev->path, ev->attr))
+		if (ev->attr && !ev->is_dir && self_made(fs, &ev->path, ev->attr, true))
 			break;
 		/*
 		 * Gone when agentd sent it, and removed by an own operation
@@ -878,8 +920,10 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 */
 		if (ev->gone && !ev->is_dir &&
 		    self_match_wait(fs, &ev->path, WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM, NULL,
-				    NULL, true, NULL))
+				    NULL, true, NULL)) {
+			self_made_seen(fs, &ev->path);
 			break;
+		}
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
 		new_name(fs, ev, link_checks);
@@ -892,8 +936,17 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED:
 		if (self_match(fs, &ev->from, WSFS_SELF_MOVED_FROM, NULL, NULL) &&
-		    self_match(fs, &ev->path, WSFS_SELF_MOVED_TO, NULL, NULL))
+		    self_match(fs, &ev->path, WSFS_SELF_MOVED_TO, NULL, NULL)) {
+			/* agentd folds a later CHANGED of the path into the
+			 * MOVED (the pod appending right after the own
+			 * rename); a rename's reply has no attributes to
+			 * compare, so what is kept of the file goes, names
+			 * and pages stay (AUTO_INVAL_DATA drops the pages if
+			 * the attributes fetched again say so). */
+			if (ev->attr && !ev->is_dir)
+				ev_attr_only(fs, ev->attr->ino);
 			break;
+		}
 		self_forget(fs, &ev->from);
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->from);

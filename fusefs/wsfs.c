@@ -255,6 +255,7 @@ int main(int argc, char **argv)
 	const char *addr = NULL, *mnt;
 	char *mnt_real = NULL;
 	char *token = NULL, *fsarg = NULL;
+	bool idle_poller;
 	char msg[600];
 	int parent_fd = -1, ret = 1, r;
 
@@ -389,17 +390,22 @@ int main(int argc, char **argv)
 	 * The watch stream waits without polling and each FUSE request's call
 	 * polls for itself (client.h idle_poller), which relies on epoll1, the
 	 * engine in which any polling thread reads every connection (Linux's
-	 * default; with another, the stream is read by those calls and the
-	 * backup poller above, up to 100 ms late while the mount is idle).
+	 * default). Another engine set in the environment wins, and then the
+	 * watch stream polls for itself as before.
 	 */
-	setenv("GRPC_POLL_STRATEGY", "epoll1", 0);
+	{
+		const char *ps = getenv("GRPC_POLL_STRATEGY");
+
+		idle_poller = !ps || strcmp(ps, "epoll1") == 0;
+		setenv("GRPC_POLL_STRATEGY", "epoll1", 0);
+	}
 
 	/* From here on threads exist (gRPC). */
 	wo.target = addr;
 	wo.exec_cmd = o.exec_cmd;
 	wo.token = token;
 	wo.timeout_ms = cfg.rpc_timeout_ms;
-	wo.idle_poller = true;
+	wo.idle_poller = idle_poller;
 	r = wsc_connect(&wo, &client);
 	if (r < 0) {
 		fprintf(stderr, "wsfs: cannot connect to '%s': %s\n", addr ? addr : o.exec_cmd,

@@ -28,6 +28,9 @@ setup() {
 
 teardown() {
 	fs_teardown
+	if [ -n "${LOOP_ROOT:-}" ]; then
+		umount "$LOOP_ROOT" || umount -l "$LOOP_ROOT"
+	fi
 }
 
 # up [tcp]: start agentd (unix socket, or TCP) and mount it.
@@ -323,6 +326,90 @@ PY
 	visible "the pod made a name the mount had removed" content_is "$MNT/objs/tmp39" $'pod\n'
 	rm "$ROOT/objs/h3"
 	visible "the pod removed a linked name" absent "$MNT/objs/h3"
+}
+
+@test "R1: with whole-second timestamps, the POD's file at a name the mount just removed, and the POD's chmod back to an earlier mode, show" {
+	# ext4 with 128-byte inodes keeps whole seconds, so two states of a
+	# file within one second can look the same but for the contents; a
+	# freed inode number comes back at once.
+	truncate -s 64M "$BATS_TEST_TMPDIR/c.img"
+	mkfs.ext4 -q -F -I 128 "$BATS_TEST_TMPDIR/c.img" 2>/dev/null || skip "mkfs.ext4 -I 128 failed"
+	mount -o loop "$BATS_TEST_TMPDIR/c.img" "$ROOT" 2>/dev/null || skip "no loop device here"
+	LOOP_ROOT=$ROOT
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	run "$PY" - "$MNT" "$ROOT" <<'PY'
+import os, sys, time
+M, R = sys.argv[1:3]
+os.mkdir(M + "/d")
+reused = 0
+for i in range(20):
+    t = "d/t%d" % i
+    fd = os.open(M + "/" + t, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+    os.write(fd, b"A")
+    os.close(fd)
+    ino = os.stat(M + "/" + t).st_ino
+    os.unlink(M + "/" + t)
+    # The pod makes the name again: the same inode number, the same second.
+    fd = os.open(R + "/" + t, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+    os.write(fd, b"B")
+    os.close(fd)
+    reused += os.stat(R + "/" + t).st_ino == ino
+for i in range(20):
+    with open("%s/f%d" % (R, i), "w") as f:
+        f.write("0000")
+time.sleep(1.2)
+for i in range(20):
+    f = "%s/f%d" % (M, i)
+    os.stat(f)
+    fd = os.open(f, os.O_WRONLY)
+    os.write(fd, b"aaaa")
+    os.close(fd)
+    os.chmod(f, 0o600)
+    os.chmod("%s/f%d" % (R, i), 0o644)  # the pod, back to the mode before
+# A stale view lasts watch_timeout (60 s): looking for 5 s tells.
+deadline = time.monotonic() + 5
+while True:
+    missing = [i for i in range(20) if not os.path.exists("%s/d/t%d" % (M, i))]
+    modes = [i for i in range(20) if os.stat("%s/f%d" % (M, i)).st_mode & 0o777 != 0o644]
+    if not missing and not modes or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+print("inode numbers reused %d/20; names missing %s; stale modes %s" % (reused, missing, modes))
+sys.exit(1 if missing or modes else 0)
+PY
+	echo "# $output" >&3
+	assert_status 0
+}
+
+@test "R2: the POD's append right after the mount's own rename shows (agentd folds it into the MOVED)" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	run "$PY" - "$MNT" "$ROOT" <<'PY'
+import os, sys, time
+M, R = sys.argv[1:3]
+for i in range(20):
+    with open("%s/m%d" % (R, i), "w") as f:
+        f.write("a\n")
+time.sleep(1.2)
+for i in range(20):
+    os.rename("%s/m%d" % (M, i), "%s/n%d" % (M, i))
+    os.stat("%s/n%d" % (M, i))
+    with open("%s/n%d" % (R, i), "a") as f:  # the pod, at once
+        f.write("pod\n")
+deadline = time.monotonic() + 5
+while True:
+    stale = [i for i in range(20) if os.stat("%s/n%d" % (M, i)).st_size != 6]
+    if not stale or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+print("stale sizes after an own rename: %s" % stale)
+sys.exit(1 if stale else 0)
+PY
+	echo "# $output" >&3
+	assert_status 0
 }
 
 @test "R1: an idle mount takes in the POD's changes while no request of its own runs" {
