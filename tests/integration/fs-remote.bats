@@ -317,7 +317,9 @@ PY
 	# directory, and then each of them cost a call (about 120 here).
 	echo "# Stat calls for missing names in 40 object writes: $((n1 - n0))" >&3
 	[ "$((n1 - n0))" -le 2 ] || { echo "$((n1 - n0)) Stat calls for missing names" >&2; return 1; }
-	listing_is "$MNT/objs" $(seq -f 'h%g' 0 39 | sort)
+	local names
+	mapfile -t names < <(seq -f 'h%g' 0 39)
+	listing_is "$MNT/objs" "${names[@]}"
 	assert_content "$MNT/objs/h7" $'object 7\n'
 	# The pod's changes in that directory still show: a new name, and a
 	# temporary name made again right after the mount removed it (the
