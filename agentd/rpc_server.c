@@ -729,14 +729,6 @@ static void cq_dispatch(struct rpc_server *s, struct rpc_tag *t)
 	}
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Sleep on the gate until CLOCK_MONOTONIC @until_ns (gate_lock held). */
 static void gate_sleep_until(struct rpc_server *s, int64_t until_ns)
 {
@@ -760,7 +752,7 @@ static bool gate_enter(struct rpc_server *s, bool after_handler)
 
 	pthread_mutex_lock(&s->gate_lock);
 	while (!s->gate_stop) {
-		int64_t now = mono_ns();
+		int64_t now = wsb_mono_ns();
 
 		if (s->gate_polling == 0 && after_handler)
 			break;
@@ -790,7 +782,7 @@ static void gate_leave(struct rpc_server *s)
 {
 	pthread_mutex_lock(&s->gate_lock);
 	s->gate_polling--;
-	s->gate_left_ns = mono_ns();
+	s->gate_left_ns = wsb_mono_ns();
 	/* Nobody polls now: someone must watch the clock. */
 	if (s->gate_polling == 0 && !s->gate_watching && s->gate_untimed > 0)
 		pthread_cond_signal(&s->gate_cond);
@@ -873,7 +865,6 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	struct rpc_server *s;
 	grpc_arg args[2];
 	grpc_channel_args chargs;
-	pthread_condattr_t ca;
 
 	if (!cfg || !cfg->loop || cfg->cq_threads < 1)
 		return -EINVAL;
@@ -893,11 +884,8 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->gate_lock, NULL);
-	/* The gate's timed waits use CLOCK_MONOTONIC, like mono_ns(). */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&s->gate_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	/* The gate's timed waits use CLOCK_MONOTONIC, like wsb_mono_ns(). */
+	wsb_cond_init_mono(&s->gate_cond);
 	atomic_init(&s->live, 0);
 	atomic_init(&s->threads_done, 0);
 	atomic_init(&s->shutting_down, false);

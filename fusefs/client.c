@@ -616,14 +616,6 @@ static grpc_completion_queue *cq_new_nonpolling(void)
 	return grpc_completion_queue_create(grpc_completion_queue_factory_lookup(&a), &a, NULL);
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Take the idle poller out of its queue, if it polls (any thread). */
 static void idle_kick(struct wsc *c)
 {
@@ -650,7 +642,7 @@ static void *idle_run(void *arg)
 
 	pthread_mutex_lock(&c->idle_lock);
 	while (!c->idle_stop) {
-		int64_t now = mono_ns(), due = atomic_load(&c->quiet_ns) + WSC_IDLE_NS;
+		int64_t now = wsb_mono_ns(), due = atomic_load(&c->quiet_ns) + WSC_IDLE_NS;
 		grpc_completion_queue *cq;
 		struct timespec ts;
 
@@ -698,7 +690,7 @@ static bool cq_wait(struct wsc *c, grpc_completion_queue *cq, void *tag, bool po
 	}
 	ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
 	if (polls && c->idle && atomic_fetch_sub(&c->waiting, 1) == 1)
-		atomic_store(&c->quiet_ns, mono_ns());
+		atomic_store(&c->quiet_ns, wsb_mono_ns());
 	return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
@@ -776,14 +768,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	atomic_init(&c->quiet_ns, 0);
 	atomic_init(&c->idle_polling, false);
 	pthread_mutex_init(&c->idle_lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&c->idle_cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	wsb_cond_init_mono(&c->idle_cond);
 	if (o->token) {
 		char *v;
 

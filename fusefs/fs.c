@@ -2910,23 +2910,9 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&fs->self_cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
-	{
-		/* watch.c waits with CLOCK_MONOTONIC deadlines. */
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&fs->mon_cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	/* watch.c waits with CLOCK_MONOTONIC deadlines. */
+	wsb_cond_init_mono(&fs->self_cond);
+	wsb_cond_init_mono(&fs->mon_cond);
 	*ret = fs;
 	return 0;
 }

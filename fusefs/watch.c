@@ -273,14 +273,9 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
  */
 static void ev_linked(struct wsfs *fs, const Wsbridge__V1__Attr *a)
 {
-	uint64_t ids[64];
-	size_t n;
-
 	if (a->nlink <= 1 || (a->mode & S_IFMT) == S_IFDIR)
 		return;
-	n = node_ids_by_ino(fs->nodes, a->ino, ids, 64);
-	for (size_t i = 0; i < n && i < 64; i++)
-		inval_inode(fs, ids[i], -1);
+	ev_attr_only(fs, a->ino);
 }
 
 /*
@@ -391,10 +386,7 @@ struct wsfs_self {
 
 int64_t wsfs_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	return wsb_mono_ns();
 }
 
 /* FNV-1a. */
@@ -432,6 +424,14 @@ static struct wsfs_self *self_find(struct wsfs *fs, const char *path, size_t len
 		pp = &e->next;
 	}
 	return found;
+}
+
+/* self_find() of an event's @path (self_lock held). */
+static struct wsfs_self *self_of(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t now)
+{
+	const char *p = (const char *)path->data;
+
+	return self_find(fs, p, path->len, self_hash(p, path->len), now);
 }
 
 /* Drop every dead record (self_lock held). */
@@ -639,11 +639,10 @@ static bool self_match_wait(struct wsfs *fs, const ProtobufCBinaryData *path, un
  */
 static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path)
 {
-	const char *p = (const char *)path->data;
 	struct wsfs_self *e;
 
 	pthread_mutex_lock(&fs->self_lock);
-	e = self_find(fs, p, path->len, self_hash(p, path->len), wsfs_now_ns());
+	e = self_of(fs, path, wsfs_now_ns());
 	if (e) {
 		e->kinds = 0;
 		e->has_attr = false;
@@ -662,13 +661,12 @@ static void self_attr_of_pb(const Wsbridge__V1__Attr *a, struct self_attr *ret);
  */
 static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const struct self_attr *a)
 {
-	const char *p = (const char *)path->data;
 	int64_t now = wsfs_now_ns();
 	struct wsfs_self *e;
 	bool hit = false;
 
 	pthread_mutex_lock(&fs->self_lock);
-	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
+	e = self_of(fs, path, now);
 	if (e && self_live(e, now) && (e->kinds & WSFS_SELF_CHANGED) && e->has_attr)
 		for (unsigned i = 0; i < e->n_prev && !hit; i++)
 			/* Only a state the clock put before the last one: within
@@ -689,7 +687,6 @@ static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const str
 static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 		      const Wsbridge__V1__Attr *a, bool created)
 {
-	const char *p = (const char *)path->data;
 	int64_t now = wsfs_now_ns();
 	struct self_attr got;
 	struct wsfs_self *e;
@@ -697,7 +694,7 @@ static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 
 	self_attr_of_pb(a, &got);
 	pthread_mutex_lock(&fs->self_lock);
-	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
+	e = self_of(fs, path, now);
 	hit = false;
 	if (e && self_live(e, now) && (!created || e->made_await))
 		for (unsigned i = 0; i < e->n_made && !hit; i++)
@@ -714,11 +711,10 @@ static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 /* The CREATED of the own create or link that made @path's file came. */
 static void self_made_seen(struct wsfs *fs, const ProtobufCBinaryData *path)
 {
-	const char *p = (const char *)path->data;
 	struct wsfs_self *e;
 
 	pthread_mutex_lock(&fs->self_lock);
-	e = self_find(fs, p, path->len, self_hash(p, path->len), wsfs_now_ns());
+	e = self_of(fs, path, wsfs_now_ns());
 	if (e)
 		e->made_await = false;
 	pthread_mutex_unlock(&fs->self_lock);
@@ -728,13 +724,12 @@ static void self_made_seen(struct wsfs *fs, const ProtobufCBinaryData *path)
  * *ino; false when there is none. */
 static bool self_made_ino(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_t *ino)
 {
-	const char *p = (const char *)path->data;
 	int64_t now = wsfs_now_ns();
 	struct wsfs_self *e;
 	bool hit;
 
 	pthread_mutex_lock(&fs->self_lock);
-	e = self_find(fs, p, path->len, self_hash(p, path->len), now);
+	e = self_of(fs, path, now);
 	hit = e && self_live(e, now) && e->n_made > 0;
 	if (hit)
 		*ino = e->made[0].ino;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "wsb.h"
@@ -268,4 +269,24 @@ char *wsb_escape(const void *s, size_t len, size_t max)
 	}
 	*o = '\0';
 	return out;
+}
+
+/* ---- clocks ---- */
+
+int64_t wsb_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void wsb_cond_init_mono(pthread_cond_t *cond)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &ca);
+	pthread_condattr_destroy(&ca);
 }

@@ -14,6 +14,7 @@
 #ifndef WSB_H
 #define WSB_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -97,6 +98,17 @@ enum wsb_log_level {
  * other threads exist.
  */
 void wsb_log_init(const char *progname, int level);
+
+/** CLOCK_MONOTONIC now, in nanoseconds (clock_gettime(2)). Any thread. */
+int64_t wsb_mono_ns(void);
+
+/**
+ * pthread_cond_init(3) of @p cond with CLOCK_MONOTONIC for its timed waits
+ * (pthread_condattr_setclock(3)), so that their absolute deadlines are
+ * wsb_mono_ns() values and a change of the wall clock does not move them.
+ * Destroy with pthread_cond_destroy(). Any thread.
+ */
+void wsb_cond_init_mono(pthread_cond_t *cond);
 
 /**
  * Parse a level name ("error", "warning", "notice", "info", "debug").
