@@ -420,6 +420,8 @@ PY
 	# watch stream waits without polling, each request polls for itself,
 	# and an idle poller does while none runs (fusefs/client.c
 	# "Polling"). gRPC's own backup poller would hide a broken one: off.
+	# Each test runs in a subshell of its own: the export ends with it.
+	# shellcheck disable=SC2030,SC2031
 	export GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS=0
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	unset GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS
@@ -437,6 +439,25 @@ PY
 	printf 'longer\n' >"$ROOT/late"
 	sleep 1
 	assert_eq "$(stat -c %s "$MNT/late")" 7
+}
+
+@test "R1: with another gRPC poll engine in the environment, an idle mount still takes in the POD's changes" {
+	agentd_unix
+	# The idle poller needs epoll1; under another engine its own queue
+	# polls nothing, so wsfs leaves it off and the watch stream polls for
+	# itself. The backup poller is off, as in the case above.
+	# Each test runs in a subshell of its own: the export ends with it.
+	# shellcheck disable=SC2030,SC2031
+	export GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS=0 GRPC_POLL_STRATEGY=poll
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	unset GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS GRPC_POLL_STRATEGY
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	run stat "$MNT/late"
+	assert_status 1
+	printf 'x\n' >"$ROOT/late"
+	sleep 1
+	assert_content "$MNT/late" $'x\n'
 }
 
 nlink_is() {
