@@ -299,16 +299,19 @@ int fsops_release(struct fsops_handles *h, uint64_t id)
 	return 0;
 }
 
-/* Open with O_CREAT so that a newly created file gets exactly @p mode. */
+/* Open with O_CREAT so that a newly created file gets exactly @p mode;
+ * *created says whether this call created it. */
 static int open_create(const struct resolve_root *root, const void *path, size_t len, int flags,
-		       mode_t mode, struct stat *st)
+		       mode_t mode, struct stat *st, bool *created)
 {
 	int fd, r;
 
+	*created = true;
 	if (!(flags & O_EXCL)) {
 		/* Find out whether we create it: O_EXCL first, then plain. */
 		fd = resolve_open(root, path, len, flags | O_EXCL, mode);
 		if (fd == -EEXIST) {
+			*created = false;
 			fd = resolve_open(root, path, len, flags & ~O_CREAT, 0);
 			if (fd == -ENOENT) /* a dangling symlink, or raced */
 				fd = resolve_open(root, path, len, flags, mode);
@@ -333,12 +336,14 @@ static int open_create(const struct resolve_root *root, const void *path, size_t
 }
 
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
-	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st)
+	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
+	       bool *ret_created)
 {
 	const int allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NOFOLLOW |
 			    O_DIRECTORY;
 	struct fsops_handle *e;
 	struct stat st;
+	bool created = false;
 	int fd, oflags;
 
 	if ((flags & ~allowed) || (flags & O_ACCMODE) == O_ACCMODE)
@@ -358,7 +363,7 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
 
 	oflags = flags | O_NONBLOCK | O_NOCTTY;
 	if (flags & O_CREAT) {
-		fd = open_create(root, path, len, oflags, mode & 07777, &st);
+		fd = open_create(root, path, len, oflags, mode & 07777, &st, &created);
 	} else {
 		fd = fstat_or_close(resolve_open(root, path, len, oflags, 0), &st);
 	}
@@ -384,6 +389,8 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
 	*ret_handle = e->id;
 	if (ret_st)
 		*ret_st = st;
+	if (ret_created)
+		*ret_created = created;
 	return 0;
 }
 

@@ -71,12 +71,15 @@ unsigned fsops_handles_limit(const struct fsops_handles *h);
  * is -EINVAL) and, for a created file, permission bits @p mode (exactly,
  * umask not applied). The fd is opened O_NONBLOCK so that a FIFO cannot hang
  * the calling thread. On success stores a new handle id in *ret_handle and
- * the fstat(2) of the file in *ret_st (may be NULL). Errors: as open(2);
- * -EXDEV (escape); -EMFILE when the table is full (fsops_handles_count() ==
+ * the fstat(2) of the file in *ret_st (may be NULL), and in *ret_created
+ * (may be NULL) whether this call created the file (O_CREAT without O_EXCL
+ * opens an existing one: false). Errors: as open(2); -EXDEV (escape);
+ * -EMFILE when the table is full (fsops_handles_count() ==
  * fsops_handles_limit()) or the process is out of fds.
  */
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
-	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st);
+	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
+	       bool *ret_created);
 
 /**
  * Remove handle @p id from the table and close its fd once no call is using

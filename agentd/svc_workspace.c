@@ -395,6 +395,7 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	uint8_t *buf = NULL;
 	struct stat st, after;
 	uint64_t id;
+	bool created = false;
 	int flags, r;
 
 	switch (q->access) {
@@ -425,7 +426,7 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	if (q->directory)
 		flags |= O_DIRECTORY;
 	r = fsops_open(&ad->root, ad->handles, q->path.data, q->path.len, flags, q->mode & 07777,
-		       &id, &st);
+		       &id, &st, &created);
 	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
 			   fsops_handles_limit(ad->handles));
@@ -436,6 +437,7 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	attr_from_stat(&a, &st);
 	rep.handle = id;
 	rep.attr = &a;
+	rep.existed = q->create && !created;
 	if (q->read_ahead && q->access != WSBRIDGE__V1__ACCESS__WRONLY && S_ISREG(st.st_mode)) {
 		size_t want = q->read_ahead < FSOPS_CHUNK_MAX - 1 ? q->read_ahead : FSOPS_CHUNK_MAX - 1;
 		ssize_t n;
@@ -1242,6 +1244,8 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 			e[i].from.len = ev[i].from_len;
 		}
 		e[i].is_dir = ev[i].is_dir;
+		/* On READY: this agentd says when it folded a change. */
+		e[i].changed = ev[i].changed || ev[i].kind == WATCH_READY;
 		if (ev[i].kind == WATCH_READY || ev[i].kind == WATCH_OVERFLOW)
 			e[i].partial = ws.partial;
 		if ((ev[i].kind == WATCH_CHANGED ||

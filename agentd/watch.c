@@ -683,18 +683,19 @@ static void cset_put(struct watcher *w, size_t idx)
 	w->cset_count++;
 }
 
-/* Does the stage already name @p p as CHANGED, CREATED or a MOVED target? */
-static bool cset_has(const struct watcher *w, const char *p, size_t len)
+/* The staged event that names @p p as CHANGED, CREATED or a MOVED target,
+ * or NULL. */
+static struct watch_event *cset_find(struct watcher *w, const char *p, size_t len)
 {
 	if (!w->cset_cap)
-		return false;
+		return NULL;
 	for (size_t i = cset_slot(w, p, len); w->cset[i]; i = (i + 1) & (w->cset_cap - 1)) {
-		const struct watch_event *o = &w->stage[w->cset[i] - 1];
+		struct watch_event *o = &w->stage[w->cset[i] - 1];
 
 		if (o->path_len == len && memcmp(o->path, p, len) == 0)
-			return true;
+			return o;
 	}
-	return false;
+	return NULL;
 }
 
 static void stage_clear(struct watcher *w)
@@ -725,9 +726,17 @@ static long stage_add(struct watcher *w, enum watch_kind kind, bool is_dir, char
 		free(from);
 		return -1;
 	}
-	if (kind == WATCH_CHANGED && cset_has(w, path, path_len)) {
-		free(path);
-		return -1;
+	if (kind == WATCH_CHANGED) {
+		struct watch_event *o = cset_find(w, path, path_len);
+
+		if (o) {
+			/* One event per path and batch; a CREATED or MOVED
+			 * says a change followed it (watch_event.changed). */
+			if (o->kind != WATCH_CHANGED)
+				o->changed = true;
+			free(path);
+			return -1;
+		}
 	}
 	if (w->stage_len == w->stage_cap) {
 		size_t ncap = w->stage_cap ? w->stage_cap * 2 : 64;
@@ -749,6 +758,7 @@ static long stage_add(struct watcher *w, enum watch_kind kind, bool is_dir, char
 	e->path_len = path ? path_len : 0;
 	e->from = from;
 	e->from_len = from ? from_len : 0;
+	e->changed = false;
 	if (!e->path) {
 		free(from);
 		w->lost = true;

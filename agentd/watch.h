@@ -106,6 +106,9 @@ struct watch_event {
 	size_t path_len;
 	const char *from; /**< MOVED only (else NULL): the old path */
 	size_t from_len;
+	/** CREATED, MOVED: a CHANGED of path came after it in the same batch
+	 * and was folded into it (proto WatchEvent.changed). */
+	bool changed;
 };
 
 /** Tunables; 0 in any field means its default. */

@@ -1719,6 +1719,8 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	q.mode = mode & 07777;
 	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	if (r == 0 && rep->existed)
+		wsfs_self_existed(fs, path, len);
 	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	known_update(fs, parent, name, r, true);
 	if (r == -ELOOP && !(fi->flags & O_NOFOLLOW))

@@ -262,6 +262,14 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 		   const struct stat *st);
 
+/**
+ * The own create wsfs_self_begin() announced on @p path (@p len bytes) with
+ * WSFS_SELF_CREATED opened a file that was there already (OpenReply.existed):
+ * no CREATED event of it comes, and it made no file there, so neither is
+ * expected. Call before that operation's wsfs_self_end(). Any thread.
+ */
+void wsfs_self_existed(struct wsfs *fs, const char *path, size_t len);
+
 /** Free the own-change table of @p fs (no other call may run). */
 void wsfs_self_free(struct wsfs *fs);
 

@@ -572,6 +572,20 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 	pthread_mutex_unlock(&fs->self_lock);
 }
 
+void wsfs_self_existed(struct wsfs *fs, const char *path, size_t len)
+{
+	struct wsfs_self *e;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_find(fs, path, len, self_hash(path, len), wsfs_now_ns());
+	if (e) {
+		e->kinds &= ~(unsigned)WSFS_SELF_CREATED;
+		e->n_made = 0;
+		e->made_await = false;
+	}
+	pthread_mutex_unlock(&fs->self_lock);
+}
+
 void wsfs_self_free(struct wsfs *fs)
 {
 	for (size_t b = 0; b < WSFS_SELF_BUCKETS; b++) {
@@ -820,16 +834,81 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 	return same;
 }
 
+/* What handle_event() carries from one event to the next. */
+struct watch_state {
+	/* check_link() calls in the batch */
+	unsigned link_checks;
+	/* The path of the batch's last CHANGED event found to be an own echo
+	 * (a run of CHANGED events on it is checked once), or NULL. */
+	const ProtobufCBinaryData *last_ok;
+	/* The last READY or OVERFLOW said that agentd could not watch every
+	 * directory, or was walking the tree anew (the caller then keeps
+	 * watch_live false). */
+	bool partial;
+	/* READY said that agentd flags the changes it folds into a CREATED
+	 * or MOVED (WatchEvent.changed); an older agentd may fold one into
+	 * any of them. */
+	bool flags_changed;
+};
+
 /*
- * Returns true for READY. *link_checks counts check_link() calls in the
- * batch; *last_ok is the path of the batch's last CHANGED event found to be
- * an own echo (a run of CHANGED events on it is checked once), or NULL.
- * *partial: the last READY or OVERFLOW said that agentd could not watch
- * every directory, or was walking the tree anew (the caller then keeps
- * watch_live false).
+ * Is @a a state of @path that own operations left (the last reply's, one
+ * before it, or one of the file an own create or link made)? Waits for own
+ * operations on @path in flight first (self_match_wait). False without @a.
  */
+static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
+		       const Wsbridge__V1__Attr *a)
+{
+	struct self_attr want, got;
+	bool has = false;
+
+	if (!a)
+		return false;
+	self_attr_of_pb(a, &got);
+	if (self_match_wait(fs, path, WSFS_SELF_CHANGED, &want, &has, true, NULL) && has &&
+	    memcmp(&want, &got, sizeof(got)) == 0)
+		return true;
+	return self_was(fs, path, &got) || self_made(fs, path, a, false);
+}
+
+/*
+ * The echo of an own create or rename on @ev's path that says a change of
+ * the path came after it (WatchEvent.changed): unless the file is as own
+ * operations left it, drop what the mount and the kernel keep of it, as for
+ * a CHANGED event (its names stay).
+ */
+static void ev_folded(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
+		      const struct watch_state *ws)
+{
+	if (!ws->flags_changed) {
+		/* An older agentd folds without saying so; a rename's reply
+		 * has no attributes to compare: what is kept of the file
+		 * goes (AUTO_INVAL_DATA drops its pages if the attributes
+		 * fetched again say so). */
+		if (ev->kind == WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED && ev->attr && !ev->is_dir)
+			ev_attr_only(fs, ev->attr->ino);
+		return;
+	}
+	if (!ev->changed || ev->gone)
+		return; /* gone since: what comes to the name sends its own event */
+	if (!ev->is_dir && self_state(fs, &ev->path, ev->attr))
+		return;
+	if (!ev->attr && !ev->is_dir) {
+		Wsbridge__V1__Attr a = WSBRIDGE__V1__ATTR__INIT;
+
+		/* Past a batch's first 1024: the file an own operation put
+		 * there, if any (as for CHANGED). */
+		if (self_made_ino(fs, &ev->path, &a.ino)) {
+			ev_changed(fs, &ev->path, &a);
+			return;
+		}
+	}
+	ev_changed(fs, &ev->path, ev->attr);
+}
+
+/* Returns true for READY. */
 static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
-			 unsigned *link_checks, const ProtobufCBinaryData **last_ok, bool *partial)
+			 struct watch_state *ws)
 {
 	if (wsb_log_enabled(WSB_LOG_DEBUG)) {
 		char *p = wsb_escape(ev->path.data, ev->path.len, 200);
@@ -840,15 +919,16 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	}
 	switch (ev->kind) {
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__READY:
-		*partial = ev->partial;
+		ws->partial = ev->partial;
+		ws->flags_changed = ev->changed;
 		return true;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__OVERFLOW:
 		wsb_info("watch: events were lost; dropping every cached entry");
-		if (ev->partial && !*partial)
+		if (ev->partial && !ws->partial)
 			wsb_notice("watch: agentd cannot watch every directory now (its inotify "
 				   "watch limit, an error, or a rescan: see its log); caches expire by "
 				   "entry_timeout/attr_timeout until it can");
-		*partial = ev->partial;
+		ws->partial = ev->partial;
 		/* Before the invalidation: no reply computed after it may get
 		 * the long timeouts (fs.c ttl_for). */
 		if (ev->partial)
@@ -856,11 +936,11 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		wsfs_invalidate_all(fs);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED:
-		if (*last_ok && (*last_ok)->len == ev->path.len &&
-		    memcmp((*last_ok)->data, ev->path.data, ev->path.len) == 0)
+		if (ws->last_ok && ws->last_ok->len == ev->path.len &&
+		    memcmp(ws->last_ok->data, ev->path.data, ev->path.len) == 0)
 			break; /* the same echo again, just checked */
 		if (self_changed_only(fs, &ev->path, ev->attr)) {
-			*last_ok = &ev->path;
+			ws->last_ok = &ev->path;
 			break;
 		}
 		/* Gone, after an own removal: the change (most likely this
@@ -896,6 +976,8 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 * fuse_dir_changed). */
 		if (self_match(fs, &ev->path, WSFS_SELF_CREATED, NULL, NULL)) {
 			self_made_seen(fs, &ev->path);
+			/* The pod's write right after the own create. */
+			ev_folded(fs, ev, ws);
 			break;
 		}
 		/* The file an own create or link made, found there when
@@ -921,7 +1003,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		}
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
-		new_name(fs, ev, link_checks);
+		new_name(fs, ev, &ws->link_checks);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__DELETED:
 		if (self_match(fs, &ev->path, WSFS_SELF_DELETED, NULL, NULL))
@@ -932,14 +1014,8 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED:
 		if (self_match(fs, &ev->from, WSFS_SELF_MOVED_FROM, NULL, NULL) &&
 		    self_match(fs, &ev->path, WSFS_SELF_MOVED_TO, NULL, NULL)) {
-			/* agentd folds a later CHANGED of the path into the
-			 * MOVED (the pod appending right after the own
-			 * rename); a rename's reply has no attributes to
-			 * compare, so what is kept of the file goes, names
-			 * and pages stay (AUTO_INVAL_DATA drops the pages if
-			 * the attributes fetched again say so). */
-			if (ev->attr && !ev->is_dir)
-				ev_attr_only(fs, ev->attr->ino);
+			/* The pod's append right after the own rename. */
+			ev_folded(fs, ev, ws);
 			break;
 		}
 		self_forget(fs, &ev->from);
@@ -947,7 +1023,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		ev_name(fs, &ev->from);
 		ev_name(fs, &ev->path);
 		/* A link made and moved before agentd reported it. */
-		new_name(fs, ev, link_checks);
+		new_name(fs, ev, &ws->link_checks);
 		break;
 	default:
 		break; /* a kind from a newer agentd */
@@ -988,7 +1064,8 @@ static int run_watch(struct wsfs *fs)
 	Wsbridge__V1__WatchRequest q = WSBRIDGE__V1__WATCH_REQUEST__INIT;
 	struct wsc_stream *s = NULL;
 	struct wsc_status st;
-	bool live = false, partial = false;
+	struct watch_state ws = {0};
+	bool live = false;
 	int r;
 
 	/*
@@ -1017,7 +1094,6 @@ static int run_watch(struct wsfs *fs)
 
 	for (;;) {
 		Wsbridge__V1__WatchBatch *b = NULL;
-		unsigned link_checks = 0;
 		bool ready = false;
 
 		r = wsc_stream_recv(s, &wsbridge__v1__watch_batch__descriptor,
@@ -1028,16 +1104,16 @@ static int run_watch(struct wsfs *fs)
 		 * notification (replies computed across it get short
 		 * timeouts, fs.c ttl_for); a batch of own echoes only
 		 * sends none and bumps nothing. */
-		const ProtobufCBinaryData *last_ok = NULL;
-
+		ws.link_checks = 0;
+		ws.last_ok = NULL;
 		for (size_t i = 0; i < b->n_events; i++) {
 			const Wsbridge__V1__WatchEvent *ev = b->events[i];
 
 			if (!ev)
 				continue;
 			if (ev->kind != WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED)
-				last_ok = NULL;
-			if (handle_event(fs, ev, &link_checks, &last_ok, &partial))
+				ws.last_ok = NULL;
+			if (handle_event(fs, ev, &ws))
 				ready = true;
 		}
 		protobuf_c_message_free_unpacked(&b->base, NULL);
@@ -1045,9 +1121,9 @@ static int run_watch(struct wsfs *fs)
 			/* Whatever changed before the subscription is unknown. */
 			wsfs_invalidate_all(fs);
 			live = true;
-			atomic_store(&fs->watch_live, !partial);
+			atomic_store(&fs->watch_live, !ws.partial);
 			wsfs_conn_ok(fs);
-			if (partial)
+			if (ws.partial)
 				wsb_notice("watch stream live, but agentd cannot watch every "
 					   "directory (its inotify watch limit or an error: see its "
 					   "log); caches expire by entry_timeout/attr_timeout");
@@ -1056,7 +1132,7 @@ static int run_watch(struct wsfs *fs)
 					 fs->cfg.watch_timeout);
 		} else if (live) {
 			/* After an OVERFLOW: partial or whole again. */
-			atomic_store(&fs->watch_live, !partial);
+			atomic_store(&fs->watch_live, !ws.partial);
 		}
 	}
 

@@ -414,6 +414,38 @@ PY
 	assert_status 0
 }
 
+@test "R2: the POD's write right after the mount's own create shows (agentd folds it into the CREATED and says so)" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	run "$PY" - "$MNT" "$ROOT" <<'PY'
+import os, sys, time
+M, R = sys.argv[1:3]
+for i in range(20):
+    os.close(os.open("%s/c%d" % (M, i), os.O_CREAT | os.O_WRONLY, 0o644))  # create here
+    with open("%s/c%d" % (R, i), "a") as f:  # the pod, at once
+        f.write("pod\n")
+    os.chmod("%s/c%d" % (R, i), 0o600)
+    # Apart: no other event races the create's reply (whose attributes
+    # the kernel then keeps for watch_timeout).
+    time.sleep(0.1)
+time.sleep(1)
+deadline = time.monotonic() + 5
+while True:
+    stale = [i for i in range(20)
+             if (lambda s: (s.st_size, s.st_mode & 0o777))(os.stat("%s/c%d" % (M, i)))
+             != (4, 0o600)]
+    if not stale or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+print("stale after an own create: %s" % stale)
+sys.exit(1 if stale else 0)
+PY
+	echo "# $output" >&3
+	assert_status 0
+	assert_content "$MNT/c7" $'pod\n'
+}
+
 @test "R1: an idle mount takes in the POD's changes while no request of its own runs" {
 	agentd_unix
 	# gRPC reads a connection only while some thread polls it. wsfs's

@@ -819,6 +819,7 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: R2: temporary names made, linked and unlinked (git's objects) keep a directory's names known; the pod's changes there still show"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R1: with whole-second timestamps, the POD's file at a name the mount just removed, and the POD's chmod back to an earlier mode, show"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R2: the POD's append right after the mount's own rename shows (agentd folds it into the MOVED)"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
+	["fs-remote.bats: R2: the POD's write right after the mount's own create shows (agentd folds it into the CREATED and says so)"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R1: with another gRPC poll engine in the environment, an idle mount still takes in the POD's changes"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R1: an idle mount takes in the POD's changes while no request of its own runs"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: A1/R1: appends from the mount and from the pod interleave whole"]="appends from the host race the sandbox's O_APPEND (gVisor computes the append offset itself)"

@@ -167,6 +167,13 @@ class Behaviour(Base):
         h = r.handle
         self.assertNotEqual(h, 0)
         self.assertEqual(stat.S_IMODE(r.attr.mode), 0o640)
+        self.assertFalse(r.existed)
+        # O_CREAT of the file now there opens it and says so; mode unused
+        r2 = self.ws.Open(pb.OpenRequest(path=b"rw.bin", access=pb.RDONLY, create=True,
+                                         mode=0o600), timeout=TIMEOUT)
+        self.assertTrue(r2.existed)
+        self.assertEqual(stat.S_IMODE(r2.attr.mode), 0o640)
+        self.ws.Release(pb.HandleRequest(handle=r2.handle), timeout=TIMEOUT)
         data = bytes(range(256)) * 5
         w = self.ws.Write(pb.WriteRequest(handle=h, offset=10, data=data), timeout=TIMEOUT)
         self.assertEqual(w.written, len(data))
@@ -185,6 +192,37 @@ class Behaviour(Base):
         self.fails(SC.FAILED_PRECONDITION, "EBADF",
                    lambda: self.ws.Read(pb.ReadRequest(handle=h, size=1), timeout=TIMEOUT),
                    "Read after Release")
+
+    def test_watch_folded_changes(self):
+        """READY says that agentd flags the changes it folds into a CREATED
+        or MOVED; a file written right after its create comes as one
+        CREATED with changed; a rename alone as a MOVED without."""
+        call = self.ws.Watch(pb.WatchRequest(), timeout=TIMEOUT)
+        it = iter(call)
+        try:
+            first = next(it).events[0]
+            self.assertEqual(first.kind, pb.WatchEvent.READY)
+            self.assertTrue(first.changed)
+            with open(rp("wf.txt"), "w") as f:  # create, write, close at once
+                f.write("x" * 100)
+
+            def until(kind, path):
+                while True:
+                    for e in next(it).events:
+                        if e.kind == kind and e.path == path:
+                            return e
+
+            e = until(pb.WatchEvent.CREATED, b"wf.txt")
+            self.assertTrue(e.changed)
+            self.assertEqual(e.attr.size, 100)
+            time.sleep(0.05)
+            os.rename(rp("wf.txt"), rp("wg.txt"))
+            e = until(pb.WatchEvent.MOVED, b"wg.txt")
+            self.assertEqual(getattr(e, "from"), b"wf.txt")
+            self.assertFalse(e.changed)
+        finally:
+            call.cancel()
+            os.unlink(rp("wg.txt"))
 
     def test_stat_values(self):
         with open(rp("st.txt"), "wb") as f:

@@ -167,19 +167,20 @@ static void test_handles(void **state)
 	struct fsops_handles *h;
 	uint64_t ids[3], id, off;
 	struct stat st;
+	bool created;
 	char buf[16];
 
 	assert_int_equal(fsops_handles_new(3, &h), 0);
 	assert_int_equal(fsops_handles_limit(h), 3);
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &ids[i], &st), 0);
+		assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &ids[i], &st, NULL), 0);
 		assert_int_not_equal(ids[i], 0);
 		assert_int_equal(st.st_size, 5);
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(ids[i], ids[j]);
 	}
 	assert_int_equal(fsops_handles_count(h), 3);
-	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &id, NULL), -EMFILE);
+	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &id, NULL, NULL), -EMFILE);
 	assert_int_equal(fsops_read(h, ids[1], 1, buf, sizeof(buf)), 4);
 	assert_memory_equal(buf, "ello", 4);
 	assert_int_equal(fsops_read(h, ids[1], 100, buf, sizeof(buf)), 0);
@@ -190,8 +191,10 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_read(h, 0, 0, buf, 1), -EBADF);
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* a freed slot can be used again, with a new id */
+	created = false;
 	assert_int_equal(fsops_open(&fx->root, h, P("new"), O_RDWR | O_CREAT | O_EXCL, 0640, &id,
-				    &st), 0);
+				    &st, &created), 0);
+	assert_true(created);
 	assert_int_not_equal(id, ids[1]);
 	assert_int_equal(st.st_mode & 07777, 0640); /* exact despite umask 077 */
 	assert_int_equal(fsops_write(h, id, 3, "abc", 3, &st), 3);
@@ -203,14 +206,21 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_fstat(h, id, &st), 0);
 	assert_int_equal(st.st_size, 6);
 	assert_int_equal(fsops_release(h, id), 0);
+	/* O_CREAT of an existing file opens it, and says so (mode ignored) */
+	assert_int_equal(fsops_open(&fx->root, h, P("new"), O_RDWR | O_CREAT, 0600, &id, &st,
+				    &created), 0);
+	assert_false(created);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	assert_int_equal(st.st_size, 6);
+	assert_int_equal(fsops_release(h, id), 0);
 	/* an escape is refused and does not leak a slot */
-	assert_int_equal(fsops_open(&fx->root, h, P("abs"), O_RDONLY, 0, &id, NULL), -EXDEV);
-	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL), -EINVAL);
+	assert_int_equal(fsops_open(&fx->root, h, P("abs"), O_RDONLY, 0, &id, NULL, NULL), -EXDEV);
+	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL, NULL), -EINVAL);
 	assert_int_equal(fsops_handles_count(h), 2);
 	fsops_handles_free(h); /* closes the two still open */
 
 	/* append handles write at the end whatever the offset */
-	assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL, NULL), 0);
 	assert_int_equal(fsops_write(fx->h, id, 0, "!!", 2, &st), 2);
 	assert_int_equal(st.st_size, 7);
 	assert_int_equal(fsops_release(fx->h, id), 0);
@@ -253,7 +263,7 @@ static void test_handles_concurrent_release(void **state)
 		struct race r = { .h = fx->h };
 		pthread_t t[4];
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDONLY, 0, &r.id, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDONLY, 0, &r.id, NULL, NULL), 0);
 		for (int i = 0; i < 4; i++)
 			assert_int_equal(pthread_create(&t[i], NULL, reader, &r), 0);
 		usleep(200);
@@ -350,7 +360,7 @@ static void test_setattr_symlink_nofollow(void **state)
 	{
 		uint64_t id;
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDWR, 0, &id, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDWR, 0, &id, NULL, NULL), 0);
 		sa = (struct fsops_setattr){ .valid = FSOPS_SET_SIZE | FSOPS_SET_MODE, .size = 1,
 					     .mode = 0600, .atime = { 0, UTIME_OMIT },
 					     .mtime = { 0, UTIME_OMIT } };
@@ -388,7 +398,7 @@ static void test_create_modes(void **state)
 	{
 		uint64_t id;
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, P("d/fifo"), O_RDONLY, 0, &id, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, P("d/fifo"), O_RDONLY, 0, &id, NULL, NULL), 0);
 		assert_int_equal(fsops_release(fx->h, id), 0);
 	}
 	assert_int_equal(fsops_rmdir(&fx->root, P("d")), -ENOTEMPTY);

@@ -42,6 +42,7 @@ struct ev {
 	char *path;
 	char *from;
 	bool is_dir;
+	bool changed;
 };
 
 struct collector {
@@ -109,6 +110,7 @@ static int col_deliver(struct watch_sub *sub, const struct watch_event *e, size_
 		x->path = strdup(e[i].path);
 		x->from = e[i].from ? strdup(e[i].from) : NULL;
 		x->is_dir = e[i].is_dir;
+		x->changed = e[i].changed;
 		if (e[i].kind == WATCH_MOVED)
 			assert_non_null(e[i].from);
 	}
@@ -751,9 +753,12 @@ static void test_coalescing(void **state)
 		col_dump(&f->c);
 	assert_int_equal(col_count(&f->c, WATCH_CHANGED, "f"), 1);
 	assert_int_equal(col_count(&f->c, WATCH_CHANGED, "g"), 1);
+	assert_false(f->c.evs[0].changed); /* only CREATED and MOVED say so */
 	col_clear(&f->c);
 
-	/* a new file written right away: CREATED covers the writes */
+	/* a new file written right away: CREATED covers the writes, and
+	 * says that a change followed (a client's own create echo is then
+	 * not all) */
 	pathf(f, p, sizeof(p), "h");
 	a = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
 	for (int i = 0; i < 10; i++)
@@ -763,6 +768,25 @@ static void test_coalescing(void **state)
 	run_for(f, 30);
 	assert_int_equal(col_count(&f->c, WATCH_CHANGED, "h"), 0);
 	assert_int_equal(f->c.n, 1);
+	assert_true(f->c.evs[0].changed);
+	col_clear(&f->c);
+
+	/* a rename alone: MOVED, nothing folded; then one written to */
+	pathf(f, p, sizeof(p), "h");
+	pathf(f, q, sizeof(q), "i");
+	assert_int_equal(rename(p, q), 0);
+	expect(f, WATCH_MOVED, "i");
+	run_for(f, 30);
+	assert_int_equal(f->c.n, 1);
+	assert_false(f->c.evs[0].changed);
+	col_clear(&f->c);
+	pathf(f, p, sizeof(p), "j");
+	assert_int_equal(rename(q, p), 0);
+	assert_int_equal(chmod(p, 0600), 0);
+	expect(f, WATCH_MOVED, "j");
+	run_for(f, 30);
+	assert_int_equal(f->c.n, 1);
+	assert_true(f->c.evs[0].changed);
 }
 
 static void test_symlink_not_followed(void **state)
