@@ -300,7 +300,9 @@ int fsops_release(struct fsops_handles *h, uint64_t id)
 }
 
 /* Open with O_CREAT so that a newly created file gets exactly @p mode;
- * *created says whether this call created it. */
+ * *created says whether this call created it (false too when it cannot
+ * tell: the file went away between the two opens and the second one may
+ * have made it again). */
 static int open_create(const struct resolve_root *root, const void *path, size_t len, int flags,
 		       mode_t mode, struct stat *st, bool *created)
 {

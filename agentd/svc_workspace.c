@@ -1200,8 +1200,8 @@ _Static_assert(KIND_IS(WATCH_CHANGED, CHANGED) && KIND_IS(WATCH_CREATED, CREATED
 		       KIND_IS(WATCH_OVERFLOW, OVERFLOW) && KIND_IS(WATCH_READY, READY),
 	       "enum watch_kind must match proto WatchEvent.Kind");
 
-/* CHANGED events, and CREATED or MOVED of non-directories, per WatchBatch
- * that carry the path's attributes; past that a client asks with Stat
+/* CHANGED events, and CREATED or MOVED of non-directories (or with
+ * changed), per WatchBatch that carry the path's attributes; past that a client asks with Stat
  * (WatchEvent.attr). */
 #define WATCH_ATTRS_MAX 1024
 
@@ -1249,7 +1249,8 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 		if (ev[i].kind == WATCH_READY || ev[i].kind == WATCH_OVERFLOW)
 			e[i].partial = ws.partial;
 		if ((ev[i].kind == WATCH_CHANGED ||
-		     ((ev[i].kind == WATCH_CREATED || ev[i].kind == WATCH_MOVED) && !ev[i].is_dir)) &&
+		     ((ev[i].kind == WATCH_CREATED || ev[i].kind == WATCH_MOVED) &&
+		      (!ev[i].is_dir || ev[i].changed))) &&
 		    n_attr < WATCH_ATTRS_MAX) {
 			struct stat st;
 			int sr = fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st);

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,7 @@ struct wnode {
 	bool failed;            /* it exists but could not be watched or listed
 				 * (watch_failed): retried by the retry timer */
 	bool listed;            /* a walk listed it whole */
+	uint64_t serial;        /* unique in the process, never 0 (struct walked) */
 };
 
 /* An IN_MOVED_FROM waiting for its IN_MOVED_TO. */
@@ -88,6 +90,21 @@ struct pending_move {
 struct displaced {
 	struct wnode *parent;   /* where it was; NULL once that node is freed */
 	struct wnode *node;     /* detached */
+};
+
+/*
+ * A name a walk reported as CREATED (scan_emit). A name made in a new
+ * directory after its watch was added and before its walk listed it is in
+ * both: its IN_CREATE is still queued. Until the inotify fd is next read
+ * dry, such an IN_CREATE is not reported again (a name cannot be created
+ * twice without a removal, which forgets it here): a client takes one own
+ * create for one CREATED.
+ */
+struct walked {
+	uint64_t dir;           /* the directory's wnode serial; 0: a free slot */
+	bool dead;              /* forgotten (a removal came): a tombstone */
+	size_t len;
+	char *name;
 };
 
 /* One inotify instance and the tree it watches. */
@@ -117,6 +134,8 @@ struct wsession {
 	size_t npend, pend_cap;
 	struct displaced *disp;
 	size_t ndisp, disp_cap;
+	struct walked *walked;  /* open addressing, walked_cap a power of 2 */
+	size_t walked_cap, walked_used; /* used: slots taken, tombstones too */
 };
 
 struct watch_sub {
@@ -563,6 +582,9 @@ static int node_attach(struct wsession *s, struct wnode *n, struct wnode *parent
 	return 0;
 }
 
+/* Shared by every watcher's loop thread; a uint64_t does not wrap. */
+static atomic_uint_fast64_t node_serial;
+
 static struct wnode *node_new(const char *name, size_t len)
 {
 	struct wnode *n = calloc(1, sizeof(*n));
@@ -576,6 +598,7 @@ static struct wnode *node_new(const char *name, size_t len)
 	}
 	n->name_len = len;
 	n->wd = -1;
+	n->serial = atomic_fetch_add(&node_serial, 1) + 1;
 	return n;
 }
 
@@ -645,6 +668,98 @@ static char *node_path(const struct wsession *s, const struct wnode *n, const ch
 	}
 	*ret_len = len;
 	return p;
+}
+
+/* ---- names a walk reported (struct walked) ---- */
+
+static size_t walked_slot(const struct wsession *s, uint64_t dir, const char *name, size_t len)
+{
+	return (size_t)hash_bytes(name, len, hash_bytes(&dir, sizeof(dir), 0xcbf29ce484222325ULL)) &
+	       (s->walked_cap - 1);
+}
+
+static struct walked *walked_find(struct wsession *s, const struct wnode *n, const char *name,
+				  size_t len)
+{
+	if (!s->walked_cap)
+		return NULL;
+	for (size_t i = walked_slot(s, n->serial, name, len); s->walked[i].dir;
+	     i = (i + 1) & (s->walked_cap - 1)) {
+		struct walked *e = &s->walked[i];
+
+		if (!e->dead && e->dir == n->serial && e->len == len && memcmp(e->name, name, len) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/* Forget every name (the inotify fd was read dry). */
+static void walked_clear(struct wsession *s)
+{
+	for (size_t i = 0; i < s->walked_cap; i++)
+		free(s->walked[i].name);
+	free(s->walked);
+	s->walked = NULL;
+	s->walked_cap = s->walked_used = 0;
+}
+
+/* Remember that a walk of @p n reported @p name. Out of memory: not
+ * remembered (the IN_CREATE, if one is queued, then reports it again). */
+static void walked_add(struct wsession *s, const struct wnode *n, const char *name, size_t len)
+{
+	struct walked *e;
+	size_t i;
+
+	if ((s->walked_used + 1) * 2 > s->walked_cap) {
+		size_t ncap = s->walked_cap ? s->walked_cap * 2 : 64;
+		struct walked *nt = calloc(ncap, sizeof(*nt)), *ot = s->walked;
+		size_t oc = s->walked_cap;
+
+		if (!nt)
+			return;
+		s->walked = nt;
+		s->walked_cap = ncap;
+		s->walked_used = 0;
+		for (size_t k = 0; k < oc; k++) {
+			if (!ot[k].dir)
+				continue;
+			if (ot[k].dead) {
+				free(ot[k].name);
+				continue;
+			}
+			for (i = walked_slot(s, ot[k].dir, ot[k].name, ot[k].len); nt[i].dir;
+			     i = (i + 1) & (ncap - 1))
+				;
+			nt[i] = ot[k];
+			s->walked_used++;
+		}
+		free(ot);
+	}
+	if (walked_find(s, n, name, len))
+		return;
+	for (i = walked_slot(s, n->serial, name, len); s->walked[i].dir;
+	     i = (i + 1) & (s->walked_cap - 1))
+		;
+	e = &s->walked[i];
+	e->name = memdup0(name, len);
+	if (!e->name)
+		return;
+	e->dir = n->serial;
+	e->dead = false;
+	e->len = len;
+	s->walked_used++;
+}
+
+/* Is @p name of @p n one a walk reported? Forgets it (a later IN_CREATE
+ * follows a removal). */
+static bool walked_take(struct wsession *s, const struct wnode *n, const char *name, size_t len)
+{
+	struct walked *e = walked_find(s, n, name, len);
+
+	if (!e)
+		return false;
+	e->dead = true; /* the slot stays taken: probe chains go through it */
+	return true;
 }
 
 /* ---- staging and coalescing ---- */
@@ -1313,8 +1428,15 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
 		is_dir = dirent_is_dir(dirfd(d), de);
-		if (emit)
-			stage_entry(w, WATCH_CREATED, n, de->d_name, len, is_dir);
+		if (emit) {
+			long idx = stage_entry(w, WATCH_CREATED, n, de->d_name, len, is_dir);
+
+			/* What happened to it before the watch began is
+			 * unknown: it may have changed since it was made. */
+			if (idx >= 0)
+				w->stage[idx].changed = true;
+			walked_add(s, n, de->d_name, len);
+		}
 		if (is_dir) {
 			struct wnode *c = pn_lookup(s, n, de->d_name, len);
 
@@ -1603,11 +1725,15 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 			stage_add(w, WATCH_CHANGED, true, memdup0("", 0), 0, NULL, 0);
 		return true;
 	}
-	if (ev->mask & IN_CREATE) {
+	if ((ev->mask & IN_CREATE) && walked_take(s, n, ev->name, len)) {
+		/* Reported by the walk already (struct walked); a directory
+		 * has its node from it. */
+	} else if (ev->mask & IN_CREATE) {
 		stage_entry(w, WATCH_CREATED, n, ev->name, len, is_dir);
 		if (is_dir && !node_add_child(s, n, ev->name, len, true))
 			w->lost = true;
 	} else if (ev->mask & IN_DELETE) {
+		walked_take(s, n, ev->name, len);
 		stage_entry(w, WATCH_DELETED, n, ev->name, len, is_dir);
 		if (is_dir) {
 			struct wnode *c = pn_lookup(s, n, ev->name, len);
@@ -1616,8 +1742,10 @@ static bool handle_event(struct wsession *s, const struct inotify_event *ev)
 				node_free_tree(s, c, true);
 		}
 	} else if (ev->mask & IN_MOVED_FROM) {
+		walked_take(s, n, ev->name, len);
 		on_moved_from(s, n, ev->name, len, is_dir, ev->cookie);
 	} else if (ev->mask & IN_MOVED_TO) {
+		walked_take(s, n, ev->name, len);
 		if (!on_moved_to(s, n, ev->name, len, is_dir, ev->cookie)) {
 			resync(w, "a directory was renamed into itself as agentd saw the tree "
 				  "(a rename raced with its walk)");
@@ -1688,6 +1816,8 @@ static void read_events(struct wsession *s)
 
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno == EAGAIN)
+			walked_clear(s); /* read dry: no IN_CREATE a walk saw is left */
 		if (n <= 0)
 			break; /* EAGAIN: drained */
 		while (off + sizeof(struct inotify_event) <= (size_t)n) {
@@ -1776,6 +1906,7 @@ static void session_stop(struct watcher *w)
 	free(s->disp);
 	free(s->wd_tab);
 	free(s->pn_tab);
+	walked_clear(s);
 	stage_clear(w);
 	w->lost = false;
 	uv_idle_stop(&w->idle);

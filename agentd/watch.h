@@ -107,7 +107,9 @@ struct watch_event {
 	const char *from; /**< MOVED only (else NULL): the old path */
 	size_t from_len;
 	/** CREATED, MOVED: a CHANGED of path came after it in the same batch
-	 * and was folded into it (proto WatchEvent.changed). */
+	 * and was folded into it, or (CREATED) a walk of a new directory found
+	 * path, which may have changed before the walk (proto
+	 * WatchEvent.changed). */
 	bool changed;
 };
 

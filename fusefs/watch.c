@@ -853,22 +853,31 @@ struct watch_state {
 
 /*
  * Is @a a state of @path that own operations left (the last reply's, one
- * before it, or one of the file an own create or link made)? Waits for own
- * operations on @path in flight first (self_match_wait). False without @a.
+ * before it, or one of the file an own create or link made)? Of a
+ * directory (@is_dir), only its inode, mode and owner count, as the last
+ * own reply (mkdir, setattr) left them: the mount's own entries made in it
+ * since change the rest, and a name the pod makes in it sends an event of
+ * its own. Waits for own operations on @path in flight first
+ * (self_match_wait). False without @a.
  */
 static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
-		       const Wsbridge__V1__Attr *a)
+		       const Wsbridge__V1__Attr *a, bool is_dir)
 {
+	unsigned kinds = is_dir ? WSFS_SELF_CHANGED | WSFS_SELF_CREATED : WSFS_SELF_CHANGED;
 	struct self_attr want, got;
 	bool has = false;
 
 	if (!a)
 		return false;
 	self_attr_of_pb(a, &got);
-	if (self_match_wait(fs, path, WSFS_SELF_CHANGED, &want, &has, true, NULL) && has &&
-	    memcmp(&want, &got, sizeof(got)) == 0)
-		return true;
-	return self_was(fs, path, &got) || self_made(fs, path, a, false);
+	if (self_match_wait(fs, path, kinds, &want, &has, true, NULL) && has) {
+		if (is_dir)
+			return want.ino == got.ino && want.mode == got.mode && want.uid == got.uid &&
+			       want.gid == got.gid;
+		if (memcmp(&want, &got, sizeof(got)) == 0)
+			return true;
+	}
+	return !is_dir && (self_was(fs, path, &got) || self_made(fs, path, a, false));
 }
 
 /*
@@ -891,7 +900,7 @@ static void ev_folded(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	}
 	if (!ev->changed || ev->gone)
 		return; /* gone since: what comes to the name sends its own event */
-	if (!ev->is_dir && self_state(fs, &ev->path, ev->attr))
+	if (self_state(fs, &ev->path, ev->attr, ev->is_dir))
 		return;
 	if (!ev->attr && !ev->is_dir) {
 		Wsbridge__V1__Attr a = WSBRIDGE__V1__ATTR__INIT;

@@ -429,17 +429,28 @@ for i in range(20):
     # Apart: no other event races the create's reply (whose attributes
     # the kernel then keeps for watch_timeout).
     time.sleep(0.1)
+# The same in a directory the mount just made (agentd lists it before it
+# gets its events), and the pod's chmod of that directory.
+for i in range(20):
+    os.mkdir("%s/n%d" % (M, i))
+    os.close(os.open("%s/n%d/f" % (M, i), os.O_CREAT | os.O_WRONLY, 0o644))
+    with open("%s/n%d/f" % (R, i), "a") as f:
+        f.write("pod\n")
+    os.chmod("%s/n%d/f" % (R, i), 0o600)
+    os.chmod("%s/n%d" % (R, i), 0o700)
+    time.sleep(0.1)
 time.sleep(1)
+mode = lambda p: (lambda s: (s.st_size, s.st_mode & 0o777))(os.stat(p))
 deadline = time.monotonic() + 5
 while True:
-    stale = [i for i in range(20)
-             if (lambda s: (s.st_size, s.st_mode & 0o777))(os.stat("%s/c%d" % (M, i)))
-             != (4, 0o600)]
-    if not stale or time.monotonic() > deadline:
+    stale = [i for i in range(20) if mode("%s/c%d" % (M, i)) != (4, 0o600)]
+    stale_new = [i for i in range(20) if mode("%s/n%d/f" % (M, i)) != (4, 0o600)
+                 or os.stat("%s/n%d" % (M, i)).st_mode & 0o777 != 0o700]
+    if not stale and not stale_new or time.monotonic() > deadline:
         break
     time.sleep(0.2)
-print("stale after an own create: %s" % stale)
-sys.exit(1 if stale else 0)
+print("stale after an own create: %s; in a new directory: %s" % (stale, stale_new))
+sys.exit(1 if stale or stale_new else 0)
 PY
 	echo "# $output" >&3
 	assert_status 0

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -789,6 +790,73 @@ static void test_coalescing(void **state)
 	assert_true(f->c.evs[0].changed);
 }
 
+/* agentd's own read delay (watch_config.read_delay_ms default). */
+static int setup_read_delay(void **state)
+{
+	struct watch_config cfg = {.read_delay_ms = 2};
+
+	return setup_cfg(state, &cfg);
+}
+
+/* Makes NEW_NAMES directories d<i>, each with a file f in it at once
+ * (as git makes objects/XX/tmp_obj_*), 30 us apart. */
+#define NEW_NAMES 200
+
+static void *make_burst(void *arg)
+{
+	struct fixture *f = arg;
+	char p[512];
+
+	for (int i = 0; i < NEW_NAMES; i++) {
+		snprintf(p, sizeof(p), "%s/d%d", f->root_path, i);
+		assert_int_equal(mkdir(p, 0755), 0);
+		snprintf(p, sizeof(p), "%s/d%d/f", f->root_path, i);
+		close(open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+		usleep(30);
+	}
+	return NULL;
+}
+
+/*
+ * A name made in a new directory after agentd added its watch and before
+ * its walk listed it is in the walk and in a queued IN_CREATE: it is
+ * reported once (a client takes one own create for one CREATED).
+ */
+static void test_new_dir_names_once(void **state)
+{
+	struct fixture *f = *state;
+	char last[64];
+	size_t twice = 0, missing = 0;
+	pthread_t t;
+
+	subscribe_ready(f);
+	assert_int_equal(pthread_create(&t, NULL, make_burst, f), 0);
+	run_for(f, 50);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	snprintf(last, sizeof(last), "d%d/f", NEW_NAMES - 1);
+	expect(f, WATCH_CREATED, last);
+	run_for(f, 100);
+	for (int i = 0; i < NEW_NAMES; i++) {
+		char p[64];
+		size_t k;
+
+		snprintf(p, sizeof(p), "d%d/f", i);
+		k = col_count(&f->c, WATCH_CREATED, p);
+		twice += k > 1;
+		missing += k == 0;
+		snprintf(p, sizeof(p), "d%d", i);
+		k = col_count(&f->c, WATCH_CREATED, p);
+		twice += k > 1;
+		missing += k == 0;
+	}
+	if (twice || missing)
+		print_message("%zu of %d names reported twice, %zu never\n", twice, 2 * NEW_NAMES,
+			      missing);
+	assert_int_equal(missing, 0);
+	assert_int_equal(twice, 0);
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 0);
+}
+
 static void test_symlink_not_followed(void **state)
 {
 	struct fixture *f = *state;
@@ -1231,6 +1299,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rename_over_empty_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_move_out_and_in, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_coalescing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_new_dir_names_once, setup_read_delay, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_not_followed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batches_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slow_subscriber_overflow, setup_tiny_queue,
