@@ -865,26 +865,19 @@ static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
 {
 	unsigned kinds = is_dir ? WSFS_SELF_CHANGED | WSFS_SELF_CREATED : WSFS_SELF_CHANGED;
 	struct self_attr want, got;
+	bool has = false;
 
 	if (!a)
 		return false;
 	self_attr_of_pb(a, &got);
-	/* Most often the state is one whose reply is in already (untar is
-	 * at the next file's chown by then): no wait. */
-	for (int wait = 0; wait < 2; wait++) {
-		bool has = false;
-
-		if (self_match_wait(fs, path, kinds, &want, &has, wait, NULL) && has) {
-			if (is_dir && want.ino == got.ino && want.mode == got.mode &&
-			    want.uid == got.uid && want.gid == got.gid)
-				return true;
-			if (!is_dir && memcmp(&want, &got, sizeof(got)) == 0)
-				return true;
-		}
-		if (!is_dir && (self_was(fs, path, &got) || self_made(fs, path, a, false)))
+	if (self_match_wait(fs, path, kinds, &want, &has, true, NULL) && has) {
+		if (is_dir)
+			return want.ino == got.ino && want.mode == got.mode && want.uid == got.uid &&
+			       want.gid == got.gid;
+		if (memcmp(&want, &got, sizeof(got)) == 0)
 			return true;
 	}
-	return false;
+	return !is_dir && (self_was(fs, path, &got) || self_made(fs, path, a, false));
 }
 
 /*
