@@ -854,10 +854,12 @@ struct watch_state {
 /*
  * Is @a a state of @path that own operations left (the last reply's, one
  * before it, or one of the file an own create or link made)? Of a
- * directory (@is_dir), only its inode, mode and owner count, as the last
- * own reply (mkdir, setattr) left them: the mount's own entries made in it
- * since change the rest, and a name the pod makes in it sends an event of
- * its own. Waits for own operations on @path in flight first
+ * directory (@is_dir): its inode, mode and owner as the last own reply
+ * (mkdir, setattr) left them, and its times as well, or moved on together
+ * (mtime == ctime, later than the reply's): the mount's own entries made
+ * in it since change those, and a name the pod makes there sends an event
+ * of its own; the pod's utimensat(2) leaves mtime and ctime apart (one
+ * with UTIME_NOW for both passes). Waits for own operations on @path in flight first
  * (self_match_wait). False without @a.
  */
 static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
@@ -873,7 +875,9 @@ static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
 	if (self_match_wait(fs, path, kinds, &want, &has, true, NULL) && has) {
 		if (is_dir)
 			return want.ino == got.ino && want.mode == got.mode && want.uid == got.uid &&
-			       want.gid == got.gid;
+			       want.gid == got.gid &&
+			       ((got.mtime_ns == want.mtime_ns && got.ctime_ns == want.ctime_ns) ||
+				(got.mtime_ns == got.ctime_ns && got.ctime_ns >= want.ctime_ns));
 		if (memcmp(&want, &got, sizeof(got)) == 0)
 			return true;
 	}

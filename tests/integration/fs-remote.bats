@@ -438,6 +438,9 @@ for i in range(20):
         f.write("pod\n")
     os.chmod("%s/n%d/f" % (R, i), 0o600)
     os.chmod("%s/n%d" % (R, i), 0o700)
+    # and the pod's touch -d of a directory right after the mount made it
+    os.mkdir("%s/n%d/t" % (M, i))
+    os.utime("%s/n%d/t" % (R, i), (1000000000, 1000000000))
     time.sleep(0.1)
 time.sleep(1)
 mode = lambda p: (lambda s: (s.st_size, s.st_mode & 0o777))(os.stat(p))
@@ -445,7 +448,8 @@ deadline = time.monotonic() + 5
 while True:
     stale = [i for i in range(20) if mode("%s/c%d" % (M, i)) != (4, 0o600)]
     stale_new = [i for i in range(20) if mode("%s/n%d/f" % (M, i)) != (4, 0o600)
-                 or os.stat("%s/n%d" % (M, i)).st_mode & 0o777 != 0o700]
+                 or os.stat("%s/n%d" % (M, i)).st_mode & 0o777 != 0o700
+                 or os.stat("%s/n%d/t" % (M, i)).st_mtime != 1000000000]
     if not stale and not stale_new or time.monotonic() > deadline:
         break
     time.sleep(0.2)
