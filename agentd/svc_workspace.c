@@ -1201,8 +1201,8 @@ _Static_assert(KIND_IS(WATCH_CHANGED, CHANGED) && KIND_IS(WATCH_CREATED, CREATED
 	       "enum watch_kind must match proto WatchEvent.Kind");
 
 /* CHANGED events, and CREATED or MOVED of non-directories (or with
- * changed), per WatchBatch that carry the path's attributes; past that a client asks with Stat
- * (WatchEvent.attr). */
+ * changed), per WatchBatch that carry the path's attributes; past that a
+ * client asks with Stat (WatchEvent.attr). */
 #define WATCH_ATTRS_MAX 1024
 
 struct watch_call {

@@ -859,8 +859,8 @@ struct watch_state {
  * (mtime == ctime, later than the reply's): the mount's own entries made
  * in it since change those, and a name the pod makes there sends an event
  * of its own; the pod's utimensat(2) leaves mtime and ctime apart (one
- * with UTIME_NOW for both passes). Waits for own operations on @path in flight first
- * (self_match_wait). False without @a.
+ * with UTIME_NOW for both passes). Waits for own operations on @path in
+ * flight first (self_match_wait). False without @a.
  */
 static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
 		       const Wsbridge__V1__Attr *a, bool is_dir)
