@@ -692,9 +692,24 @@ static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const str
 }
 
 /*
+ * Is @g the file @m with one link less and no other change but its ctime:
+ * the file as an own unlink of one of its names left it, caught by an
+ * lstat of that name before the kernel dropped it (vfs_unlink lowers the
+ * link count and sets ctime first; a lookup without locks still finds the
+ * name)?
+ */
+static bool self_unlinking(const struct self_attr *m, const struct self_attr *g)
+{
+	return g->ino == m->ino && g->size == m->size && g->mtime_ns == m->mtime_ns &&
+	       g->mode == m->mode && g->uid == m->uid && g->gid == m->gid && m->nlink > 0 &&
+	       g->nlink == m->nlink - 1 && g->ctime_ns >= m->ctime_ns;
+}
+
+/*
  * Did agentd's lstat for an event on @path find @a, the file an own
- * operation put there as one of the own replies on it left it (made)? Then
- * the event is an own echo, even after an own removal of the name began
+ * operation put there as one of the own replies on it left it (made), or
+ * as the own removal of the name since left it (self_unlinking)? Then the
+ * event is an own echo, even after an own removal of the name began
  * (which clears WSFS_SELF_CREATED and the CHANGED records): any later
  * change sends an event of its own.
  */
@@ -716,6 +731,11 @@ static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 			 * newest (as in self_was()). */
 			hit = (i == 0 || e->made[i].ctime_ns < e->made[0].ctime_ns) &&
 			      memcmp(&e->made[i], &got, sizeof(got)) == 0;
+	/* git's temporary object: its CREATED, lstat'ed while the own
+	 * unlink after the link ran (the name still there, nlink 1). */
+	if (!hit && e && self_live(e, now) && (!created || e->made_await) &&
+	    (e->kinds & WSFS_SELF_DELETED) && e->n_made > 0)
+		hit = self_unlinking(&e->made[0], &got);
 	if (hit && created)
 		e->made_await = false;
 	pthread_mutex_unlock(&fs->self_lock);
