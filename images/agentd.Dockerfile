@@ -27,10 +27,13 @@ FROM ${DEBIAN_IMAGE} AS build
 ARG DEBIAN_FRONTEND=noninteractive
 # The build dependencies of agentd and wsctl (deploy/local/up.sh has the full
 # developer list). libfuse3-dev only because fusefs/meson.build requires fuse3
-# at configure time; wsfs itself is not built.
+# at configure time; wsfs itself is not built. Both binaries are linked
+# statically (agentd/meson.build, fusefs/meson.build: a fast start for each
+# `kubectl exec -i POD -- agentd --stdio`): libstdc++-12-dev for libstdc++.a
+# (gRPC is C++), the -dev packages for the other .a files.
 RUN apt-get update \
 	&& apt-get install -y --no-install-recommends \
-		gcc libc6-dev binutils meson ninja-build pkg-config \
+		gcc libc6-dev libstdc++-12-dev binutils meson ninja-build pkg-config \
 		libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev libfuse3-dev \
 	&& rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -38,12 +41,17 @@ COPY meson.build meson_options.txt ./
 COPY proto/ proto/
 COPY agentd/ agentd/
 COPY fusefs/ fusefs/
+# "enabled", not the default "auto": a build that cannot link statically
+# fails here instead of making binaries the runtime stage cannot run.
 RUN meson setup /build --buildtype=release -Dtests=false \
+		-Dstatic_agentd=enabled -Dstatic_wsctl=enabled \
 	&& ninja -C /build agentd/agentd fusefs/wsctl \
 	&& strip /build/agentd/agentd /build/fusefs/wsctl \
+	&& if readelf -d /build/agentd/agentd /build/fusefs/wsctl | grep -q NEEDED; then \
+		echo "agentd or wsctl is linked dynamically" >&2; exit 1; fi \
 	&& /build/agentd/agentd --version
 
-# ---- runtime: the shared libraries agentd and wsctl link, tini, nothing else ----
+# ---- runtime: agentd and wsctl (static), tini, nothing else ----
 FROM ${DEBIAN_IMAGE}
 ARG DEBIAN_IMAGE
 ARG AGENTD_IMAGE=wsbridge/agentd
@@ -55,15 +63,13 @@ LABEL org.opencontainers.image.title="agentd" \
 	org.opencontainers.image.version="${AGENTD_TAG}" \
 	org.opencontainers.image.licenses="Apache-2.0" \
 	org.opencontainers.image.base.name="${DEBIAN_IMAGE}"
-# Runtime packages, from `readelf -d` (NEEDED) of both binaries and `dpkg -S`
-# on each library on Debian 12: libgrpc.so.29 + libgpr.so.29 -> libgrpc29,
-# libprotobuf-c.so.1 -> libprotobuf-c1, libuv.so.1 -> libuv1 (libc6 is in
-# the base). libgrpc29's own dependencies (abseil, c-ares, re2, OpenSSL,
-# zlib, libstdc++) come with it. tini reaps orphans as PID 1 (agentd does not)
-# and forwards signals (-g: to the whole process group). dmesg (util-linux,
-# in the base) is what proves gVisor: under runsc it prints "Starting gVisor...".
+# Runtime packages: none for the binaries (no NEEDED entry; getaddrinfo()'s
+# NSS modules are libc6's, in the base). tini reaps orphans as PID 1 (agentd
+# does not) and forwards signals (-g: to the whole process group). dmesg
+# (util-linux, in the base) is what proves gVisor: under runsc it prints
+# "Starting gVisor...".
 RUN apt-get update \
-	&& apt-get install -y --no-install-recommends libgrpc29 libprotobuf-c1 libuv1 tini \
+	&& apt-get install -y --no-install-recommends tini \
 	&& rm -rf /var/lib/apt/lists/* \
 	&& groupadd --gid 10001 agent \
 	&& useradd --uid 10001 --gid 10001 --home-dir /workspace --no-create-home \

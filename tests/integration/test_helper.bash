@@ -516,9 +516,10 @@ git_env() {
 #                  address to agentd's socket $BATS_TEST_TMPDIR/gv-PORT.sock:
 #                  under --network=none nothing in the sandbox has an
 #                  address the host can reach.
-#   stdio          as through `kubectl exec -i POD -- agentd --stdio`: each
-#                  --listen address is a host-side socat tunnel that starts
-#                  one sandbox running `agentd --stdio` per connection.
+#   stdio          as through `kubectl exec -i POD -- agentd --stdio`: a
+#                  sandbox (the pod, runsc_pod) and, for each --listen
+#                  address, a host-side socat tunnel that starts one
+#                  `agentd --stdio` in it (`runsc exec`) per connection.
 # AGENTD is then the gvisor-agentd wrapper, so a test that runs "$AGENTD"
 # itself (a socat EXEC, --stdio) runs it in gVisor as well.
 #
@@ -526,8 +527,8 @@ git_env() {
 # kernel: it forwards SIGTERM and SIGINT to agentd, SIGSTOP freezes the
 # whole sandbox, SIGKILL ends it) and agentd_stop reaps the runsc CLI,
 # whose exit status is agentd's. Under stdio, AGENTD_PID is the socat
-# tunnel, which leads a process group with every agentd behind it, and
-# agentd_stop ends that group.
+# tunnel, which leads a process group with every agentd's runsc exec CLI
+# behind it, and agentd_stop ends that group and then the pod.
 #
 # Processes of the pod side (pids written by commands agentd ran) live in
 # the sandbox's own pid namespace: check them with pod_proc_alive and
@@ -542,7 +543,7 @@ git_env() {
 RUNSC="${WSB_RUNSC_BIN:-runsc}"
 GVISOR_AGENTD="$WSB_SRC/tests/integration/gvisor-agentd"
 # Under WSB_RUNSC: TCP address -> pid of its host-side relay; sandbox pid ->
-# runsc CLI pid; tunnel pid -> 1 (stdio).
+# runsc CLI pid; tunnel pid -> its pod's runsc CLI pid (stdio).
 declare -gA WSB_RUNSC_RELAY=() WSB_RUNSC_CLI=() WSB_RUNSC_TUNNEL=()
 
 # wsb_runsc: true when agentd runs under gVisor (WSB_RUNSC=1).
@@ -602,12 +603,17 @@ agentd_start_runsc() {
 
 	if [ "${WSB_RUNSC_VIA:-uds}" = stdio ]; then
 		[ ${#addrs[@]} -gt 0 ] || addrs=(127.0.0.1:9000)
-		# One script per agentd: socat's EXEC splits on spaces.
+		runsc_pod || return 1
+		# One script per agentd: socat's EXEC splits on spaces. Each
+		# connection is one `agentd --stdio` started in the pod by
+		# `runsc exec`, as `kubectl exec -i POD -- agentd --stdio` starts
+		# one in the pod's running sandbox.
 		script="$BATS_TEST_TMPDIR/agentd-stdio.$WSB_NSTARTED"
 		{
 			echo '#!/bin/bash'
 			printf 'exec'
-			printf ' %q' "$AGENTD" "${args[@]}" --stdio
+			printf ' %q' "$RUNSC" --root "$POD_STATE" exec -cwd "$PWD" "$POD_ID" \
+				"$WSB_AGENTD" "${args[@]}" --stdio
 			echo
 		} >"$script"
 		chmod +x "$script"
@@ -623,7 +629,7 @@ agentd_start_runsc() {
 				;;
 			esac
 			bg "agentd.$WSB_NSTARTED" socat "$spec" "EXEC:$script"
-			WSB_RUNSC_TUNNEL[$BG_PID]=1
+			WSB_RUNSC_TUNNEL[$BG_PID]=$POD_PID
 			: "${AGENTD_PID:=$BG_PID}"
 			if ! wait_listen "$a" "$BG_PID" 10; then
 				sed 's/^/#   /' "$AGENTD_ERR" >&3
@@ -676,6 +682,38 @@ agentd_start_runsc() {
 	fi
 }
 
+# runsc_pod: the pod for WSB_RUNSC_VIA=stdio: a sandbox started as
+# gvisor-agentd starts agentd's (the same runsc flags), whose first process
+# is `sleep infinity` where a pod's would be its container's command. Sets
+# POD_PID (the runsc CLI, leader of a process group of its own; SIGTERM ends
+# the sandbox), POD_STATE (the runsc state directory to pass as --root) and
+# POD_ID (the container id) for `runsc exec`. Returns 1, with runsc's
+# stderr on fd 3, if the sandbox does not run within 10 s.
+runsc_pod() {
+	local tmp d i
+	tmp="$WSB_RUNSC_TMP/pod.$WSB_NSTARTED"
+	mkdir -m 0755 "$tmp"
+	bg "pod.$WSB_NSTARTED" env TMPDIR="$tmp" WSB_AGENTD="$(command -v sleep)" \
+		"$GVISOR_AGENTD" infinity
+	for ((i = 0; i < 200; i++)); do
+		for d in "$tmp"/runsc-do*; do
+			[ -d "$d" ] || continue
+			POD_ID=$("$RUNSC" --root "$d" list 2>/dev/null |
+				awk 'NR > 1 && $3 == "running" { print $1; exit }')
+			if [ -n "$POD_ID" ]; then
+				POD_STATE=$d
+				POD_PID=$BG_PID
+				return 0
+			fi
+		done
+		proc_alive "$BG_PID" || break
+		sleep 0.05
+	done
+	echo "# the pod's sandbox did not come up; runsc's stderr:" >&3
+	sed 's/^/#   /' "$BATS_TEST_TMPDIR/pod.$WSB_NSTARTED.err" >&3
+	return 1
+}
+
 # runsc_relay ADDR: make sure a host-side socat relays loopback ADDR
 # (127.x.y.z:PORT or [::1]:PORT) to the unix socket agentd will listen on
 # for it; sets RELAY_SOCK to that socket's path. One relay per address per
@@ -699,7 +737,8 @@ runsc_relay() {
 agentd_stop_runsc() {
 	local pid=$1 wpid i n=$(( ${WSB_STOP_WAIT:-12} * 20 ))
 	if [ -n "${WSB_RUNSC_TUNNEL[$pid]:-}" ]; then
-		# stdio: the tunnel and every agentd behind it.
+		# stdio: the tunnel and every agentd behind it (each runsc exec
+		# CLI passes the SIGTERM on to its agentd), then the pod.
 		kill -TERM -- "-$pid" 2>/dev/null || true
 		wpid=$pid
 	else
@@ -717,13 +756,23 @@ agentd_stop_runsc() {
 	[ -z "${WSB_RUNSC_TUNNEL[$pid]:-}" ] || kill -KILL -- "-$pid" 2>/dev/null || true
 	AGENTD_STATUS=0
 	wait "$wpid" 2>/dev/null || AGENTD_STATUS=$?
+	if [ -n "${WSB_RUNSC_TUNNEL[$pid]:-}" ]; then
+		wpid=${WSB_RUNSC_TUNNEL[$pid]}
+		kill -TERM -- "-$wpid" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			proc_alive "$wpid" || break
+			sleep 0.05
+		done
+		kill -KILL -- "-$wpid" 2>/dev/null || true
+		wait "$wpid" 2>/dev/null || true
+	fi
 }
 
 # runsc_sandboxes: print "STATEDIR CONTAINER-ID" for every sandbox this test
 # started that runsc still lists as running.
 runsc_sandboxes() {
 	local d c
-	for d in "${WSB_RUNSC_TMP:-/nonexistent}"/runsc-do*; do
+	for d in "${WSB_RUNSC_TMP:-/nonexistent}"/runsc-do* "${WSB_RUNSC_TMP:-/nonexistent}"/pod.*/runsc-do*; do
 		[ -d "$d" ] || continue
 		"$RUNSC" --root "$d" list 2>/dev/null | awk 'NR > 1 && $3 == "running" { print $1 }' |
 			while read -r c; do
@@ -825,8 +874,6 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: A1/R1: appends from the mount and from the pod interleave whole"]="appends from the host race the sandbox's O_APPEND (gVisor computes the append offset itself)"
 	# Runtime.
 	["fs-tools.bats: git: init, add 2000 files, commit, status, checkout, gc, fsck, three rounds"]="170 s on the ptrace platform; G4 and A2 run git on the mount too"
-	# stdio: one sandbox per connection.
-	["wsctl.bats: wsctl stat shows type, mode, size, inode, links and times@stdio"]="gVisor numbers inodes per sandbox, and every connection is a sandbox of its own"
 )
 
 # Under WSB_RUNSC, skip an excluded test before its setup runs. bats 1.8
