@@ -56,9 +56,9 @@ static void attr_from_stat(Wsbridge__V1__Attr *a, const struct stat *st)
 	a->size = (uint64_t)st->st_size;
 	a->blocks = (uint64_t)st->st_blocks;
 	a->blksize = (uint32_t)st->st_blksize;
-	a->atime_ns = (int64_t)st->st_atim.tv_sec * 1000000000 + st->st_atim.tv_nsec;
-	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-	a->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+	a->atime_ns = wsb_ns_of_ts(&st->st_atim);
+	a->mtime_ns = wsb_ns_of_ts(&st->st_mtim);
+	a->ctime_ns = wsb_ns_of_ts(&st->st_ctim);
 }
 
 /* Is this wire path the root itself ("", ".", "/", "//")? */
@@ -560,14 +560,7 @@ static struct timespec timespec_from_proto(const Wsbridge__V1__TimeSpec *t)
 		if (t->now)
 			ts.tv_nsec = UTIME_NOW;
 	} else if (t->how_case == WSBRIDGE__V1__TIME_SPEC__HOW_NS) {
-		int64_t s = t->ns / 1000000000, ns = t->ns % 1000000000;
-
-		if (ns < 0) { /* floor, so that tv_nsec is in [0, 1e9) */
-			ns += 1000000000;
-			s--;
-		}
-		ts.tv_sec = s;
-		ts.tv_nsec = ns;
+		ts = wsb_ts_of_ns(t->ns);
 	}
 	return ts;
 }

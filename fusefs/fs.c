@@ -219,16 +219,6 @@ static void free_reply(void *msg)
 
 /* ---- attributes ---- */
 
-static struct timespec ts_of_ns(int64_t ns)
-{
-	struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
-
-	if (ts.tv_nsec < 0) {
-		ts.tv_nsec += 1000000000;
-		ts.tv_sec--;
-	}
-	return ts;
-}
 
 /*
  * Convert a server Attr to a struct stat. -EIO for a missing Attr or a file
@@ -260,15 +250,10 @@ static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 	st->st_size = a->size > INT64_MAX ? INT64_MAX : (off_t)a->size;
 	st->st_blocks = a->blocks > INT64_MAX ? INT64_MAX : (blkcnt_t)a->blocks;
 	st->st_blksize = a->blksize ? a->blksize : 4096;
-	st->st_atim = ts_of_ns(a->atime_ns);
-	st->st_mtim = ts_of_ns(a->mtime_ns);
-	st->st_ctim = ts_of_ns(a->ctime_ns);
+	st->st_atim = wsb_ts_of_ns(a->atime_ns);
+	st->st_mtim = wsb_ts_of_ns(a->mtime_ns);
+	st->st_ctim = wsb_ts_of_ns(a->ctime_ns);
 	return 0;
-}
-
-static int64_t ns_of_ts(const struct timespec *ts)
-{
-	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
 static struct node_seen seen_of(const struct stat *st)
@@ -277,7 +262,7 @@ static struct node_seen seen_of(const struct stat *st)
 		.valid = true,
 		.ino = st->st_ino,
 		.size = (uint64_t)st->st_size,
-		.mtime_ns = ns_of_ts(&st->st_mtim),
+		.mtime_ns = wsb_ns_of_ts(&st->st_mtim),
 	};
 }
 
@@ -1001,7 +986,9 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 	}
 	if (r == 0) {
 		if (ino == NODE_ROOT_ID) {
-			if (info.ino != st->st_ino)
+			if (!S_ISDIR(st->st_mode))
+				r = -EIO; /* agentd serves a directory or nothing */
+			else if (info.ino != st->st_ino)
 				node_set_ino(fs->nodes, ino, st->st_ino, st->st_mode);
 		} else if (info.mode != (st->st_mode & S_IFMT)) {
 			/* Another kind of file: the kernel would mark its inode
@@ -1121,6 +1108,28 @@ static void attr_keep_new(struct wsfs *fs, fuse_ino_t ino, uint64_t seq0, uint64
 		attr_keep(fs, ino, ver, at_ns, a);
 }
 
+/*
+ * Whether attributes @st may go to the kernel for node @ino: of the node's
+ * own kind of file. The kernel marks an inode whose type changes bad for
+ * good (fs/fuse/dir.c fuse_do_getattr, inode_wrong_type(): every later call
+ * on it fails with EIO, on the root until the next mount). Only a broken or
+ * hostile agentd reports that for a node: a name that now holds another kind
+ * of file is ESTALE in node_stat() first, and a handle's file keeps its type.
+ * Returns 0 or -EIO (logged). Any FUSE thread.
+ */
+static int attr_fits(struct wsfs *fs, fuse_ino_t ino, const struct stat *st)
+{
+	struct node_info info;
+
+	if (node_info(fs->nodes, ino, &info) < 0 || !info.mode ||
+	    info.mode == (st->st_mode & S_IFMT))
+		return 0;
+	wsb_warn("agentd reported another kind of file (mode %#o, was %#o) for server inode "
+		 "%" PRIu64 ": answering EIO",
+		 (unsigned)st->st_mode, (unsigned)info.mode, (uint64_t)st->st_ino);
+	return -EIO;
+}
+
 static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -1129,11 +1138,13 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int r;
 
 	first_request(fs);
-	if (own_attr(fs, ino, &st) || attr_kept(fs, ino, &st)) {
+	if ((own_attr(fs, ino, &st) || attr_kept(fs, ino, &st)) && attr_fits(fs, ino, &st) == 0) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
 	r = node_stat(fs, ino, fi, &st);
+	if (r == 0)
+		r = attr_fits(fs, ino, &st);
 	if (r < 0) {
 		reply_err(req, r);
 		return;
@@ -1167,6 +1178,11 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
 
 /* ---- setattr ---- */
 
+/*
+ * A SetAttr time: UTIME_NOW, or @ts in nanoseconds, saturated past 2262 and
+ * before 1677 (the wire's int64; the kernel too clamps a time to what a file
+ * system keeps, timestamp_truncate() in fs/inode.c).
+ */
 static void set_time(Wsbridge__V1__TimeSpec *t, bool now, const struct timespec *ts)
 {
 	if (now) {
@@ -1174,7 +1190,7 @@ static void set_time(Wsbridge__V1__TimeSpec *t, bool now, const struct timespec 
 		t->now = true;
 	} else {
 		t->how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
-		t->ns = ns_of_ts(ts);
+		t->ns = wsb_ns_of_ts(ts);
 	}
 }
 
@@ -1273,6 +1289,8 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 out:
 	if (f)
 		file_put(fs, f);
+	if (r == 0)
+		r = attr_fits(fs, ino, &st);
 	if (r < 0)
 		reply_err(req, r);
 	else

@@ -518,8 +518,8 @@ static void self_attr_of(const struct stat *st, struct self_attr *a)
 	a->ino = st->st_ino;
 	a->size = (uint64_t)st->st_size;
 	a->nlink = st->st_nlink;
-	a->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
-	a->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+	a->mtime_ns = wsb_ns_of_ts(&st->st_mtim);
+	a->ctime_ns = wsb_ns_of_ts(&st->st_ctim);
 	a->mode = st->st_mode;
 	a->uid = st->st_uid;
 	a->gid = st->st_gid;

@@ -281,6 +281,27 @@ int64_t wsb_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+int64_t wsb_ns_of_ts(const struct timespec *ts)
+{
+	int64_t ns;
+
+	if (__builtin_mul_overflow((int64_t)ts->tv_sec, (int64_t)1000000000, &ns) ||
+	    __builtin_add_overflow(ns, (int64_t)ts->tv_nsec, &ns))
+		return ts->tv_sec < 0 ? INT64_MIN : INT64_MAX;
+	return ns;
+}
+
+struct timespec wsb_ts_of_ns(int64_t ns)
+{
+	struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
+
+	if (ts.tv_nsec < 0) {
+		ts.tv_nsec += 1000000000;
+		ts.tv_sec--;
+	}
+	return ts;
+}
+
 void wsb_cond_init_mono(pthread_cond_t *cond)
 {
 	pthread_condattr_t ca;

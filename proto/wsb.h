@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -101,6 +102,22 @@ void wsb_log_init(const char *progname, int level);
 
 /** CLOCK_MONOTONIC now, in nanoseconds (clock_gettime(2)). Any thread. */
 int64_t wsb_mono_ns(void);
+
+/**
+ * @p ts as nanoseconds (tv_sec * 10^9 + tv_nsec), saturated to INT64_MIN or
+ * INT64_MAX where it does not fit: an int64 of nanoseconds spans 1677-09-21
+ * to 2262-04-11, and times outside come from files (ext4 keeps years up to
+ * 2446, touch -d sets them) and from any peer. @p ts->tv_nsec may lie
+ * outside [0, 10^9). Pure; any thread.
+ */
+int64_t wsb_ns_of_ts(const struct timespec *ts);
+
+/**
+ * The timespec of @p ns nanoseconds, rounded toward minus infinity, so that
+ * tv_nsec is in [0, 10^9) for negative @p ns too (as utimensat(2) wants).
+ * Exact for every int64 value. Pure; any thread.
+ */
+struct timespec wsb_ts_of_ns(int64_t ns);
 
 /**
  * pthread_cond_init(3) of @p cond with CLOCK_MONOTONIC for its timed waits

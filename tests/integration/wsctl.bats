@@ -266,6 +266,18 @@ teardown() {
 	assert_eq "$stderr" "wsctl: ls 'nope': No such file or directory (NOT_FOUND)"
 }
 
+@test "a time past 2262 (ext4 keeps them) is reported as the latest the wire holds, 2262-04-11" {
+	: >"$ROOT/future"
+	touch -d '2300-01-01 00:00:00' "$ROOT/future"
+	[ "$(stat -c %Y "$ROOT/future")" = 10413792000 ] || skip "this file system cannot keep the year 2300"
+	run --separate-stderr "$WSCTL" stat future
+	assert_status 0
+	# INT64_MAX nanoseconds: 9223372036.854775807 s.
+	assert_contains "$output" $'\n'"Modify: $(date -d @9223372036 '+%Y-%m-%d %H:%M:%S').854775807 "
+	run --separate-stderr "$WSCTL" health
+	assert_eq "$output" SERVING
+}
+
 @test "wsctl stat shows type, mode, size, inode, links and times" {
 	printf '1234567' >"$ROOT/f"
 	chmod 751 "$ROOT/f"

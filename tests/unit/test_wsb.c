@@ -139,6 +139,45 @@ static void test_escape(void **state)
 	free(s);
 }
 
+/* Times to and from int64 nanoseconds: exact inside the range, saturated
+ * outside (a file dated 2300, a peer's INT64_MIN), never undefined. */
+static void test_time_ns(void **state)
+{
+	struct timespec ts;
+
+	(void)state;
+	ts = (struct timespec){ 1612325106, 123456789 };
+	assert_int_equal(wsb_ns_of_ts(&ts), 1612325106123456789LL);
+	ts = (struct timespec){ -1, 999999999 }; /* 1969-12-31 23:59:59.999999999 */
+	assert_int_equal(wsb_ns_of_ts(&ts), -1);
+	ts = (struct timespec){ 9223372036, 854775807 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
+	ts = (struct timespec){ 9223372036, 854775808 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
+	ts = (struct timespec){ 10413792000, 0 }; /* 2300-01-01 */
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
+	ts = (struct timespec){ -9223372037, 145224192 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
+	ts = (struct timespec){ -9223372037, 145224191 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
+	ts = (struct timespec){ INT64_MIN, 0 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
+	ts = (struct timespec){ INT64_MAX, 999999999 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
+
+	ts = wsb_ts_of_ns(-1);
+	assert_int_equal(ts.tv_sec, -1);
+	assert_int_equal(ts.tv_nsec, 999999999);
+	ts = wsb_ts_of_ns(INT64_MIN);
+	assert_int_equal(ts.tv_sec, -9223372037);
+	assert_int_equal(ts.tv_nsec, 145224192);
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
+	ts = wsb_ts_of_ns(INT64_MAX);
+	assert_int_equal(ts.tv_sec, 9223372036);
+	assert_int_equal(ts.tv_nsec, 854775807);
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -149,6 +188,7 @@ int main(void)
 		cmocka_unit_test(test_codec_round_trip_bytes),
 		cmocka_unit_test(test_codec_empty_and_garbage),
 		cmocka_unit_test(test_escape),
+		cmocka_unit_test(test_time_ns),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,183 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: Apache-2.0
+#
+# wsfs against an agentd that lies: no input from the network may crash wsfs
+# or hang the mount. tests/python/hostile_agentd.py stands between wsfs and a
+# real agentd and corrupts replies and Watch batches at random (fields set to
+# edge values, names such as "..", "/" and "a\0b", lists emptied or grown to
+# thousands, made-up failures and events, the stream ended early); ordinary
+# tools then work on the mount. Under the ASan + UBSan build (CI runs the
+# suite again there) any memory error or undefined behaviour aborts wsfs and
+# fails the test.
+
+load test_helper
+
+BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-600}
+
+# The liar's seeds, two per test by default (about 15 s each); give more for
+# a longer hunt, e.g. WSB_HOSTILE_SEEDS="$(seq 100 140)".
+SEEDS=${WSB_HOSTILE_SEEDS:-}
+
+setup() {
+	need_wsfs
+	ROOT="$BATS_TEST_TMPDIR/root"
+	mkdir -p "$ROOT/d/e"
+	for i in $(seq 12); do
+		printf 'file %s\n' "$i" >"$ROOT/f$i"
+		printf 'x\n' >"$ROOT/d/g$i"
+	done
+	ln -s f1 "$ROOT/sl"
+	ln "$ROOT/f2" "$ROOT/hl"
+	mkfifo "$ROOT/fifo"
+	dd if=/dev/urandom of="$ROOT/big" bs=64K count=40 2>/dev/null
+}
+
+teardown() {
+	fs_teardown
+}
+
+# liar SEED RATE: start agentd on a unix socket and hostile_agentd.py in
+# front of it (honest until the mount is up: wsfs checks the root at mount
+# time and refuses a lie there, which is right but not what is tested), then
+# mount wsfs on the liar and let it lie. CALM is the file that makes it
+# honest again.
+liar() {
+	local i
+	agentd_unix
+	CALM="$BATS_TEST_TMPDIR/calm.$1"
+	: >"$CALM"
+	LIAR_SOCK="$BATS_TEST_TMPDIR/liar.$1.sock"
+	bg "liar.$1" "$PY" "$PYTESTS/hostile_agentd.py" --listen "unix:$LIAR_SOCK" \
+		--upstream "$ADDR" --seed "$1" --rate "$2" --calm "$CALM"
+	LIAR_PID=$BG_PID
+	wait_listen "unix:$LIAR_SOCK" "$LIAR_PID" 10
+	local a=$ADDR
+	ADDR="unix:$LIAR_SOCK"
+	mount_wsfs -o rpc_timeout=2
+	ADDR=$a
+	rm -f "$CALM"
+}
+
+# try CMD...: run CMD on the mount; it may fail (the liar says so), but no
+# process of it may wait on the mount for more than 20 s (rpc_timeout is 2 s).
+# Lies can block a tool elsewhere, as on any file system that said the same:
+# open(2) of what the kernel was told is a FIFO waits for a writer, and tar
+# pads a file it was told is 2^63 bytes long with zeros for ever. Such a CMD
+# is killed after 20 s and passes; one whose kernel stack is in FUSE fails.
+try() {
+	local p q i stacks
+	"$@" >/dev/null 2>&1 &
+	p=$!
+	for ((i = 0; i < 200; i++)); do
+		proc_alive "$p" || break
+		sleep 0.1
+	done
+	if proc_alive "$p"; then
+		stacks=
+		for q in "$p" $(pgrep -P "$p"); do
+			stacks+=$(cat "/proc/$q/stack" 2>/dev/null)$'\n'
+		done
+		kill -KILL "$p" $(pgrep -P "$p") 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+		if grep -q fuse <<<"$stacks"; then
+			echo "# hung on the mount: $*" >&3
+			printf '%s' "$stacks" | sed 's/^/#   /' >&3
+			return 1
+		fi
+		echo "# blocked outside wsfs, killed: $* ($(head -n 1 <<<"$stacks"))" >&3
+	fi
+	wait "$p" 2>/dev/null || true
+}
+
+# workload ROUND: what people and tools do on a mount, each step allowed to
+# fail, none to hang; the pod changes files meanwhile (Watch events to lie
+# about).
+workload() {
+	local r=$1
+	try ls -lR "$MNT"
+	try find "$MNT" -newer "$MNT/f1"
+	try cat "$MNT/f1" "$MNT/d/g3" "$MNT/sl" "$MNT/hl"
+	try stat "$MNT/fifo" "$MNT/d" "$MNT/nope"
+	printf 'pod %s\n' "$r" >>"$ROOT/f11"
+	mkdir -p "$ROOT/pod$r"
+	: >"$ROOT/pod$r/x"
+	try sh -c "echo new > '$MNT/n$r'"
+	try mkdir "$MNT/nd$r"
+	try mv "$MNT/f3" "$MNT/f3.$r"
+	try rm -f "$MNT/f4"
+	try ln -s target "$MNT/s$r"
+	try ln "$MNT/f5" "$MNT/f5.link$r"
+	try touch -d '2300-01-01' "$MNT/f5"
+	try chmod 600 "$MNT/f6"
+	try df "$MNT"
+	try getfattr -d "$MNT/f7"
+	try setfattr -n user.a -v b "$MNT/f7"
+	try dd if="$MNT/big" of=/dev/null bs=1M
+	try dd if=/dev/zero of="$MNT/w$r" bs=64K count=20 conv=fsync
+	try truncate -s 10 "$MNT/f9"
+	try cp "$MNT/f10" "$MNT/f10.$r"
+	# Not tar -c: told a size of 2^63 bytes, it pads the file with zeros
+	# for ever, as it would on any file system that said so.
+	try find "$MNT" -type f -size -1M -exec cat {} +
+	try rm -rf "$MNT/nd$r" "$MNT/pod$r"
+	mv "$ROOT/f12" "$ROOT/f12.$r" 2>/dev/null || true
+}
+
+# survives SEED RATE: three rounds of the workload against the liar; wsfs
+# must still run and the mount must answer. Once the liar turns honest, a
+# file written through the mount reads back on both sides.
+survives() {
+	local r
+	liar "$1" "$2"
+	for r in 1 2 3; do
+		workload "$r"
+	done
+	if ! proc_alive "$WSFS_PID"; then
+		echo "# wsfs died (seed $1, rate $2); its stderr:" >&3
+		sed 's/^/#   /' "$WSFS_ERR" | tail -40 >&3
+		return 1
+	fi
+	try stat "$MNT"
+	: >"$CALM"
+	if ! poll_until 10 sh -c "echo calm > '$MNT/calm' && grep -qx calm '$MNT/calm' &&
+		grep -qx calm '$ROOT/calm'"; then
+		echo "# seed $1, rate $2: the mount does not work again once agentd is honest:" >&3
+		{ echo calm >"$MNT/calm" && cat "$MNT/calm" "$ROOT/calm"; stat "$MNT" "$MNT/calm"; } 2>&1 |
+			sed 's/^/#   /' >&3
+		return 1
+	fi
+}
+
+@test "a lying agentd (replies corrupted at random, 5% of fields) cannot crash wsfs or hang the mount" {
+	local s
+	for s in ${SEEDS:-1 2}; do
+		survives "$s" 0.05
+		umount_wsfs
+		wsfs_wait_exit
+		agentd_stop "$AGENTD_PID"
+	done
+}
+
+@test "a lying agentd (30% of fields, made-up Watch batches) cannot crash wsfs or hang the mount" {
+	local s
+	for s in ${SEEDS:-11 12}; do
+		survives "$s" 0.3
+		umount_wsfs
+		wsfs_wait_exit
+		agentd_stop "$AGENTD_PID"
+	done
+}
+
+@test "a lie at mount time (the root not a directory) fails the mount with a message" {
+	agentd_unix
+	LIAR_SOCK="$BATS_TEST_TMPDIR/liar.sock"
+	# Rate 1: every field of every reply is changed, the root's type too.
+	bg liar "$PY" "$PYTESTS/hostile_agentd.py" --listen "unix:$LIAR_SOCK" \
+		--upstream "$ADDR" --seed 7 --rate 1
+	wait_listen "unix:$LIAR_SOCK" "$BG_PID" 10
+	mkdir -p "$BATS_TEST_TMPDIR/mnt"
+	run --separate-stderr timeout 30 "$WSFS" -o rpc_timeout=2 "unix:$LIAR_SOCK" "$BATS_TEST_TMPDIR/mnt"
+	assert_status 1
+	assert_contains "$stderr" "wsfs: "
+	! is_mounted "$BATS_TEST_TMPDIR/mnt"
+}

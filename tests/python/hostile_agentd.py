@@ -1,0 +1,288 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A wsbridge.v1.Workspace server that lies, for fs-hostile.bats.
+
+wsfs must survive any agentd: "no input from the network may crash agentd or
+wsfs". This server stands where agentd would. It forwards every Workspace
+call to a real agentd (--upstream) and, at random (--seed, --rate), corrupts
+what comes back before wsfs sees it:
+
+  - a field of a reply (any depth): integers become 0, 1, -1, the type's
+    limits or a random value; booleans flip; enums take values the proto
+    does not define; bytes and strings become "", ".", "..", "/", "a/b",
+    "a\\0b", 256 or 5000 bytes, random bytes; repeated fields are emptied,
+    duplicated or grown (up to 2,000 entries); sub-messages are cleared;
+  - a whole reply: an empty message, or a failure with a random status code,
+    message and wsbridge-errno trailer (a real errno name, a made-up one, or
+    bytes that are not one);
+  - the Watch stream: batches corrupted as above, and batches made up from
+    nothing (events of any kind on paths such as "..", "/etc", "a//b", "",
+    names 300 bytes long, attributes with random values), and the stream
+    ended without a status.
+
+While the file named by --calm exists, replies pass through untouched (the
+test's check that wsfs still works once agentd is honest again).
+
+Usage: hostile_agentd.py --listen unix:PATH --upstream unix:PATH
+                         --seed N [--rate P] [--calm FILE]
+
+Runs until SIGTERM or SIGINT. Debian's /usr/bin/python3 with python3-grpcio;
+the generated stubs come from $WSB_PROTO (see wsbtest.py).
+"""
+import argparse
+import os
+import random
+import signal
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+
+import wsbtest
+from wsbtest import pb
+
+from google.protobuf.descriptor import FieldDescriptor as FD
+
+SERVICE = "wsbridge.v1.Workspace"
+
+INT_EDGES = {
+    FD.TYPE_INT32: [0, 1, -1, 2**31 - 1, -2**31],
+    FD.TYPE_SINT32: [0, 1, -1, 2**31 - 1, -2**31],
+    FD.TYPE_SFIXED32: [0, 1, -1, 2**31 - 1, -2**31],
+    FD.TYPE_INT64: [0, 1, -1, 2**63 - 1, -2**63],
+    FD.TYPE_SINT64: [0, 1, -1, 2**63 - 1, -2**63],
+    FD.TYPE_SFIXED64: [0, 1, -1, 2**63 - 1, -2**63],
+    FD.TYPE_UINT32: [0, 1, 2, 2**31, 2**32 - 1],
+    FD.TYPE_FIXED32: [0, 1, 2, 2**31, 2**32 - 1],
+    FD.TYPE_UINT64: [0, 1, 2, 2**63, 2**64 - 1],
+    FD.TYPE_FIXED64: [0, 1, 2, 2**63, 2**64 - 1],
+}
+INT_RANGE = {
+    FD.TYPE_INT32: (-2**31, 2**31 - 1), FD.TYPE_SINT32: (-2**31, 2**31 - 1),
+    FD.TYPE_SFIXED32: (-2**31, 2**31 - 1),
+    FD.TYPE_INT64: (-2**63, 2**63 - 1), FD.TYPE_SINT64: (-2**63, 2**63 - 1),
+    FD.TYPE_SFIXED64: (-2**63, 2**63 - 1),
+    FD.TYPE_UINT32: (0, 2**32 - 1), FD.TYPE_FIXED32: (0, 2**32 - 1),
+    FD.TYPE_UINT64: (0, 2**64 - 1), FD.TYPE_FIXED64: (0, 2**64 - 1),
+}
+BYTES = [b"", b".", b"..", b"/", b"a/b", b"a\0b", b"../x", b"/etc/passwd",
+         b"x" * 256, b"y" * 5000, b"a//b", b"\xff\xfe"]
+ERRNO_NAMES = ["ENOENT", "EIO", "EACCES", "EEXIST", "ENOTDIR", "EISDIR",
+               "EBADF", "ESTALE", "ENOSPC", "EWHATEVER", "", "E" * 300, "\x01"]
+CODES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
+
+
+class Liar:
+    """The corruption, with one random generator behind a lock (grpcio runs
+    handlers on a thread pool)."""
+
+    def __init__(self, seed, rate, calm):
+        self.rng = random.Random(seed)
+        self.rate = rate
+        self.calm = calm
+        self.lock = threading.Lock()
+
+    def honest(self):
+        return bool(self.calm) and os.path.exists(self.calm)
+
+    def roll(self, p):
+        return self.rng.random() < p
+
+    def scalar(self, f):
+        r = self.rng
+        if f.type == FD.TYPE_BOOL:
+            return r.random() < 0.5
+        if f.type == FD.TYPE_ENUM:
+            vals = [v.number for v in f.enum_type.values]
+            return r.choice(vals + [max(vals) + 1, 99, -1])
+        if f.type in (FD.TYPE_DOUBLE, FD.TYPE_FLOAT):
+            return r.choice([0.0, -1.0, 1e300, float("nan")])
+        if f.type == FD.TYPE_BYTES:
+            return r.choice(BYTES + [r.randbytes(r.randrange(64))])
+        if f.type == FD.TYPE_STRING:
+            return r.choice(["", ".", "..", "/", "a/b", "x" * 300, "\u00e9"])
+        if r.random() < 0.7:
+            return r.choice(INT_EDGES[f.type])
+        lo, hi = INT_RANGE[f.type]
+        return r.randint(lo, hi)
+
+    def mutate(self, m, depth=0):
+        """Corrupt message @m in place, each field with probability rate."""
+        r = self.rng
+        for f in m.DESCRIPTOR.fields:
+            msg = f.type == FD.TYPE_MESSAGE
+            rep = f.label == FD.LABEL_REPEATED
+            if rep:
+                items = getattr(m, f.name)
+                if self.roll(self.rate):
+                    how = r.randrange(3)
+                    if how == 0:
+                        del items[:]
+                    elif len(items) and how == 1:
+                        n = r.choice([1, 2, 2000 // max(1, len(items))])
+                        snap = list(items)
+                        for _ in range(n):
+                            for it in snap:
+                                if msg:
+                                    items.add().CopyFrom(it)
+                                else:
+                                    items.append(it)
+                    elif msg:
+                        for _ in range(r.choice([1, 3, 500])):
+                            self.mutate(items.add(), depth + 1)
+                    else:
+                        items.append(self.scalar(f))
+                if msg and depth < 4:
+                    for it in items:
+                        self.mutate(it, depth + 1)
+                continue
+            if msg:
+                if self.roll(self.rate / 2):
+                    m.ClearField(f.name)
+                elif depth < 4 and (m.HasField(f.name) or self.roll(self.rate)):
+                    self.mutate(getattr(m, f.name), depth + 1)
+                continue
+            if self.roll(self.rate):
+                try:
+                    setattr(m, f.name, self.scalar(f))
+                except (ValueError, TypeError):
+                    pass
+
+    def reply(self, cls, data, context):
+        """The reply wsfs gets for upstream's serialized @data (or raises
+        through @context)."""
+        with self.lock:
+            if self.honest():
+                return data
+            r = self.rng
+            if self.roll(self.rate / 4):
+                self.fail(context)
+            m = cls()
+            if not self.roll(self.rate / 4):
+                m.ParseFromString(data)
+            self.mutate(m)
+            return m.SerializeToString()
+
+    def fail(self, context):
+        """Abort the call with a made-up status; the rng lock is held."""
+        r = self.rng
+        md = ()
+        if r.random() < 0.8:
+            md = (("wsbridge-errno", r.choice(ERRNO_NAMES).encode("latin-1")
+                   .decode("ascii", "replace").replace("\ufffd", "?")),)
+        try:
+            context.set_trailing_metadata(md)
+        except ValueError:
+            pass
+        context.abort(r.choice(CODES), r.choice(["", "lie", "x" * 2000]))
+
+    def invent_batch(self):
+        """A WatchBatch made up from nothing."""
+        r = self.rng
+        b = pb.WatchBatch()
+        for _ in range(r.choice([1, 2, 50, 1000])):
+            ev = b.events.add()
+            self.mutate(ev)
+            ev.path = r.choice(BYTES + [b"f", b"d/f", b"dir", b"x" * 300])
+        self.mutate(b)
+        return b.SerializeToString()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--rate", type=float, default=0.05)
+    ap.add_argument("--calm")
+    a = ap.parse_args()
+
+    liar = Liar(a.seed, a.rate, a.calm)
+    up = wsbtest.channel(a.upstream)
+    svc = pb.DESCRIPTOR.services_by_name["Workspace"]
+    handlers = {}
+
+    def fwd_md(context):
+        return tuple((k, v) for k, v in context.invocation_metadata()
+                     if k == "authorization")
+
+    def relay_error(e, context):
+        try:
+            context.set_trailing_metadata(tuple(e.trailing_metadata() or ()))
+        except ValueError:
+            pass
+        context.abort(e.code(), e.details() or "")
+
+    for meth in svc.methods:
+        path = "/%s/%s" % (SERVICE, meth.name)
+        cls = getattr(pb, meth.output_type.name)
+        cs, ss = meth.client_streaming, meth.server_streaming
+
+        if not cs and not ss:
+            call = up.unary_unary(path)
+
+            def uu(req, context, call=call, cls=cls):
+                try:
+                    data = call(req, metadata=fwd_md(context), timeout=30)
+                except grpc.RpcError as e:
+                    with liar.lock:
+                        if not liar.honest() and liar.roll(liar.rate):
+                            liar.fail(context)
+                    relay_error(e, context)
+                return liar.reply(cls, data, context)
+
+            handlers[meth.name] = grpc.unary_unary_rpc_method_handler(uu)
+        elif not cs and ss:
+            call = up.unary_stream(path)
+
+            def us(req, context, call=call, cls=cls, watch=meth.name == "Watch"):
+                it = call(req, metadata=fwd_md(context))
+                context.add_callback(it.cancel)
+                try:
+                    for data in it:
+                        yield liar.reply(cls, data, context)
+                        if watch:
+                            with liar.lock:
+                                honest = liar.honest()
+                                invent = not honest and liar.roll(liar.rate * 4)
+                                end = not honest and liar.roll(liar.rate / 4)
+                                fake = liar.invent_batch() if invent else None
+                            if fake is not None:
+                                yield fake
+                            if end:
+                                return
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.CANCELLED:
+                        relay_error(e, context)
+
+            handlers[meth.name] = grpc.unary_stream_rpc_method_handler(us)
+        elif cs and not ss:
+            call = up.stream_unary(path)
+
+            def su(reqs, context, call=call, cls=cls):
+                try:
+                    data = call(reqs, metadata=fwd_md(context), timeout=30)
+                except grpc.RpcError as e:
+                    relay_error(e, context)
+                return liar.reply(cls, data, context)
+
+            handlers[meth.name] = grpc.stream_unary_rpc_method_handler(su)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
+                         options=[("grpc.max_receive_message_length", 64 << 20),
+                                  ("grpc.max_send_message_length", 64 << 20)])
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_insecure_port(a.listen)
+    server.start()
+    done = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *_: done.set())
+    print("hostile_agentd: serving %s -> %s, seed %d, rate %g"
+          % (a.listen, a.upstream, a.seed, a.rate), file=sys.stderr, flush=True)
+    done.wait()
+    server.stop(0)
+
+
+if __name__ == "__main__":
+    main()
