@@ -276,3 +276,23 @@ print(n, m)' "$ADDR"
 	agentd_unix --token-file "$BATS_TEST_TMPDIR/token"
 	WSB_TOKEN=abc123 WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_server.py Token.test_with_token
 }
+
+@test "random requests (valid calls to every method, fields corrupted) never crash agentd nor touch anything outside the root" {
+	# Beside the root: what no call may reach.
+	local out="$BATS_TEST_TMPDIR/outside" before s
+	mkdir -p "$out/d" "$ROOT/d" "$ROOT/app"
+	printf 'canary\n' >"$out/c"
+	printf 'g\n' >"$out/d/g"
+	ln -s ../outside "$ROOT/out"
+	printf 'f\n' >"$ROOT/f"
+	printf 'g\n' >"$ROOT/d/g"
+	ln -s f "$ROOT/sl"
+	before=$(tree_sig "$out")
+	agentd_unix
+	for s in 1 2; do
+		WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py fuzz_agentd.py "$s" 500
+		echo "# ${output##*$'\n'}" >&3
+	done
+	proc_alive "$AGENTD_PID"
+	assert_eq "$(tree_sig "$out")" "$before" "the tree outside the root"
+}
