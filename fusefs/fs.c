@@ -219,15 +219,18 @@ static void free_reply(void *msg)
 
 /* ---- attributes ---- */
 
-
 /*
- * Convert a server Attr to a struct stat. -EIO for a missing Attr or a file
- * type the kernel would reject (it marks such an inode bad).
+ * Convert a server Attr to a struct stat. -EIO for a missing Attr, a file
+ * type the kernel would reject (it marks such an inode bad), or an owner or
+ * group of (uint32_t)-1: no file has it (chown(2) reads it as "unchanged"),
+ * and the kernel maps it to INVALID_UID and then refuses every write to the
+ * inode, creates in a directory too, with EACCES for as long as it keeps the
+ * attributes (fs/namei.c inode_permission, HAS_UNMAPPED_ID).
  */
 static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	if (!a)
+	if (!a || a->uid == UINT32_MAX || a->gid == UINT32_MAX)
 		return -EIO;
 	switch (a->mode & S_IFMT) {
 	case S_IFREG:
@@ -1112,21 +1115,23 @@ static void attr_keep_new(struct wsfs *fs, fuse_ino_t ino, uint64_t seq0, uint64
  * Whether attributes @st may go to the kernel for node @ino: of the node's
  * own kind of file. The kernel marks an inode whose type changes bad for
  * good (fs/fuse/dir.c fuse_do_getattr, inode_wrong_type(): every later call
- * on it fails with EIO, on the root until the next mount). Only a broken or
- * hostile agentd reports that for a node: a name that now holds another kind
- * of file is ESTALE in node_stat() first, and a handle's file keeps its type.
- * Returns 0 or -EIO (logged). Any FUSE thread.
+ * on it fails with EIO, on the root until the next mount). A name that now
+ * holds another kind of file is ESTALE before this (node_stat(), ws_setattr()
+ * by path), and a handle's file keeps its kind, so only a broken or hostile
+ * agentd gets here. Returns 0 or -EIO (logged once per process). Any FUSE
+ * thread.
  */
 static int attr_fits(struct wsfs *fs, fuse_ino_t ino, const struct stat *st)
 {
+	static atomic_bool warned;
 	struct node_info info;
 
-	if (node_info(fs->nodes, ino, &info) < 0 || !info.mode ||
-	    info.mode == (st->st_mode & S_IFMT))
+	if (node_info(fs->nodes, ino, &info) < 0 || info.mode == (st->st_mode & S_IFMT))
 		return 0;
-	wsb_warn("agentd reported another kind of file (mode %#o, was %#o) for server inode "
-		 "%" PRIu64 ": answering EIO",
-		 (unsigned)st->st_mode, (unsigned)info.mode, (uint64_t)st->st_ino);
+	if (!atomic_exchange(&warned, true))
+		wsb_warn("agentd reported another kind of file (mode %#o, was %#o) for server "
+			 "inode %" PRIu64 ": answering EIO (logged once)",
+			 (unsigned)st->st_mode, (unsigned)info.mode, (uint64_t)st->st_ino);
 	return -EIO;
 }
 
@@ -1275,6 +1280,13 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
+	if (r == 0 && info.mode && info.mode != (st.st_mode & S_IFMT)) {
+		/* By path: the name holds another kind of file now (the pod
+		 * replaced it; the change was made to that one), and ESTALE
+		 * makes the VFS look the name up and try again, as node_stat()
+		 * does. Through a handle: a file cannot change its kind. */
+		r = f ? attr_fits(fs, ino, &st) : -ESTALE;
+	}
 	/* fchown(2) after utimensat(2) (tar, cp -a): the kernel asks GETATTR
 	 * first (fs/fuse/dir.c fuse_setattr, to kill suid bits itself). */
 	own_keep(fs, ino, r == 0 ? &st : NULL, gen0, gen, oseq0);
@@ -1289,8 +1301,6 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 out:
 	if (f)
 		file_put(fs, f);
-	if (r == 0)
-		r = attr_fits(fs, ino, &st);
 	if (r < 0)
 		reply_err(req, r);
 	else

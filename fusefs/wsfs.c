@@ -415,7 +415,7 @@ int main(int argc, char **argv)
 	fs->client = client;
 	r = wsfs_probe(fs, msg, sizeof(msg));
 	if (r < 0) {
-		fprintf(stderr, "wsfs: agentd at '%s' does not answer: %s\n",
+		fprintf(stderr, "wsfs: cannot mount agentd at '%s': %s\n",
 			addr ? addr : o.exec_cmd, msg);
 		goto out;
 	}

@@ -283,11 +283,25 @@ int64_t wsb_mono_ns(void)
 
 int64_t wsb_ns_of_ts(const struct timespec *ts)
 {
-	int64_t ns;
+	/* Normalized first (nsec in [0, 10^9)), and for a negative second
+	 * counted from the next one up, so that every time that fits does:
+	 * INT64_MIN is -9223372037 s + 145224192 ns. */
+	int64_t sec = (int64_t)ts->tv_sec, nsec = (int64_t)ts->tv_nsec, ns;
 
-	if (__builtin_mul_overflow((int64_t)ts->tv_sec, (int64_t)1000000000, &ns) ||
-	    __builtin_add_overflow(ns, (int64_t)ts->tv_nsec, &ns))
-		return ts->tv_sec < 0 ? INT64_MIN : INT64_MAX;
+	if (nsec < 0 || nsec >= 1000000000) {
+		int64_t carry = nsec / 1000000000 - (nsec % 1000000000 < 0);
+
+		if (__builtin_add_overflow(sec, carry, &sec))
+			return carry < 0 ? INT64_MIN : INT64_MAX;
+		nsec -= carry * 1000000000;
+	}
+	if (sec < 0 && nsec > 0) {
+		sec++;
+		nsec -= 1000000000;
+	}
+	if (__builtin_mul_overflow(sec, (int64_t)1000000000, &ns) ||
+	    __builtin_add_overflow(ns, nsec, &ns))
+		return sec < 0 ? INT64_MIN : INT64_MAX;
 	return ns;
 }
 

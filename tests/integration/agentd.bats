@@ -290,9 +290,11 @@ print(n, m)' "$ADDR"
 	before=$(tree_sig "$out")
 	agentd_unix
 	for s in 1 2; do
-		WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py fuzz_agentd.py "$s" 500
+		WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_OUTSIDE=$out run_py fuzz_agentd.py "$s" 500
 		echo "# ${output##*$'\n'}" >&3
 	done
 	proc_alive "$AGENTD_PID"
 	assert_eq "$(tree_sig "$out")" "$before" "the tree outside the root"
+	# hostile_agentd's "../x" and "a/../../x" would land here.
+	[ ! -e "$BATS_TEST_TMPDIR/x" ]
 }

@@ -12,8 +12,16 @@ a status message (what failed and why) and no failure is UNKNOWN (an
 unhandled case); agentd answers Health at the end. The caller (agentd.bats)
 checks that agentd still runs and that nothing outside the root changed.
 
-Usage: fuzz_agentd.py SEED CALLS    (environment: WSB_TARGET, WSB_ROOT)
+Paths aim outside the root too: "out/c" through the symlink ROOT/out, which
+leads out, "../outside/c", and the absolute path of WSB_OUTSIDE/c in place
+of hostile_agentd's "/etc/passwd" (the caller watches WSB_OUTSIDE; the
+host's own files are never named).
+
+Usage: fuzz_agentd.py SEED CALLS
+Environment: WSB_TARGET, WSB_ROOT, WSB_OUTSIDE (a directory beside the root
+holding c and d/g, reached from the root by the symlink "out").
 """
+import os
 import random
 import sys
 import time
@@ -25,15 +33,18 @@ import devagent_pb2_grpc as dpbg
 import health_pb2 as hpb
 import health_pb2_grpc as hpbg
 import wsbtest
+import hostile_agentd
 from hostile_agentd import Liar
 from wsbtest import pb, pbg
 
 SC = grpc.StatusCode
+OUTSIDE = os.fsencode(os.path.abspath(wsbtest.env("WSB_OUTSIDE")))
 
 
 def bases():
     """(stub attribute, method, kind, [requests]) for every method."""
-    P = [b"", b"f", b"d", b"d/g", b"sl", b"new", b"nope/x"]
+    P = [b"", b"f", b"d", b"d/g", b"sl", b"new", b"nope/x", b"out", b"out/c", b"out/d/g",
+         b"../outside/c", OUTSIDE + b"/c"]
     ref = [pb.ProcessRef(id=1), pb.ProcessRef(tag="t")]
     return [
         ("ws", "Stat", "uu", [pb.StatRequest(path=p, follow=True) for p in P]),
@@ -101,8 +112,10 @@ def harmless(req):
 
 def main():
     seed, calls = int(sys.argv[1]), int(sys.argv[2])
+    i = hostile_agentd.BYTES.index(b"/etc/passwd")
+    hostile_agentd.BYTES[i] = OUTSIDE + b"/c"
     rng = random.Random(seed)
-    liar = Liar(seed, 0.3, None)
+    liar = Liar(random.Random("fuzz/%d" % seed), 0.3)
     ch = wsbtest.channel()
     stubs = {"ws": pbg.WorkspaceStub(ch), "ex": pbg.ExecStub(ch),
              "da": dpbg.ManageAgentOpsStub(ch), "hc": hpbg.HealthStub(ch)}

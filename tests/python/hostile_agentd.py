@@ -20,10 +20,17 @@ what comes back before wsfs sees it:
     ended without a status.
 
 While the file named by --calm exists, replies pass through untouched (the
-test's check that wsfs still works once agentd is honest again).
+test's check that wsfs still works once agentd is honest again). With
+--lie KIND it tells one lie only, in every Stat of the root: "root-file" (a
+regular file), "root-owner" (owner and group (uint32_t)-1; not in the first,
+wsfs's check at mount time).
+
+Each reply's lies come from a generator of its own, seeded with (seed,
+method, how many calls of that method came before), so a seed gives the same
+lies to the same sequence of calls whatever threads run them.
 
 Usage: hostile_agentd.py --listen unix:PATH --upstream unix:PATH
-                         --seed N [--rate P] [--calm FILE]
+                         --seed N [--rate P] [--calm FILE] [--lie KIND]
 
 Runs until SIGTERM or SIGINT. Debian's /usr/bin/python3 with python3-grpcio;
 the generated stubs come from $WSB_PROTO (see wsbtest.py).
@@ -73,17 +80,12 @@ CODES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
 
 
 class Liar:
-    """The corruption, with one random generator behind a lock (grpcio runs
-    handlers on a thread pool)."""
+    """The corruption of one call (or one Watch message): not thread-safe;
+    make one per call."""
 
-    def __init__(self, seed, rate, calm):
-        self.rng = random.Random(seed)
+    def __init__(self, rng, rate):
+        self.rng = rng
         self.rate = rate
-        self.calm = calm
-        self.lock = threading.Lock()
-
-    def honest(self):
-        return bool(self.calm) and os.path.exists(self.calm)
 
     def roll(self, p):
         return self.rng.random() < p
@@ -151,20 +153,16 @@ class Liar:
     def reply(self, cls, data, context):
         """The reply wsfs gets for upstream's serialized @data (or raises
         through @context)."""
-        with self.lock:
-            if self.honest():
-                return data
-            r = self.rng
-            if self.roll(self.rate / 4):
-                self.fail(context)
-            m = cls()
-            if not self.roll(self.rate / 4):
-                m.ParseFromString(data)
-            self.mutate(m)
-            return m.SerializeToString()
+        if self.roll(self.rate / 4):
+            self.fail(context)
+        m = cls()
+        if not self.roll(self.rate / 4):
+            m.ParseFromString(data)
+        self.mutate(m)
+        return m.SerializeToString()
 
     def fail(self, context):
-        """Abort the call with a made-up status; the rng lock is held."""
+        """Abort the call with a made-up status."""
         r = self.rng
         md = ()
         if r.random() < 0.8:
@@ -188,6 +186,27 @@ class Liar:
         return b.SerializeToString()
 
 
+class Liars:
+    """A Liar per call, seeded by (seed, method, count); thread-safe."""
+
+    def __init__(self, seed, rate, calm):
+        self.seed, self.rate, self.calm = seed, rate, calm
+        self.count = {}
+        self.lock = threading.Lock()
+
+    def honest(self):
+        return bool(self.calm) and os.path.exists(self.calm)
+
+    def next(self, method):
+        """The Liar of @method's next call, or None while honest."""
+        if self.honest():
+            return None
+        with self.lock:
+            n = self.count.get(method, 0)
+            self.count[method] = n + 1
+        return Liar(random.Random("%d/%s/%d" % (self.seed, method, n)), self.rate)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
@@ -195,9 +214,12 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--calm")
+    ap.add_argument("--lie", choices=["root-file", "root-owner"])
     a = ap.parse_args()
+    a.root_file = a.lie is not None
+    root_stats = [0]
 
-    liar = Liar(a.seed, a.rate, a.calm)
+    liars = Liars(a.seed, a.rate, a.calm)
     up = wsbtest.channel(a.upstream)
     svc = pb.DESCRIPTOR.services_by_name["Workspace"]
     handlers = {}
@@ -221,35 +243,45 @@ def main():
         if not cs and not ss:
             call = up.unary_unary(path)
 
-            def uu(req, context, call=call, cls=cls):
+            def uu(req, context, call=call, cls=cls, name=meth.name):
                 try:
                     data = call(req, metadata=fwd_md(context), timeout=30)
                 except grpc.RpcError as e:
-                    with liar.lock:
-                        if not liar.honest() and liar.roll(liar.rate):
-                            liar.fail(context)
+                    liar = None if a.root_file else liars.next(name)
+                    if liar and liar.roll(liar.rate):
+                        liar.fail(context)
                     relay_error(e, context)
-                return liar.reply(cls, data, context)
+                if a.lie:
+                    if name != "Stat" or pb.StatRequest.FromString(req).path != b"":
+                        return data
+                    m = pb.StatReply.FromString(data)
+                    root_stats[0] += 1
+                    if a.lie == "root-file":
+                        m.attr.mode = 0o100644
+                    elif root_stats[0] > 1:
+                        m.attr.uid = m.attr.gid = 2**32 - 1
+                    return m.SerializeToString()
+                liar = liars.next(name)
+                return liar.reply(cls, data, context) if liar else data
 
             handlers[meth.name] = grpc.unary_unary_rpc_method_handler(uu)
         elif not cs and ss:
             call = up.unary_stream(path)
 
-            def us(req, context, call=call, cls=cls, watch=meth.name == "Watch"):
+            def us(req, context, call=call, cls=cls, name=meth.name):
                 it = call(req, metadata=fwd_md(context))
                 context.add_callback(it.cancel)
                 try:
                     for data in it:
+                        liar = None if a.root_file else liars.next(name)
+                        if not liar:
+                            yield data
+                            continue
                         yield liar.reply(cls, data, context)
-                        if watch:
-                            with liar.lock:
-                                honest = liar.honest()
-                                invent = not honest and liar.roll(liar.rate * 4)
-                                end = not honest and liar.roll(liar.rate / 4)
-                                fake = liar.invent_batch() if invent else None
-                            if fake is not None:
-                                yield fake
-                            if end:
+                        if name == "Watch":
+                            if liar.roll(liar.rate * 4):
+                                yield liar.invent_batch()
+                            if liar.roll(liar.rate / 4):
                                 return
                 except grpc.RpcError as e:
                     if e.code() != grpc.StatusCode.CANCELLED:
@@ -259,12 +291,13 @@ def main():
         elif cs and not ss:
             call = up.stream_unary(path)
 
-            def su(reqs, context, call=call, cls=cls):
+            def su(reqs, context, call=call, cls=cls, name=meth.name):
                 try:
                     data = call(reqs, metadata=fwd_md(context), timeout=30)
                 except grpc.RpcError as e:
                     relay_error(e, context)
-                return liar.reply(cls, data, context)
+                liar = None if a.root_file else liars.next(name)
+                return liar.reply(cls, data, context) if liar else data
 
             handlers[meth.name] = grpc.stream_unary_rpc_method_handler(su)
 

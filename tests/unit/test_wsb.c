@@ -158,7 +158,19 @@ static void test_time_ns(void **state)
 	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
 	ts = (struct timespec){ -9223372037, 145224192 };
 	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
+	ts = (struct timespec){ -9223372037, 145224193 }; /* fits: exact */
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN + 1);
+	ts = (struct timespec){ -9223372037, 999999999 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN + 854775807);
 	ts = (struct timespec){ -9223372037, 145224191 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
+	ts = (struct timespec){ 0, -1 }; /* not normalized */
+	assert_int_equal(wsb_ns_of_ts(&ts), -1);
+	ts = (struct timespec){ 1, 2500000000 };
+	assert_int_equal(wsb_ns_of_ts(&ts), 3500000000);
+	ts = (struct timespec){ INT64_MAX, 1000000000 };
+	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
+	ts = (struct timespec){ INT64_MIN, -1 };
 	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
 	ts = (struct timespec){ INT64_MIN, 0 };
 	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MIN);
