@@ -36,25 +36,35 @@ teardown() {
 	fs_teardown
 }
 
-# liar SEED RATE: start agentd on a unix socket and hostile_agentd.py in
-# front of it (honest until the mount is up: wsfs checks the root at mount
-# time and refuses a lie there, which is right but not what is tested), then
-# mount wsfs on the liar and let it lie. CALM is the file that makes it
-# honest again.
-liar() {
-	local i
+# liar_start SEED HOSTILE-ARGS...: start agentd on a unix socket and
+# hostile_agentd.py with HOSTILE-ARGS in front of it, on LIAR_SOCK (its pid:
+# LIAR_PID).
+liar_start() {
 	agentd_unix
-	CALM="$BATS_TEST_TMPDIR/calm.$1"
-	: >"$CALM"
 	LIAR_SOCK="$BATS_TEST_TMPDIR/liar.$1.sock"
 	bg "liar.$1" "$PY" "$PYTESTS/hostile_agentd.py" --listen "unix:$LIAR_SOCK" \
-		--upstream "$ADDR" --seed "$1" --rate "$2" --calm "$CALM"
+		--upstream "$ADDR" --seed "$@"
 	LIAR_PID=$BG_PID
 	wait_listen "unix:$LIAR_SOCK" "$LIAR_PID" 10
+}
+
+# liar_mount: mount wsfs on the liar (ADDR stays agentd's).
+liar_mount() {
 	local a=$ADDR
 	ADDR="unix:$LIAR_SOCK"
 	mount_wsfs -o rpc_timeout=2
 	ADDR=$a
+}
+
+# liar SEED RATE: liar_start, honest until the mount is up (wsfs checks the
+# root at mount time and refuses a lie there, which is right but not what is
+# tested), then liar_mount and let it lie. CALM is the file that makes it
+# honest again.
+liar() {
+	CALM="$BATS_TEST_TMPDIR/calm.$1"
+	: >"$CALM"
+	liar_start "$1" --rate "$2" --calm "$CALM"
+	liar_mount
 	rm -f "$CALM"
 }
 
@@ -212,11 +222,7 @@ down() {
 }
 
 @test "a lie at mount time (the root not a directory) fails the mount with a message" {
-	agentd_unix
-	LIAR_SOCK="$BATS_TEST_TMPDIR/liar.sock"
-	bg liar "$PY" "$PYTESTS/hostile_agentd.py" --listen "unix:$LIAR_SOCK" \
-		--upstream "$ADDR" --seed 7 --lie root-file
-	wait_listen "unix:$LIAR_SOCK" "$BG_PID" 10
+	liar_start 7 --lie root-file
 	mkdir -p "$BATS_TEST_TMPDIR/mnt"
 	run --separate-stderr timeout 30 "$WSFS" -o rpc_timeout=2 "unix:$LIAR_SOCK" "$BATS_TEST_TMPDIR/mnt"
 	assert_status 1
@@ -226,15 +232,8 @@ down() {
 }
 
 @test "a root owned by uid -1 (no one) is refused, so the kernel never stops writes to it" {
-	agentd_unix
-	LIAR_SOCK="$BATS_TEST_TMPDIR/liar.sock"
-	bg liar "$PY" "$PYTESTS/hostile_agentd.py" --listen "unix:$LIAR_SOCK" \
-		--upstream "$ADDR" --seed 7 --lie root-owner
-	wait_listen "unix:$LIAR_SOCK" "$BG_PID" 10
-	local a=$ADDR
-	ADDR="unix:$LIAR_SOCK"
-	mount_wsfs -o rpc_timeout=2
-	ADDR=$a
+	liar_start 7 --lie root-owner
+	liar_mount
 	# The kernel asks for the root's attributes; kept, uid -1 would make
 	# it refuse every create in the root (EACCES) for attr_timeout.
 	run stat -c %u "$MNT"
