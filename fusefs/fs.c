@@ -70,6 +70,7 @@ struct wsfs_file {
 	uint64_t ino;  /* server inode at open */
 	Wsbridge__V1__Access access;
 	bool append;
+	bool direct_io; /* opened FOPEN_DIRECT_IO: writes bypass the kernel's pages */
 	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
 	/* The file's first bytes as Open read them (OpenRequest.read_ahead),
 	 * for the first Read; under lock. */
@@ -1580,11 +1581,12 @@ static Wsbridge__V1__Access access_of(int flags)
 
 /*
  * Register the file agentd opened (@rep) on node @id and fill @fi. Sets
- * keep_cache when the contents are what this mount saw last. Returns 0 or
- * -errno (the handle is released then).
+ * keep_cache when the contents are what this mount saw last; @replaced: the
+ * name holds another file than the kernel's inode (ws_open), whose pages
+ * are not this file's. Returns 0 or -errno (the handle is released then).
  */
 static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__OpenReply *rep,
-		       const struct stat *st, struct fuse_file_info *fi)
+		       const struct stat *st, bool replaced, struct fuse_file_info *fi)
 {
 	struct wsfs_file *f;
 	struct node_info info;
@@ -1608,8 +1610,24 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	 */
 	if (access_of(flags) == WSBRIDGE__V1__ACCESS__RDONLY)
 		fi->noflush = 1;
-	if (fi->direct_io) {
-		/* Another file than the node's (ws_open): its pages are not ours. */
+	/*
+	 * O_APPEND: each write(2) must reach agentd as one WRITE, which agentd
+	 * appends with one write(2) (atomic, open(2)), whatever the pod appends
+	 * meanwhile. Through the page cache the kernel splits a write at a
+	 * page boundary when the page is not cached whole (fuse_perform_write
+	 * stops at a page it cannot mark up to date), so an append of 15 bytes
+	 * could land as 6 + 9 with a pod line between. FOPEN_DIRECT_IO sends
+	 * each write(2) of up to max_write (1 MiB) as one request; the
+	 * kernel drops the pages it covers (Linux >= 6.6) or sees the new
+	 * mtime at the next read (FUSE_CAP_AUTO_INVAL_DATA), and ws_write
+	 * forgets what this mount saw.
+	 */
+	if (flags & O_APPEND)
+		fi->direct_io = 1;
+	if (replaced) {
+		/* The pages and node_seen are the kernel inode's, not this file's. */
+		fi->direct_io = 1;
+		fi->keep_cache = 0;
 	} else if (node_info(fs->nodes, id, &info) == 0 && info.seen.valid &&
 		   info.seen.ino == now.ino && info.seen.size == now.size &&
 		   info.seen.mtime_ns == now.mtime_ns) {
@@ -1618,6 +1636,7 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	} else {
 		node_seen_set(fs->nodes, id, S_ISREG(st->st_mode) ? &now : NULL);
 	}
+	f->direct_io = fi->direct_io;
 	fi->fh = (uint64_t)(uintptr_t)f;
 	return 0;
 }
@@ -1631,6 +1650,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int64_t at0;
 	struct node_info info;
 	struct stat st;
+	bool replaced = false;
 	char *path = NULL;
 	size_t len;
 	int r;
@@ -1682,16 +1702,15 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * file's size and pages, so this open bypasses the page cache
 		 * (FOPEN_DIRECT_IO) rather than serve a clamped or stale read.
 		 * (ESTALE would make the VFS look up once more, which a writer
-		 * renaming in a loop defeats.)
+		 * renaming in a loop defeats.) file_opened() sets it.
 		 */
-		fi->direct_io = 1;
-		fi->keep_cache = 0;
+		replaced = true;
 	}
 	if (r == 0)
-		r = file_opened(fs, ino, fi->flags, rep, &st, fi);
+		r = file_opened(fs, ino, fi->flags, rep, &st, replaced, fi);
 	else
 		release_handle(fs, rep->handle);
-	if (r == 0 && !fi->direct_io)
+	if (r == 0 && !replaced)
 		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
 		struct wsfs_file *f = file_of(fi);
@@ -1765,7 +1784,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			r = -ENOENT;
 		goto out;
 	}
-	r = file_opened(fs, id, fi->flags, rep, &e.attr, fi);
+	r = file_opened(fs, id, fi->flags, rep, &e.attr, false, fi);
 	if (r < 0) {
 		node_forget(fs->nodes, id, 1);
 		goto out;
@@ -2041,7 +2060,11 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		free(path);
 	}
 	own_keep(fs, ino, r == 0 && have_st && done == size ? &st : NULL, gen0, gen, oseq0);
-	if (have_st && S_ISREG(st.st_mode)) {
+	if (f->direct_io && !fi->writepage) {
+		/* Not through the kernel's pages (O_APPEND, file_opened()):
+		 * the next open must not keep them. */
+		node_seen_set(fs->nodes, ino, NULL);
+	} else if (have_st && S_ISREG(st.st_mode)) {
 		/* Our own write: the kernel's pages hold it (write-through). */
 		struct node_seen now = seen_of(&st);
 

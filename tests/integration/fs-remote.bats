@@ -1136,6 +1136,35 @@ PY
 	assert_eq "$(stat -c %s "$MNT/log")" "$(stat -c %s "$ROOT/log")" "sizes"
 }
 
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
+@test "A1: an append from the mount that crosses a page boundary is one write in the pod" {
+	local before after got
+	agentd_unix
+	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT" # -d: log every request
+	# 4,090 bytes the POD wrote: the mount has no page of the file cached.
+	head -c 4090 /dev/zero | tr '\0' a >"$ROOT/log"
+	assert_eq "$(stat -c %s "$MNT/log")" 4090 "size before"
+	before=$(grep -c 'opcode: WRITE ' "$WSFS_ERR" || true)
+	# One write(2) of 15 bytes at 4,090: 6 in the first page, 9 in the next.
+	printf '%s' 0123456789abcde >>"$MNT/log"
+	after=$(grep -c 'opcode: WRITE ' "$WSFS_ERR" || true)
+	assert_eq "$((after - before))" 1 "WRITE requests for one append"
+	assert_eq "$(tail -c 16 "$ROOT/log")" a0123456789abcde "POD tail"
+	assert_eq "$(tail -c 16 "$MNT/log")" a0123456789abcde "mount tail"
+	# A reader with the file's pages cached reads the next append.
+	got=$("$PY" - "$MNT/log" <<-'EOF'
+	import os, sys
+	r = os.open(sys.argv[1], os.O_RDONLY)
+	a = os.pread(r, 8192, 0)
+	w = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+	os.write(w, b"XYZ")
+	b = os.pread(r, 8192, 0)
+	print(len(a), len(b), b[-4:].decode())
+	EOF
+	)
+	assert_eq "$got" "4105 4108 eXYZ" "cached reader after an append"
+}
+
 # write_synced FILE BYTES-FILE: copy BYTES-FILE into FILE with write + fsync.
 write_synced() {
 	"$PY" -c 'import os, sys
