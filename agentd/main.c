@@ -306,6 +306,7 @@ int main(int argc, char **argv)
 	struct rpc_server_config cfg = {0};
 	uv_loop_t *loop = uv_default_loop();
 
+	wsb_malloc_tune(); /* before any thread: see wsb.h */
 	wsb_log_init("agentd", level);
 	while ((c = getopt_long(argc, argv, "r:l:hV", opts, NULL)) != -1) {
 		switch (c) {

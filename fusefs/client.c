@@ -727,12 +727,6 @@ static bool token_ok(const char *t)
 	return true;
 }
 
-void wsc_tune_malloc(void)
-{
-	(void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
-	(void)mallopt(M_TRIM_THRESHOLD, 16 << 20);
-}
-
 int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 {
 	struct wsc *c;

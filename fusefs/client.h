@@ -89,20 +89,6 @@ struct wsc_status {
 };
 
 /**
- * Keep message-sized buffers (up to 4 MiB) in the heap instead of mmap(2)ing
- * a fresh mapping for each (mallopt(3) M_MMAP_THRESHOLD 4 MiB, and
- * M_TRIM_THRESHOLD 16 MiB, so that freed memory is not handed back to the
- * kernel at once). Each received message of up to 1 MiB is flattened and
- * unpacked into two buffers; with glibc's dynamic thresholds they were
- * mapped, faulted in page by page, zeroed and unmapped every time, which
- * halved `wsctl exec` stdout throughput. Setting either value also turns
- * glibc's dynamic threshold off. Costs up to 16 MiB of retained heap per
- * malloc arena.
- * Thread safety: call once from main(), before any other thread starts.
- */
-void wsc_tune_malloc(void);
-
-/**
  * Connect (lazily, as gRPC does: nothing is sent before the first call) to
  * the server named in @p o. For exec_cmd the command is started here, in its
  * own process group, with default signal dispositions and an empty signal

@@ -2435,7 +2435,7 @@ int main(int argc, char **argv)
 	g_umask = umask(0);
 	umask(g_umask);
 
-	wsc_tune_malloc();
+	wsb_malloc_tune();
 	/* Before any thread exists, so that all inherit the mask. */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&sigs);

@@ -259,7 +259,7 @@ int main(int argc, char **argv)
 	char msg[600];
 	int parent_fd = -1, ret = 1, r;
 
-	wsc_tune_malloc(); /* before any thread: see client.h */
+	wsb_malloc_tune(); /* before any thread: see wsb.h */
 	signal(SIGPIPE, SIG_IGN);
 	wsb_log_init("wsfs", WSB_LOG_NOTICE);
 	if (fuse_opt_parse(&args, &o, spec, opt_proc) < 0 || o.bad) {

@@ -5,6 +5,7 @@
  * (docs/protocol.md), message packing, and the stderr logger. Any thread.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,12 @@ struct timespec wsb_ts_of_ns(int64_t ns)
 		ts.tv_sec--;
 	}
 	return ts;
+}
+
+void wsb_malloc_tune(void)
+{
+	(void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
+	(void)mallopt(M_TRIM_THRESHOLD, 16 << 20);
 }
 
 void wsb_cond_init_mono(pthread_cond_t *cond)

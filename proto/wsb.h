@@ -100,6 +100,21 @@ enum wsb_log_level {
  */
 void wsb_log_init(const char *progname, int level);
 
+/**
+ * Have glibc's malloc keep message-sized buffers (up to 4 MiB) in the heap
+ * for reuse: mallopt(3) M_MMAP_THRESHOLD 4 MiB and M_TRIM_THRESHOLD 16 MiB
+ * (setting either also turns glibc's dynamic threshold off). With the
+ * defaults (128 KiB, raised as mmap'ed chunks are freed; a heap trimmed
+ * back once 128 KiB lie free at its top) each message of up to 1 MiB (a
+ * Read, a Write, exec output) is flattened and unpacked into memory fresh
+ * from mmap(2) or just given back by a trim, whose pages fault in and are
+ * zeroed again every time: it halved `wsctl exec` stdout throughput, and
+ * was about half of agentd's CPU in a sequential write through wsfs. Costs
+ * up to 16 MiB of retained heap per malloc arena. Call once from main(),
+ * before any other thread starts; overrides GLIBC_TUNABLES' thresholds.
+ */
+void wsb_malloc_tune(void);
+
 /** CLOCK_MONOTONIC now, in nanoseconds (clock_gettime(2)). Any thread. */
 int64_t wsb_mono_ns(void);
 
