@@ -1611,18 +1611,21 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	if (access_of(flags) == WSBRIDGE__V1__ACCESS__RDONLY)
 		fi->noflush = 1;
 	/*
-	 * O_APPEND: each write(2) must reach agentd as one WRITE, which agentd
-	 * appends with one write(2) (atomic, open(2)), whatever the pod appends
-	 * meanwhile. Through the page cache the kernel splits a write at a
-	 * page boundary when the page is not cached whole (fuse_perform_write
-	 * stops at a page it cannot mark up to date), so an append of 15 bytes
-	 * could land as 6 + 9 with a pod line between. FOPEN_DIRECT_IO sends
-	 * each write(2) of up to max_write (1 MiB) as one request; the
-	 * kernel drops the pages it covers (Linux >= 6.6) or sees the new
-	 * mtime at the next read (FUSE_CAP_AUTO_INVAL_DATA), and ws_write
-	 * forgets what this mount saw.
+	 * O_WRONLY|O_APPEND (>>, logs): each write(2) must reach agentd as one
+	 * WRITE, which agentd appends with one write(2) (atomic, open(2)),
+	 * whatever the pod appends meanwhile. Through the page cache the
+	 * kernel splits a write at a page boundary when the page is not cached
+	 * whole (fuse_perform_write stops at a page it cannot mark up to date),
+	 * so an append of 15 bytes could land as 6 + 9 with a pod line between.
+	 * FOPEN_DIRECT_IO sends each write(2) of up to max_write (1 MiB) as one
+	 * request; the kernel drops the pages it covers (Linux >= 6.6) or sees
+	 * the new mtime at the next read (FUSE_CAP_AUTO_INVAL_DATA), and
+	 * ws_write forgets what this mount saw. Not for O_RDWR|O_APPEND: the
+	 * kernel refuses a MAP_SHARED mmap of a direct-I/O file (ENODEV) unless
+	 * FUSE_DIRECT_IO_ALLOW_MMAP is negotiated, which libfuse 3.14 cannot;
+	 * a write-only descriptor cannot be mapped anyway (EACCES, mmap(2)).
 	 */
-	if (flags & O_APPEND)
+	if ((flags & O_ACCMODE) == O_WRONLY && (flags & O_APPEND))
 		fi->direct_io = 1;
 	if (replaced) {
 		/* The pages and node_seen are the kernel inode's, not this file's. */

@@ -1636,6 +1636,19 @@ static void c_mmap(struct run *r)
 		munmap(m, sizeof(pat));
 	}
 	close((int)fd);
+	/* O_RDWR|O_APPEND maps shared too; an append shows in the mapping. */
+	fd = SYSOK(r, "open O_RDWR|O_APPEND", open("f", O_RDWR | O_APPEND | O_CLOEXEC));
+	m = (void *)SYSOK(r, "mmap MAP_SHARED rw, O_APPEND",
+			  mmap(NULL, sizeof(pat) + 4096, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0));
+	SYS(r, "append", write((int)fd, "tail", 4));
+	if (m != MAP_FAILED) {
+		rec_data(r, "mapping shows the append", (char *)m + sizeof(pat), 4);
+		memcpy((char *)m + 7, "MAP", 3);
+		SYS(r, "msync, O_APPEND", msync(m, sizeof(pat) + 4096, MS_SYNC));
+		munmap(m, sizeof(pat) + 4096);
+	}
+	rec_pread(r, "pread sees the mapped write, O_APPEND", (int)fd, 5, 8);
+	close((int)fd);
 }
 
 /* flock and fcntl locks (one process, two descriptors / a child). */
