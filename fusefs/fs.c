@@ -728,6 +728,9 @@ static void ws_init(void *userdata, struct fuse_conn_info *conn)
 
 	conn->want |= want & conn->capable;
 	atomic_store(&fs->expire_only, (conn->capable & FUSE_CAP_EXPIRE_ONLY) != 0);
+	/* Linux 6.6 (FUSE 7.39) drops, after writing back, the cached pages a
+	 * FOPEN_DIRECT_IO write covers (fuse_direct_io); see file_opened(). */
+	fs->direct_append = conn->proto_major > 7 || (conn->proto_major == 7 && conn->proto_minor >= 39);
 	/*
 	 * No writeback cache: sshfs dropped it for data loss on append with a
 	 * remote writer (fuse-clients.md A.2). No POSIX/BSD lock support: the
@@ -1617,15 +1620,22 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	 * kernel splits a write at a page boundary when the page is not cached
 	 * whole (fuse_perform_write stops at a page it cannot mark up to date),
 	 * so an append of 15 bytes could land as 6 + 9 with a pod line between.
-	 * FOPEN_DIRECT_IO sends each write(2) of up to max_write (1 MiB) as one
-	 * request; the kernel drops the pages it covers (Linux >= 6.6) or sees
-	 * the new mtime at the next read (FUSE_CAP_AUTO_INVAL_DATA), and
-	 * ws_write forgets what this mount saw. Not for O_RDWR|O_APPEND: the
-	 * kernel refuses a MAP_SHARED mmap of a direct-I/O file (ENODEV) unless
-	 * FUSE_DIRECT_IO_ALLOW_MMAP is negotiated, which libfuse 3.14 cannot;
-	 * a write-only descriptor cannot be mapped anyway (EACCES, mmap(2)).
+	 * FOPEN_DIRECT_IO sends each write(2) of one buffer of up to 1 MiB -
+	 * 4 KiB as one request (256 pages of the buffer at most), and ws_write
+	 * forgets what this mount saw. Only where the kernel then writes back
+	 * and drops the pages the write covers (direct_append: Linux >= 6.6);
+	 * before, another descriptor's mapping kept the old last page, whose
+	 * writeback would put zeros over the append. Not for O_RDWR|O_APPEND:
+	 * the kernel refuses a MAP_SHARED mmap of a direct-I/O file (ENODEV)
+	 * unless FUSE_DIRECT_IO_ALLOW_MMAP is negotiated, which libfuse 3.14
+	 * cannot; a write-only descriptor cannot be mapped anyway (EACCES,
+	 * mmap(2)). Nor for a setuid or setgid file: a direct write leaves
+	 * clearing those bits to the server (FUSE_WRITE_KILL_SUIDGID, which
+	 * libfuse 3.14 does not pass on), agentd writes with CAP_FSETID, and
+	 * through the page cache the kernel clears them itself (SETATTR).
 	 */
-	if ((flags & O_ACCMODE) == O_WRONLY && (flags & O_APPEND))
+	if ((flags & O_ACCMODE) == O_WRONLY && (flags & O_APPEND) && fs->direct_append &&
+	    !(st->st_mode & (S_ISUID | S_ISGID)))
 		fi->direct_io = 1;
 	if (replaced) {
 		/* The pages and node_seen are the kernel inode's, not this file's. */

@@ -137,6 +137,9 @@ struct wsfs {
 	atomic_int_fast64_t pod_names_ns;
 	/** The kernel can expire a dentry without unhashing it (FUSE 7.38). */
 	atomic_bool expire_only;
+	/** O_WRONLY|O_APPEND opens use FOPEN_DIRECT_IO (kernel FUSE >= 7.39,
+	 * file_opened()); set by init, read-only after. */
+	bool direct_append;
 
 	/* Monitor thread (watch.c); protected by mon_lock. */
 	pthread_mutex_t mon_lock;

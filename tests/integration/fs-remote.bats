@@ -1136,7 +1136,6 @@ PY
 	assert_eq "$(stat -c %s "$MNT/log")" "$(stat -c %s "$ROOT/log")" "sizes"
 }
 
-# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "A1: an append from the mount that crosses a page boundary is one write in the pod" {
 	local before after got
 	agentd_unix
@@ -1163,6 +1162,26 @@ PY
 	EOF
 	)
 	assert_eq "$got" "4105 4108 eXYZ" "cached reader after an append"
+}
+
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
+@test "A1: an append by a writer without CAP_FSETID clears setuid and setgid, as on ext4" {
+	local d local_dir="$BATS_TEST_TMPDIR/local"
+	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir -p "$local_dir"
+	for d in "$MNT" "$local_dir"; do
+		printf 'x\n' >"$d/w"
+		chmod 6755 "$d/w"
+		# >> opens O_WRONLY|O_APPEND; the kernel clears the bits of a
+		# file written by a process without CAP_FSETID.
+		setpriv --bounding-set=-fsetid -- sh -c 'printf y >>"$1"' _ "$d/w"
+	done
+	assert_eq "$(stat -c %a "$local_dir/w")" 755 "local mode after the append"
+	assert_eq "$(stat -c %a "$ROOT/w")" 755 "POD mode after the append"
+	assert_eq "$(stat -c %a "$MNT/w")" 755 "mount mode after the append"
+	assert_eq "$(cat "$ROOT/w")" "$(printf 'x\ny')" "POD contents"
 }
 
 # write_synced FILE BYTES-FILE: copy BYTES-FILE into FILE with write + fsync.
