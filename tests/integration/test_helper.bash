@@ -49,12 +49,27 @@ WSB_PIDS=()
 WSB_LOGS=()
 WSB_NSTARTED=0
 
-# Print a free TCP port on 127.0.0.1 (the kernel picks it).
+# Print a free TCP port on 127.0.0.1: a random one outside the kernel's
+# ephemeral range (ip_local_port_range), which it hands to bind(port 0)
+# and connect(2) of the tests running beside this one in the time between
+# this check and agentd's bind.
 free_port() {
-	"$PY" -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+	"$PY" -c 'import random, socket
+lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+span = (10000, lo - 1) if lo > 11000 else (hi + 1, 65535)
+for _ in range(100):
+    p = random.randint(*span)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+else:
+    raise SystemExit("free_port: no free port in %d-%d" % span)'
 }
 
 # True while process $1 exists and is not a zombie.
