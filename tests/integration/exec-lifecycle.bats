@@ -149,7 +149,13 @@ in_agentd_cgroup() {
 	id=$("$W" exec --detach -- sh -c 'cat big; sleep 1; cat big')
 	cat "$ROOT/big" "$ROOT/big" >"$BATS_TEST_TMPDIR/want"
 	"$W" attach "$id" >"$BATS_TEST_TMPDIR/a1" &
-	local a1=$!
+	local a1=$! i
+	# an offset the command has not written yet is OUT_OF_RANGE (like a
+	# read past the end of a file), so wait until it has: a1 follows from 0
+	for ((i = 0; i < 400; i++)); do
+		[ "$(stat -c %s "$BATS_TEST_TMPDIR/a1")" -ge 500000 ] && break
+		sleep 0.05
+	done
 	"$W" attach --from 500000 "$id" >"$BATS_TEST_TMPDIR/a2"
 	wait "$a1"
 	cmp "$BATS_TEST_TMPDIR/want" "$BATS_TEST_TMPDIR/a1"
