@@ -82,21 +82,25 @@ struct wsfs_file {
 	struct wsfs_file *prev, *next; /* fs_files list */
 };
 
-/* An open directory (fi->fh of opendir): a window of the listing. */
+/* One name of a directory listing. */
 struct wsfs_dirent {
 	char *name; /* NUL-terminated */
 	size_t len;
 	struct stat st;
 	uint64_t seq; /* inval_seq when fetched */
+	uint64_t off; /* node_dir_off() of the name; set by dir_sort() */
 };
 
+/*
+ * An open directory (fi->fh of opendir): the whole listing, in offset
+ * order, from the READDIR at offset 0 (opendir, rewinddir) until the one
+ * that finds no more entries; loaded again by any READDIR after that.
+ */
 struct wsfs_dir {
 	pthread_mutex_t lock;
 	struct wsfs_dirent *ents;
 	size_t n, cap;
-	uint64_t base;  /* listing index of ents[0]; 0 = ".", 1 = "..", 2.. = entries */
-	int64_t cookie; /* server offset after the last fetched entry */
-	bool eof;
+	bool have; /* ents is a listing */
 };
 
 /* Every open file, for the final Release at exit. */
@@ -2138,31 +2142,59 @@ static void dir_clear(struct wsfs_dir *d)
 	for (size_t i = 0; i < d->n; i++)
 		free(d->ents[i].name);
 	d->n = 0;
+	d->have = false;
 }
 
-static void dir_reset(struct wsfs_dir *d)
+static int dirent_cmp(const void *pa, const void *pb)
 {
-	dir_clear(d);
-	d->base = 2;
-	d->cookie = 0;
-	d->eof = false;
+	const struct wsfs_dirent *a = pa, *b = pb;
+	int c;
+
+	if (a->off != b->off)
+		return a->off < b->off ? -1 : 1;
+	c = memcmp(a->name, b->name, a->len < b->len ? a->len : b->len);
+	if (c)
+		return c;
+	return a->len < b->len ? -1 : a->len > b->len;
 }
 
-/* Drop buffered entries before listing index @idx (already consumed). */
-static void dir_drop_before(struct wsfs_dir *d, uint64_t idx)
+/*
+ * Put @d's entries in offset order (node_dir_off()), and keep one entry of
+ * a name listed twice (moved between two ReadDir pages; either one's
+ * attributes were the name's during the listing).
+ */
+static void dir_sort(struct wsfs *fs, struct wsfs_dir *d)
 {
-	size_t k;
+	size_t k = 0;
 
-	if (idx <= d->base)
-		return;
-	k = idx - d->base;
-	if (k > d->n)
-		k = d->n;
-	for (size_t i = 0; i < k; i++)
-		free(d->ents[i].name);
-	memmove(d->ents, d->ents + k, (d->n - k) * sizeof(*d->ents));
-	d->n -= k;
-	d->base += k;
+	for (size_t i = 0; i < d->n; i++)
+		d->ents[i].off = node_dir_off(fs->nodes, d->ents[i].name, d->ents[i].len);
+	qsort(d->ents, d->n, sizeof(*d->ents), dirent_cmp);
+	for (size_t i = 0; i < d->n; i++) {
+		if (k > 0 && dirent_cmp(&d->ents[k - 1], &d->ents[i]) == 0) {
+			free(d->ents[k - 1].name);
+			d->ents[k - 1] = d->ents[i];
+			continue;
+		}
+		d->ents[k++] = d->ents[i];
+	}
+	d->n = k;
+}
+
+/* The index of @d's first entry whose offset is above @off. */
+static size_t dir_find(const struct wsfs_dir *d, uint64_t off)
+{
+	size_t lo = 0, hi = d->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (d->ents[mid].off <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 /* ---- prefetched listings ---- */
@@ -2343,71 +2375,86 @@ static void known_from_listing(struct wsfs *fs, fuse_ino_t ino, const struct wsf
 		node_known_drop(fs->nodes, ino);
 }
 
-/* Fetch the next page of directory @ino into @d. */
-static int dir_fetch(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
+/*
+ * List directory @ino whole into @d (what it held is dropped), sorted by
+ * offset (dir_sort()): the offsets that stay valid while the pod changes
+ * the directory order the names, so the whole listing is read before its
+ * first entry is served, as sshfs does. Memory: the names and their
+ * struct stat, about 200 bytes an entry. Returns 0 or -errno (-ENOENT for
+ * a removed directory, as getdents(2) on one).
+ */
+static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 {
 	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
-	Wsbridge__V1__ReadDirReply *rep = NULL;
 	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
-	bool whole = d->cookie == 0 && d->n == 0, all = false;
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
+	bool usable = true, eof = false;
+	struct wsfs_pf *p;
+	int64_t cookie = 0;
 	char *path = NULL;
 	size_t len;
 	int r;
 
+	dir_clear(d);
 	r = path_of(fs, ino, &path, &len);
 	if (r == -ESTALE)
 		r = -ENOENT; /* a removed directory */
 	if (r < 0)
 		return r;
-	if (whole) {
-		struct wsfs_pf *p = pf_take(fs, path, len);
-
-		if (p) {
-			/* Listed along with an ancestor: no round trip. */
-			dirents_free(d->ents, d->n);
-			d->ents = p->ents;
-			d->n = d->cap = p->n;
-			d->eof = true;
-			p->ents = NULL;
-			p->n = 0;
-			known_from_listing(fs, ino, d, p->seq, p->mgen);
-			pf_free(p);
-			free(path);
-			return 0;
-		}
+	p = pf_take(fs, path, len);
+	if (p) {
+		/* Listed along with an ancestor: no round trip. */
+		dirents_free(d->ents, d->n);
+		d->ents = p->ents;
+		d->n = d->cap = p->n;
+		p->ents = NULL;
+		p->n = 0;
+		seq0 = p->seq;
+		mgen0 = p->mgen;
+		pf_free(p);
+		eof = true;
 	}
 	q.path = bin(path, len);
-	q.offset = d->cookie;
 	q.max_entries = READDIR_PAGE;
-	/* Bring the subdirectories' listings along, for find, ls -R and
-	 * include searches: usable only while the watch reports changes. */
-	if (whole && live)
-		q.prefetch = READDIR_PREFETCH;
-	r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
-	free(path);
-	if (r < 0)
-		return r;
-	r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
-	if (r < 0)
-		goto out;
-	if (live)
-		pf_put_all(fs, rep, seq0, mgen0);
-	if (rep->n_entries == 0 || rep->eof) {
-		d->eof = true;
-		if (whole && all)
-			known_from_listing(fs, ino, d, seq0, mgen0);
-	} else {
-		int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
+	while (!eof) {
+		Wsbridge__V1__ReadDirReply *rep = NULL;
+		bool all;
 
-		/* A cookie that does not move would list forever. */
-		if (next == d->cookie)
-			d->eof = true;
-		d->cookie = next;
+		q.offset = cookie;
+		/* Bring the subdirectories' listings along, for find, ls -R
+		 * and include searches: usable only while the watch reports
+		 * changes. */
+		q.prefetch = cookie == 0 && live ? READDIR_PREFETCH : 0;
+		r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
+		if (r < 0)
+			break;
+		r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
+		usable = usable && all;
+		if (r == 0 && live && cookie == 0)
+			pf_put_all(fs, rep, seq0, mgen0);
+		if (rep->n_entries == 0 || rep->eof) {
+			eof = true;
+		} else {
+			int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
+
+			/* A cookie that does not move would list forever. */
+			eof = next == cookie;
+			cookie = next;
+		}
+		free_reply(rep);
+		if (r < 0)
+			break;
 	}
-out:
-	free_reply(rep);
-	return r;
+	free(path);
+	if (r < 0) {
+		dir_clear(d);
+		return r;
+	}
+	dir_sort(fs, d);
+	d->have = true;
+	if (usable)
+		known_from_listing(fs, ino, d, seq0, mgen0);
+	return 0;
 }
 
 static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -2420,7 +2467,6 @@ static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	pthread_mutex_init(&d->lock, NULL);
-	dir_reset(d);
 	fi->fh = (uint64_t)(uintptr_t)d;
 	/*
 	 * The kernel keeps the listing in the directory's page cache
@@ -2439,15 +2485,23 @@ static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 }
 
+/*
+ * READDIR and READDIRPLUS (@plus) of @ino from offset @off, up to @size
+ * bytes. Offsets: "." ends at 1, ".." at 2, an entry at its name's
+ * node_dir_off(); so @off means the same in any listing of the directory,
+ * which the kernel relies on when it resumes a reader at the offset of the
+ * last entry it gave from its cache (FOPEN_CACHE_DIR) after that cache was
+ * dropped (fuse_readdir_cached: the stream goes on uncached, maybe on a
+ * handle that never listed), and which telldir(3)/seekdir(3) need.
+ */
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, bool plus)
 {
 	struct wsfs *fs = FS(req);
 	struct wsfs_dir *d = (struct wsfs_dir *)(uintptr_t)fi->fh;
-	uint64_t *ids = NULL;
+	uint64_t *ids = NULL, pos = (uint64_t)off;
 	struct node_info info;
-	size_t n_ids = 0, used = 0;
-	uint64_t idx;
+	size_t n_ids = 0, used = 0, i;
 	char *buf;
 	int r = 0;
 
@@ -2469,45 +2523,38 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (node_info(fs->nodes, ino, &info) < 0)
 		memset(&info, 0, sizeof(info));
 	pthread_mutex_lock(&d->lock);
-	idx = (uint64_t)off;
-	if (idx == 0)
-		dir_reset(d); /* (re)start: a fresh listing */
-	else if (idx < d->base && idx >= 2)
-		dir_reset(d); /* seekdir backwards: list again and skip */
-	dir_drop_before(d, idx);
-	for (;;) {
+	/* Offset 0 (opendir, rewinddir): a fresh listing. */
+	if (pos == 0 || !d->have)
+		r = dir_load(fs, ino, d);
+	i = pos < NODE_DIR_OFF_MIN ? 0 : dir_find(d, pos);
+	while (r == 0) {
 		struct fuse_entry_param e;
 		struct stat dot;
 		const char *name;
 		const struct stat *st;
-		uint64_t seq = 0;
+		uint64_t seq = 0, next;
 		size_t need;
 
-		if (idx < 2) {
+		if (pos < 2) {
 			memset(&dot, 0, sizeof(dot));
 			dot.st_mode = S_IFDIR;
 			/* d_ino 0 may be skipped by readdir(3): never give it. */
-			dot.st_ino = idx == 0 ? info.ino : info.parent_ino;
+			dot.st_ino = pos == 0 ? info.ino : info.parent_ino;
 			if (!dot.st_ino)
 				dot.st_ino = info.ino ? info.ino : ino;
-			name = idx == 0 ? "." : "..";
+			name = pos == 0 ? "." : "..";
 			st = &dot;
+			next = pos + 1;
+		} else if (i < d->n) {
+			name = d->ents[i].name;
+			st = &d->ents[i].st;
+			seq = d->ents[i].seq;
+			next = d->ents[i].off;
 		} else {
-			while (idx >= d->base + d->n && !d->eof) {
-				dir_drop_before(d, idx);
-				r = dir_fetch(fs, ino, d);
-				if (r < 0)
-					break;
-			}
-			if (r < 0 || idx >= d->base + d->n)
-				break;
-			name = d->ents[idx - d->base].name;
-			st = &d->ents[idx - d->base].st;
-			seq = d->ents[idx - d->base].seq;
+			break;
 		}
 		if (!plus) {
-			need = fuse_add_direntry(req, buf + used, size - used, name, st,
-						 (off_t)(idx + 1));
+			need = fuse_add_direntry(req, buf + used, size - used, name, st, (off_t)next);
 			if (need > size - used)
 				break;
 		} else {
@@ -2516,7 +2563,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
 			if (need > size - used)
 				break;
-			if (idx >= 2) {
+			if (pos >= 2) {
 				/* Counts as a lookup (FUSE protocol: readdirplus). */
 				struct ttl t = ttl_for(fs, seq, st);
 				uint64_t id;
@@ -2530,18 +2577,23 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				}
 			}
 			fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
-					       (off_t)(idx + 1));
+					       (off_t)next);
 		}
 		used += need;
-		idx++;
+		if (pos >= 2)
+			i++;
+		pos = next;
 	}
+	/* The end: the next READDIR (a seekdir, a resumed stream) lists anew. */
+	if (r == 0 && used == 0)
+		dir_clear(d);
 	pthread_mutex_unlock(&d->lock);
-	if (r < 0 && used == 0) {
+	if (r < 0) {
 		reply_err(req, r);
 	} else if (fuse_reply_buf(req, buf, used) == -ENOENT) {
 		/* Not delivered: those lookups never reached the kernel. */
-		for (size_t i = 0; i < n_ids; i++)
-			node_forget(fs->nodes, ids[i], 1);
+		for (size_t k = 0; k < n_ids; k++)
+			node_forget(fs->nodes, ids[k], 1);
 	}
 	free(buf);
 	free(ids);

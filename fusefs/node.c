@@ -645,6 +645,14 @@ void node_table_free(struct node_table *t)
 	free(t);
 }
 
+uint64_t node_dir_off(const struct node_table *t, const char *name, size_t len)
+{
+	/* Parent UINT64_MAX, no nodeid's: apart from the name table's hashes. */
+	uint64_t off = name_hash(t, UINT64_MAX, name, len) >> 1;
+
+	return off < NODE_DIR_OFF_MIN ? NODE_DIR_OFF_MIN : off;
+}
+
 size_t node_count(struct node_table *t)
 {
 	size_t n;

@@ -110,6 +110,22 @@ size_t node_count(struct node_table *t);
  */
 bool node_name_ok(const char *name, size_t len);
 
+/** Smallest offset node_dir_off() gives: 1 and 2 follow "." and "..". */
+#define NODE_DIR_OFF_MIN 3
+
+/**
+ * The directory offset (FUSE dirent off, what telldir(3) returns and a
+ * READDIR or READDIRPLUS resumes at) of the entry @p name (@p len bytes)
+ * in any directory: SipHash-2-4 of the name under the table's random key,
+ * in [NODE_DIR_OFF_MIN, INT64_MAX]. A name keeps its offset for the
+ * table's life, whichever listing it comes in, as ext4's hash offsets do;
+ * so a reader resumed at an offset after the pod changed the directory
+ * still gets every name that was there throughout, once (readdir(3): a
+ * name added or removed meanwhile may or may not be returned). Two names
+ * share an offset with probability 2^-63 per pair. Any thread; no lock.
+ */
+uint64_t node_dir_off(const struct node_table *t, const char *name, size_t len);
+
 /**
  * The kernel learnt the name @p name (@p len bytes) in directory @p parent,
  * which is the server file with inode @p ino, type @p mode (S_IFMT bits;

@@ -137,6 +137,50 @@ readdirs() {
 	[ "$(readdirs)" -gt "$n1" ]
 }
 
+@test "R1: a reader part-way through a cached listing while the POD removes and adds names gets every other name once" {
+	agentd_unix
+	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT"
+	# The kernel serves the reader from its cached listing; the pod's
+	# change drops that cache mid-read, and the kernel goes on with a
+	# READDIRPLUS at the offset of the last name it gave: that offset must
+	# mean the same place in the new listing (it once was an index into
+	# the listing, so as many names as were removed went unseen).
+	mkdir "$ROOT/big"
+	"$PY" -c 'import sys
+for i in range(3000):
+    open("%s/entry_%06d_%s" % (sys.argv[1], i, "p" * (i % 40)), "w").close()' "$ROOT/big"
+	# until the whole listing comes from the kernel's cache: no READDIR
+	local i n0
+	for ((i = 0; i < 100; i++)); do
+		n0=$(readdirs)
+		[ "$(find "$MNT/big" -mindepth 1 -printf . | wc -c)" = 3000 ] &&
+			[ "$(readdirs)" = "$n0" ] && break
+		sleep 0.05
+	done
+	[ "$(readdirs)" = "$n0" ]
+	run "$PY" - "$ROOT/big" "$MNT/big" <<'PY'
+import os, sys, time
+pod, mnt = sys.argv[1], sys.argv[2]
+before = set(os.listdir(mnt))
+it = os.scandir(mnt)
+seen = [next(it).name for _ in range(300)]
+gone = seen[:200]
+for name in gone:
+    os.unlink(os.path.join(pod, name))
+for i in range(100):
+    open(os.path.join(pod, "late_%03d" % i), "w").close()
+deadline = time.time() + 5      # until the mount took the change in
+while os.path.lexists(os.path.join(mnt, gone[-1])) and time.time() < deadline:
+    time.sleep(0.02)
+seen += [e.name for e in it]
+kept = before - set(gone)
+print("kept", len(kept), "missing", len(kept - set(seen)),
+      "twice", len(seen) - len(set(seen)))
+PY
+	assert_status 0
+	assert_eq "$output" "kept 2800 missing 0 twice 0"
+}
+
 @test "R1: names the POD creates or removes in directories the mount just made show at once" {
 	up
 	# wsfs knows every name of a directory it made, and answers lookups of

@@ -202,14 +202,8 @@ print(os.strerror(ctypes.get_errno()) if r < 0 else "openat2 works")'
 #   fallocate    KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE: EOPNOTSUPP
 #   attrs        until fsops.c falls back to /proc/self/fd for chown and
 #                for utimensat on a symlink (docs/gvisor.md)
-#   getdents     its "unlink while reading" step saw 650 of 1,003 names
-#                and rmdir then ENOTEMPTY once, in a CI run with another
-#                suite beside it (0 of 20 since): likely an unlink echo
-#                taken for the pod's change under load, which drops the
-#                kernel's cached listing mid-read (README "Known gap");
-#                the plain fs-fsx suite runs the case on every run
-GV_FSX_CASES=(open_flags rw truncate links dirs copy_range statfs fsync access names mmap
-	locks interrupts)
+GV_FSX_CASES=(open_flags rw truncate links dirs getdents copy_range statfs fsync access names
+	mmap locks interrupts)
 
 @test "fsx on a wsfs mount over agentd in gVisor: the cases its file system answers as Linux does" {
 	need_wsfs

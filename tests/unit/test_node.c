@@ -556,6 +556,41 @@ static void test_snapshot(void **state)
 	node_snapshot_free(refs, n);
 }
 
+static int cmp_u64(const void *pa, const void *pb)
+{
+	uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+
+	return a < b ? -1 : a > b;
+}
+
+/* Directory offsets: one name, one offset, whatever the table holds; in
+ * [NODE_DIR_OFF_MIN, INT64_MAX]; 20,000 names, 20,000 offsets. */
+static void test_dir_off(void **state)
+{
+	struct node_table *t = *state;
+	enum { N = 20000 };
+	uint64_t *offs = malloc(N * sizeof(*offs)), a = node_dir_off(t, "a", 1);
+	char name[32];
+	size_t dup = 0;
+
+	assert_non_null(offs);
+	add(t, NODE_ROOT_ID, "a", 1, REG);
+	assert_int_equal(node_dir_off(t, "a", 1), a);
+	assert_true(node_dir_off(t, "b", 1) != a);
+	assert_true(node_dir_off(t, "a\0", 2) != a); /* bytes, not a C string */
+	for (int i = 0; i < N; i++) {
+		int len = snprintf(name, sizeof(name), "entry_%06d", i);
+
+		offs[i] = node_dir_off(t, name, (size_t)len);
+		assert_true(offs[i] >= NODE_DIR_OFF_MIN && offs[i] <= INT64_MAX);
+	}
+	qsort(offs, N, sizeof(*offs), cmp_u64);
+	for (int i = 1; i < N; i++)
+		dup += offs[i] == offs[i - 1];
+	assert_int_equal(dup, 0);
+	free(offs);
+}
+
 /* Enough nodes to grow both hash tables many times, then free them all. */
 static void test_many(void **state)
 {
@@ -680,6 +715,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_attr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resolve, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dir_off, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_known, setup, teardown),
 	};
