@@ -2167,6 +2167,8 @@ static void dir_sort(struct wsfs *fs, struct wsfs_dir *d)
 {
 	size_t k = 0;
 
+	if (d->n == 0)
+		return; /* ents may be NULL, which qsort(3) does not take */
 	for (size_t i = 0; i < d->n; i++)
 		d->ents[i].off = node_dir_off(fs->nodes, d->ents[i].name, d->ents[i].len);
 	qsort(d->ents, d->n, sizeof(*d->ents), dirent_cmp);
