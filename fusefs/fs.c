@@ -53,6 +53,9 @@
 #define CHUNK_MAX ((size_t)1024 * 1024)
 /** Entries asked per ReadDir page (the server's cap). */
 #define READDIR_PAGE 4096u
+/** Default of wsfs_config.max_dir_entries: a larger listing fails with
+ * EFBIG rather than let agentd's replies take all memory. */
+#define DIR_MAX_ENTRIES_DEFAULT 1048576u
 /** Entries of subdirectories a ReadDir may prefetch (the server's cap). */
 #define READDIR_PREFETCH 4096u
 /** Bytes a read-only Open brings along (OpenRequest.read_ahead). */
@@ -2383,7 +2386,8 @@ static void known_from_listing(struct wsfs *fs, fuse_ino_t ino, const struct wsf
  * the directory order the names, so the whole listing is read before its
  * first entry is served, as sshfs does. Memory: the names and their
  * struct stat, about 200 bytes an entry. Returns 0 or -errno (-ENOENT for
- * a removed directory, as getdents(2) on one).
+ * a removed directory, as getdents(2) on one; -EFBIG past the
+ * max_dir_entries option).
  */
 static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 {
@@ -2391,6 +2395,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
 	bool usable = true, eof = false;
+	size_t max = fs->cfg.max_dir_entries ? fs->cfg.max_dir_entries : DIR_MAX_ENTRIES_DEFAULT;
 	struct wsfs_pf *p;
 	int64_t cookie = 0;
 	char *path = NULL;
@@ -2444,8 +2449,13 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 			cookie = next;
 		}
 		free_reply(rep);
-		if (r < 0)
+		if (r < 0 || d->n > max)
 			break;
+	}
+	if (r == 0 && d->n > max) {
+		wsb_warn("listing of '%s' stopped past %zu entries, the most wsfs holds of one "
+			 "directory (-o max_dir_entries)", path[0] ? path : ".", max);
+		r = -EFBIG;
 	}
 	free(path);
 	if (r < 0) {

@@ -53,6 +53,9 @@ struct wsfs_config {
 	bool no_watch;
 	/** Kernel readahead for the mount, KiB; 0 = the kernel's default. */
 	unsigned read_ahead_kb;
+	/** Most entries of one directory a listing holds (about 200 bytes
+	 * each, names aside); past it READDIR fails with EFBIG. 0 = 1 Mi. */
+	unsigned max_dir_entries;
 	/** The mount point, absolute and canonical (for /proc/self/mountinfo);
 	 * borrowed, outlives the wsfs; NULL = unknown. */
 	const char *mountpoint;

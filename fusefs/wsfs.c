@@ -46,6 +46,7 @@ struct opts {
 	double rpc_timeout;
 	unsigned max_threads;
 	unsigned read_ahead_kb;
+	unsigned max_dir_entries;
 	int foreground;
 	int single;
 	int clone_fd;
@@ -68,6 +69,7 @@ static const struct fuse_opt spec[] = {
 	OPT("rpc_timeout=%lf", rpc_timeout, 0),
 	OPT("max_threads=%u", max_threads, 0),
 	OPT("read_ahead_kb=%u", read_ahead_kb, 0),
+	OPT("max_dir_entries=%u", max_dir_entries, 0),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
 	OPT("--token-file %s", token_file, 0),
@@ -148,6 +150,9 @@ static void usage(FILE *f)
 		"  -o max_threads=N       FUSE worker threads (default 16)\n"
 		"  -o read_ahead_kb=N     kernel readahead for the mount, KiB (default 4096;\n"
 		"                         needs root, else the kernel's 128 stays; 0 = leave)\n"
+		"  -o max_dir_entries=N   most entries of one directory wsfs lists, about\n"
+		"                         200 bytes each while listed; a larger one fails\n"
+		"                         with EFBIG (default 1048576)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
@@ -245,6 +250,7 @@ int main(int argc, char **argv)
 		.rpc_timeout = 5.0,
 		.max_threads = 16,
 		.read_ahead_kb = 4096,
+		.max_dir_entries = 1u << 20,
 	};
 	struct wsc_options wo = { 0 };
 	struct wsfs_config cfg;
@@ -308,6 +314,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: read_ahead_kb wants 0..1048576\n");
 		goto out;
 	}
+	if (o.max_dir_entries < 1 || o.max_dir_entries > 1u << 26) {
+		fprintf(stderr, "wsfs: max_dir_entries wants 1..67108864\n");
+		goto out;
+	}
 	if (!o.token_file) {
 		const char *e = getenv("WSBRIDGE_TOKEN_FILE");
 
@@ -334,6 +344,7 @@ int main(int argc, char **argv)
 	cfg.exec_transport = o.exec_cmd != NULL;
 	cfg.no_watch = o.no_watch;
 	cfg.read_ahead_kb = o.read_ahead_kb;
+	cfg.max_dir_entries = o.max_dir_entries;
 	/* For /proc/self/mountinfo (readahead); the mount point exists. */
 	mnt_real = realpath(mnt, NULL);
 	cfg.mountpoint = mnt_real;

@@ -181,6 +181,24 @@ PY
 	assert_eq "$output" "kept 2800 missing 0 twice 0"
 }
 
+@test "a directory past -o max_dir_entries fails to list with EFBIG and a message; one at the limit lists" {
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,max_dir_entries=100"
+	mkdir "$ROOT/at" "$ROOT/past"
+	(cd "$ROOT/at" && seq -f 'n%03g' 1 100 | xargs touch)
+	(cd "$ROOT/past" && seq -f 'n%03g' 1 101 | xargs touch)
+	run ls "$MNT/at"
+	assert_status 0
+	assert_eq "$(printf '%s\n' "$output" | wc -l)" 100
+	run ls "$MNT/past"
+	assert_status 2
+	assert_contains "$output" "File too large"
+	assert_contains "$(cat "$WSFS_ERR")" "listing of 'past' stopped past 100 entries"
+	# the mount goes on
+	rm "$ROOT/past/n101"
+	visible "a name removed in the pod" listing_is "$MNT/past" $(seq -f 'n%03g' 1 100)
+}
+
 @test "R1: names the POD creates or removes in directories the mount just made show at once" {
 	up
 	# wsfs knows every name of a directory it made, and answers lookups of
