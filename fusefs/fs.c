@@ -91,19 +91,27 @@ struct wsfs_dirent {
 	size_t len;
 	struct stat st;
 	uint64_t seq; /* inval_seq when fetched */
-	uint64_t off; /* node_dir_off() of the name; set by dir_sort() */
+	uint64_t off; /* its offset in the listing (node_dir_offs()); set by dir_sort() */
 };
 
 /*
  * An open directory (fi->fh of opendir): the whole listing, in offset
  * order, from the READDIR at offset 0 (opendir, rewinddir) until the one
- * that finds no more entries; loaded again by any READDIR after that.
+ * that finds no more entries. A READDIR at an offset outside the last
+ * reply (the kernel resumes at the last entry it could give the reader,
+ * so anywhere in it) lists afresh: the reader got what came before from
+ * the kernel's cache (after a rewinddir or seekdir, or another handle's
+ * listing), which may be newer than this one.
  */
 struct wsfs_dir {
 	pthread_mutex_t lock;
 	struct wsfs_dirent *ents;
 	size_t n, cap;
-	bool have; /* ents is a listing */
+	bool have;    /* ents is a listing */
+	bool at_end;    /* the last reply found no more entries (ents freed) */
+	uint64_t seq;   /* inval_seq when listed or last found still there */
+	uint64_t start; /* the offset the last reply began at */
+	uint64_t end;   /* the offset the last reply ended at */
 };
 
 /* Every open file, for the final Release at exit. */
@@ -2148,6 +2156,15 @@ static void dir_clear(struct wsfs_dir *d)
 	d->have = false;
 }
 
+/* dir_clear(), and give back the array too. */
+static void dir_free(struct wsfs_dir *d)
+{
+	dir_clear(d);
+	free(d->ents);
+	d->ents = NULL;
+	d->cap = 0;
+}
+
 static int dirent_cmp(const void *pa, const void *pb)
 {
 	const struct wsfs_dirent *a = pa, *b = pb;
@@ -2162,18 +2179,20 @@ static int dirent_cmp(const void *pa, const void *pb)
 }
 
 /*
- * Put @d's entries in offset order (node_dir_off()), and keep one entry of
- * a name listed twice (moved between two ReadDir pages; either one's
- * attributes were the name's during the listing).
+ * Put @d's entries in hash order (node_dir_hash(), then the name's bytes),
+ * keep one entry of a name listed twice (moved between two ReadDir pages;
+ * either one's attributes were the name's during the listing), and give
+ * each its offset (node_dir_offs()). Returns 0 or -ENOMEM.
  */
-static void dir_sort(struct wsfs *fs, struct wsfs_dir *d)
+static int dir_sort(struct wsfs *fs, struct wsfs_dir *d)
 {
+	uint64_t *offs;
 	size_t k = 0;
 
 	if (d->n == 0)
-		return; /* ents may be NULL, which qsort(3) does not take */
+		return 0; /* ents may be NULL, which qsort(3) does not take */
 	for (size_t i = 0; i < d->n; i++)
-		d->ents[i].off = node_dir_off(fs->nodes, d->ents[i].name, d->ents[i].len);
+		d->ents[i].off = node_dir_hash(fs->nodes, d->ents[i].name, d->ents[i].len);
 	qsort(d->ents, d->n, sizeof(*d->ents), dirent_cmp);
 	for (size_t i = 0; i < d->n; i++) {
 		if (k > 0 && dirent_cmp(&d->ents[k - 1], &d->ents[i]) == 0) {
@@ -2184,6 +2203,16 @@ static void dir_sort(struct wsfs *fs, struct wsfs_dir *d)
 		d->ents[k++] = d->ents[i];
 	}
 	d->n = k;
+	offs = malloc(k * sizeof(*offs));
+	if (!offs)
+		return -ENOMEM;
+	for (size_t i = 0; i < k; i++)
+		offs[i] = d->ents[i].off;
+	node_dir_offs(offs, k);
+	for (size_t i = 0; i < k; i++)
+		d->ents[i].off = offs[i];
+	free(offs);
+	return 0;
 }
 
 /* The index of @d's first entry whose offset is above @off. */
@@ -2403,6 +2432,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	int r;
 
 	dir_clear(d);
+	d->seq = seq0;
 	r = path_of(fs, ino, &path, &len);
 	if (r == -ESTALE)
 		r = -ENOENT; /* a removed directory */
@@ -2458,14 +2488,50 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		r = -EFBIG;
 	}
 	free(path);
+	if (r == 0)
+		r = dir_sort(fs, d);
 	if (r < 0) {
 		dir_clear(d);
 		return r;
 	}
-	dir_sort(fs, d);
 	d->have = true;
 	if (usable)
 		known_from_listing(fs, ino, d, seq0, mgen0);
+	return 0;
+}
+
+/*
+ * Before going on with @d's listing of @ino (server inode @sino; 0 =
+ * unknown) after a change anywhere (inval_seq moved): is the directory
+ * still there? A Stat; -ENOENT when it was removed or another directory
+ * took its name (getdents(2) on a removed directory), else 0 (other
+ * failures leave the listing to go on).
+ */
+static int dir_check(struct wsfs *fs, fuse_ino_t ino, uint64_t sino, struct wsfs_dir *d)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs);
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	if (seq0 == d->seq)
+		return 0;
+	r = path_of(fs, ino, &path, &len);
+	if (r == -ESTALE)
+		return -ENOENT;
+	if (r < 0)
+		return 0;
+	q.path = bin(path, len);
+	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
+	free(path);
+	if (r == 0 && rep->attr && sino && rep->attr->ino != sino)
+		r = -ENOENT;
+	free_reply(rep);
+	if (r == -ENOENT)
+		return r;
+	d->seq = seq0;
 	return 0;
 }
 
@@ -2499,12 +2565,14 @@ static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /*
  * READDIR and READDIRPLUS (@plus) of @ino from offset @off, up to @size
- * bytes. Offsets: "." ends at 1, ".." at 2, an entry at its name's
- * node_dir_off(); so @off means the same in any listing of the directory,
- * which the kernel relies on when it resumes a reader at the offset of the
- * last entry it gave from its cache (FOPEN_CACHE_DIR) after that cache was
- * dropped (fuse_readdir_cached: the stream goes on uncached, maybe on a
- * handle that never listed), and which telldir(3)/seekdir(3) need.
+ * bytes. Offsets: "." ends at 1, ".." at 2, an entry at its name's hash
+ * (node_dir_hash(), node_dir_offs()); so @off means the same in any
+ * listing of the directory, which the kernel relies on when it resumes a
+ * reader at the offset of the last entry it gave from its cache
+ * (FOPEN_CACHE_DIR) after that cache was dropped (fuse_readdir_cached: the
+ * stream goes on uncached, maybe on a handle that never listed), and which
+ * telldir(3)/seekdir(3) need. Replies -errno: ENOENT for a directory
+ * removed while open, EFBIG (dir_load), or agentd's.
  */
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, bool plus)
@@ -2514,6 +2582,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t *ids = NULL, pos = (uint64_t)off;
 	struct node_info info;
 	size_t n_ids = 0, used = 0, i;
+	bool known;
 	char *buf;
 	int r = 0;
 
@@ -2532,12 +2601,24 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (node_info(fs->nodes, ino, &info) < 0)
+	known = node_info(fs->nodes, ino, &info) == 0;
+	if (!known)
 		memset(&info, 0, sizeof(info));
 	pthread_mutex_lock(&d->lock);
-	/* Offset 0 (opendir, rewinddir): a fresh listing. */
-	if (pos == 0 || !d->have)
+	if (known && !info.attached) {
+		/* Removed (here or in the pod) while open: as getdents(2). */
+		r = -ENOENT;
+	} else if (d->at_end && pos == d->end) {
+		/* The end again: nothing more. */
+	} else if (pos == 0 || !d->have || pos < d->start || pos > d->end) {
+		/* Offset 0 (opendir, rewinddir), or not in this handle's
+		 * last reply: a fresh listing. */
+		d->at_end = false;
 		r = dir_load(fs, ino, d);
+	} else {
+		r = dir_check(fs, ino, info.ino, d);
+	}
+	d->start = pos;
 	i = pos < NODE_DIR_OFF_MIN ? 0 : dir_find(d, pos);
 	while (r == 0) {
 		struct fuse_entry_param e;
@@ -2596,9 +2677,15 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			i++;
 		pos = next;
 	}
-	/* The end: the next READDIR (a seekdir, a resumed stream) lists anew. */
-	if (r == 0 && used == 0)
-		dir_clear(d);
+	if (r == 0) {
+		d->end = pos;
+		if (pos >= 2 && i >= d->n) {
+			/* The end: give the memory back; a READDIR here again
+			 * finds the end without a listing. */
+			dir_free(d);
+			d->at_end = true;
+		}
+	}
 	pthread_mutex_unlock(&d->lock);
 	if (r < 0) {
 		reply_err(req, r);
@@ -2629,8 +2716,7 @@ static void ws_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 	(void)ino;
 	if (d) {
-		dir_clear(d);
-		free(d->ents);
+		dir_free(d);
 		pthread_mutex_destroy(&d->lock);
 		free(d);
 	}

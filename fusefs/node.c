@@ -645,12 +645,19 @@ void node_table_free(struct node_table *t)
 	free(t);
 }
 
-uint64_t node_dir_off(const struct node_table *t, const char *name, size_t len)
+uint64_t node_dir_hash(const struct node_table *t, const char *name, size_t len)
 {
 	/* Parent UINT64_MAX, no nodeid's: apart from the name table's hashes. */
-	uint64_t off = name_hash(t, UINT64_MAX, name, len) >> 1;
+	uint64_t h = name_hash(t, UINT64_MAX, name, len) >> 33; /* 31 bits */
 
-	return off < NODE_DIR_OFF_MIN ? NODE_DIR_OFF_MIN : off;
+	return h < NODE_DIR_OFF_MIN ? NODE_DIR_OFF_MIN : h;
+}
+
+void node_dir_offs(uint64_t *offs, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (offs[i] <= offs[i - 1])
+			offs[i] = offs[i - 1] + 1;
 }
 
 size_t node_count(struct node_table *t)

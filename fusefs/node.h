@@ -110,21 +110,38 @@ size_t node_count(struct node_table *t);
  */
 bool node_name_ok(const char *name, size_t len);
 
-/** Smallest offset node_dir_off() gives: 1 and 2 follow "." and "..". */
+/** Smallest directory offset node_dir_hash() gives: 1 and 2 follow "."
+ * and "..". */
 #define NODE_DIR_OFF_MIN 3
+/** Largest: 32-bit programs' off_t (ext4 gives them 32-bit hash offsets
+ * too; FUSE cannot tell who asks, so all get those). */
+#define NODE_DIR_OFF_MAX ((uint64_t)INT32_MAX)
 
 /**
- * The directory offset (FUSE dirent off, what telldir(3) returns and a
- * READDIR or READDIRPLUS resumes at) of the entry @p name (@p len bytes)
- * in any directory: SipHash-2-4 of the name under the table's random key,
- * in [NODE_DIR_OFF_MIN, INT64_MAX]. A name keeps its offset for the
- * table's life, whichever listing it comes in, as ext4's hash offsets do;
- * so a reader resumed at an offset after the pod changed the directory
- * still gets every name that was there throughout, once (readdir(3): a
- * name added or removed meanwhile may or may not be returned). Two names
- * share an offset with probability 2^-63 per pair. Any thread; no lock.
+ * Where the entry @p name (@p len bytes) goes in any directory listing:
+ * SipHash-2-4 of the name under the table's random key, in
+ * [NODE_DIR_OFF_MIN, NODE_DIR_OFF_MAX]. A name keeps its hash for the
+ * table's life, whichever listing it comes in, as with ext4's hash offsets;
+ * node_dir_offs() turns a listing's hashes into its offsets (FUSE dirent
+ * off, what telldir(3) returns and a READDIR resumes at). So a reader
+ * resumed at an offset after the pod changed the directory still gets every
+ * name that was there throughout, once (readdir(3): a name added or removed
+ * meanwhile may or may not be returned). Any thread; no lock.
  */
-uint64_t node_dir_off(const struct node_table *t, const char *name, size_t len);
+uint64_t node_dir_hash(const struct node_table *t, const char *name, size_t len);
+
+/**
+ * Turn the ascending hashes @p offs[0..@p n) of one listing (node_dir_hash(),
+ * names of equal hash in byte order) into its offsets, in place: each
+ * becomes the larger of its hash and the previous offset + 1, so no two
+ * entries share one (a shared offset would make a reader resumed there
+ * skip or repeat the names after it). A name's offset then equals its hash
+ * unless names of nearby hashes precede it (about n^2 / 2^31 per listing,
+ * 20,000 names: one in ten listings has such a pair); it moves only when
+ * one of those comes or goes. The last offsets may pass NODE_DIR_OFF_MAX
+ * (which only a 32-bit program minds). Pure; any thread.
+ */
+void node_dir_offs(uint64_t *offs, size_t n);
 
 /**
  * The kernel learnt the name @p name (@p len bytes) in directory @p parent,

@@ -112,6 +112,20 @@ readdirs() {
 	grep -c 'opcode: READDIR' "$WSFS_ERR" || true
 }
 
+# cached DIR N: wait until DIR lists N names from the kernel's cache alone
+# (no READDIR reaches wsfs: mount_wsfs -d).
+cached() {
+	local i n0
+	for ((i = 0; i < 100; i++)); do
+		n0=$(readdirs)
+		[ "$(find "$1" -mindepth 1 -maxdepth 1 -printf . | wc -c)" = "$2" ] &&
+			[ "$(readdirs)" = "$n0" ] && return 0
+		sleep 0.05
+	done
+	echo "# $1: never listed $2 names from the kernel's cache" >&3
+	return 1
+}
+
 @test "R1: an unchanged directory is listed from the kernel's cache; a change in the POD drops it" {
 	agentd_unix
 	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT"
@@ -149,15 +163,7 @@ readdirs() {
 	"$PY" -c 'import sys
 for i in range(3000):
     open("%s/entry_%06d_%s" % (sys.argv[1], i, "p" * (i % 40)), "w").close()' "$ROOT/big"
-	# until the whole listing comes from the kernel's cache: no READDIR
-	local i n0
-	for ((i = 0; i < 100; i++)); do
-		n0=$(readdirs)
-		[ "$(find "$MNT/big" -mindepth 1 -printf . | wc -c)" = 3000 ] &&
-			[ "$(readdirs)" = "$n0" ] && break
-		sleep 0.05
-	done
-	[ "$(readdirs)" = "$n0" ]
+	cached "$MNT/big" 3000
 	run "$PY" - "$ROOT/big" "$MNT/big" <<'PY'
 import os, sys, time
 pod, mnt = sys.argv[1], sys.argv[2]
@@ -179,6 +185,103 @@ print("kept", len(kept), "missing", len(kept - set(seen)),
 PY
 	assert_status 0
 	assert_eq "$output" "kept 2800 missing 0 twice 0"
+}
+
+@test "R1: after a rewinddir served from the kernel's cache, a handle that had listed before neither misses nor revives names" {
+	agentd_unix
+	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir "$ROOT/d"
+	"$PY" -c 'import sys
+for i in range(3000):
+    open("%s/e_%05d" % (sys.argv[1], i), "w").close()' "$ROOT/d"
+	cached "$MNT/d" 3000
+	run "$PY" - "$ROOT/d" "$MNT/d" "$WSFS_ERR" <<'PY'
+import ctypes, os, subprocess, sys, time
+pod, mnt, log = sys.argv[1:4]
+libc = ctypes.CDLL(None, use_errno=True)
+class Dirent(ctypes.Structure):
+    _fields_ = [("ino", ctypes.c_uint64), ("off", ctypes.c_int64),
+                ("reclen", ctypes.c_ushort), ("type", ctypes.c_ubyte),
+                ("name", ctypes.c_char * 256)]
+libc.opendir.restype = ctypes.c_void_p
+libc.readdir.restype = ctypes.POINTER(Dirent)
+libc.readdir.argtypes = libc.rewinddir.argtypes = [ctypes.c_void_p]
+def read(d, n=None):
+    out = []
+    while n is None or len(out) < n:
+        e = libc.readdir(d)
+        if not e:
+            break
+        name = e.contents.name.decode()
+        if name not in (".", ".."):
+            out.append(name)
+    return out
+def gone_on_mount(name):     # the mount took the pod's change in
+    for _ in range(250):
+        if not os.path.lexists(os.path.join(mnt, name)):
+            return
+        time.sleep(0.02)
+    sys.exit("the mount never saw %s go" % name)
+def cached(n):               # a whole listing from the kernel's cache
+    for _ in range(100):
+        before = open(log).read().count("opcode: READDIR")
+        if len(os.listdir(mnt)) == n and open(log).read().count("opcode: READDIR") == before:
+            return
+        time.sleep(0.05)
+    sys.exit("the listing never came from the kernel's cache")
+a = libc.opendir(mnt.encode())
+first = read(a, 100)                        # from the kernel's cache
+os.unlink(os.path.join(pod, first[0]))
+gone_on_mount(first[0])
+read(a, 1500)                               # uncached: a listing on a's handle
+for i in range(200):
+    open(os.path.join(pod, "new_%03d" % i), "w").close()
+old = sorted(n for n in os.listdir(pod) if n.startswith("e_"))[-200:]
+for n in old:
+    os.unlink(os.path.join(pod, n))
+gone_on_mount(old[-1])
+cached(3000 - 1 - 200 + 200)
+at_rewind = set(os.listdir(pod))
+libc.rewinddir(ctypes.c_void_p(a))
+seen = read(a, 100)                         # from the kernel's cache again
+os.unlink(os.path.join(pod, seen[50]))
+gone_on_mount(seen[50])
+seen += read(a)                             # uncached, at the 100th name
+libc.closedir(ctypes.c_void_p(a))
+kept = at_rewind - {seen[50]}
+print("missed", len(kept - set(seen)), "revived", len(set(seen) - at_rewind),
+      "twice", len(seen) - len(set(seen)))
+PY
+	assert_status 0
+	assert_eq "$output" "missed 0 revived 0 twice 0"
+}
+
+@test "a directory removed in the POD while a reader on MNT is part-way through it: getdents64 fails ENOENT, as on ext4" {
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir "$ROOT/d"
+	"$PY" -c 'import sys
+for i in range(3000):
+    open("%s/e_%05d" % (sys.argv[1], i), "w").close()' "$ROOT/d"
+	# (readdir(3) in glibc takes ENOENT for the end, so the system call)
+	run "$PY" - "$ROOT/d" "$MNT/d" <<'PY'
+import ctypes, os, platform, shutil, sys, time
+pod, mnt = sys.argv[1:3]
+nr = {"x86_64": 217, "aarch64": 61}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(1024)
+fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+first = libc.syscall(nr, fd, buf, len(buf))
+shutil.rmtree(pod)
+for _ in range(250):
+    if not os.path.lexists(mnt):
+        break
+    time.sleep(0.02)
+got = libc.syscall(nr, fd, buf, len(buf))
+print(first > 0, got, os.strerror(ctypes.get_errno()) if got < 0 else "")
+PY
+	assert_status 0
+	assert_eq "$output" "True -1 No such file or directory"
 }
 
 @test "a directory past -o max_dir_entries fails to list with EFBIG and a message; one at the limit lists" {
