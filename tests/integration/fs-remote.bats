@@ -106,26 +106,6 @@ size_is() {
 	show_latencies
 }
 
-# readdirs: how many READDIR/READDIRPLUS requests for any
-# directory reached wsfs so far (its -d log).
-readdirs() {
-	grep -c 'opcode: READDIR' "$WSFS_ERR" || true
-}
-
-# cached DIR N: wait until DIR lists N names from the kernel's cache alone
-# (no READDIR reaches wsfs: mount_wsfs -d).
-cached() {
-	local i n0
-	for ((i = 0; i < 100; i++)); do
-		n0=$(readdirs)
-		[ "$(find "$1" -mindepth 1 -maxdepth 1 -printf . | wc -c)" = "$2" ] &&
-			[ "$(readdirs)" = "$n0" ] && return 0
-		sleep 0.05
-	done
-	echo "# $1: never listed $2 names from the kernel's cache" >&3
-	return 1
-}
-
 @test "R1: an unchanged directory is listed from the kernel's cache; a change in the POD drops it" {
 	agentd_unix
 	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT"

@@ -181,6 +181,41 @@ print(os.strerror(ctypes.get_errno()) if r < 0 else "openat2 works")'
 	assert_eq "$(grep -c '^mnt line [0-9]*$' "$ROOT/log")" 200 "whole mount lines"
 }
 
+@test "a reader on the mount part-way through a cached listing while the pod removes names it read gets every other name once" {
+	need_wsfs
+	agentd_unix
+	mount_wsfs -d -o rpc_timeout=2
+	mkdir "$ROOT/big"
+	"$PY" -c 'import sys
+for i in range(3000):
+    open("%s/entry_%06d_%s" % (sys.argv[1], i, "p" * (i % 40)), "w").close()' "$ROOT/big"
+	cached "$MNT/big" 3000
+	local t=$BATS_TEST_TMPDIR reader
+	mkfifo "$t/ready" "$t/go"
+	"$PY" - "$MNT/big" "$t" >"$t/out" <<'PY' &
+import os, sys
+mnt, t = sys.argv[1:3]
+before = set(os.listdir(mnt))
+it = os.scandir(mnt)                      # from the kernel's cache
+seen = [next(it).name for _ in range(300)]
+with open(os.path.join(t, "gone"), "w") as f:
+    f.write("".join(n + "\n" for n in seen[:200]))
+open(os.path.join(t, "ready"), "w").close()
+open(os.path.join(t, "go")).read()
+seen += [e.name for e in it]              # after the pod's change
+kept = before - set(seen[:200])
+print("kept", len(kept), "missing", len(kept - set(seen)), "twice", len(seen) - len(set(seen)))
+PY
+	reader=$!
+	cat "$t/ready"
+	pod_run sh -c 'cd "$1" && xargs rm -- <"$2"' _ "$ROOT/big" "$t/gone"
+	poll_until 5 test ! -e "$MNT/big/$(tail -n 1 "$t/gone")" ||
+		{ echo "# the pod's removals never reached the mount" >&3; echo go >"$t/go"; false; }
+	echo go >"$t/go"
+	wait "$reader"
+	assert_eq "$(cat "$t/out")" "kept 2800 missing 0 twice 0"
+}
+
 @test "a program built on the mount runs in the pod" {
 	need_wsfs
 	command -v cc >/dev/null || skip "no cc"

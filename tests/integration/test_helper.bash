@@ -457,6 +457,26 @@ now_ms() {
 	date +%s%3N
 }
 
+# readdirs: how many READDIR/READDIRPLUS requests for any
+# directory reached wsfs so far (its -d log).
+readdirs() {
+	grep -c 'opcode: READDIR' "$WSFS_ERR" || true
+}
+
+# cached DIR N: wait until DIR lists N names from the kernel's cache alone
+# (no READDIR reaches wsfs: mount_wsfs -d).
+cached() {
+	local i n0
+	for ((i = 0; i < 100; i++)); do
+		n0=$(readdirs)
+		[ "$(find "$1" -mindepth 1 -maxdepth 1 -printf . | wc -c)" = "$2" ] &&
+			[ "$(readdirs)" = "$n0" ] && return 0
+		sleep 0.05
+	done
+	echo "# $1: never listed $2 names from the kernel's cache" >&3
+	return 1
+}
+
 # poll_until SECONDS CMD...: run CMD (a command or a shell function) every
 # 20 ms until it succeeds; sets POLL_MS to the milliseconds it took. Returns
 # 1 if it never succeeded within SECONDS.
@@ -870,6 +890,9 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: hard links share st_ino and nlink 2; symlinks keep their target"]="makes a hard link on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: wsfs --exec: a mount over agentd --stdio works, sees pod changes, and survives the command dying"]="creates files on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-tools.bats: a directory of 20,000 entries is listed exactly once each"]="removes entries on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
+	["fs-remote.bats: R1: a reader part-way through a cached listing while the POD removes and adds names gets every other name once"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox (gvisor.bats makes them there)"
+	["fs-remote.bats: R1: after a rewinddir served from the kernel's cache, a handle that had listed before neither misses nor revives names"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
+	["fs-remote.bats: a directory removed in the POD while a reader on MNT is part-way through it: getdents64 fails ENOENT, as on ext4"]="removes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R1: listings prefetched with a parent's never hide the mount's own or the pod's later changes"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R2: the echo of the mount's own change costs no call (the event brings the attributes); the pod's change still shows"]="changes the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
 	["fs-remote.bats: R2: stat after the mount's own write or chmod matches the pod: after a read (atime), on a directory listed, on a file linked outside"]="links and appends on the pod side from the host; gVisor's inotify sees only changes made in the sandbox"
