@@ -183,12 +183,14 @@ print(os.strerror(ctypes.get_errno()) if r < 0 else "openat2 works")'
 
 @test "a reader on the mount part-way through a cached listing while the pod removes names it read gets every other name once" {
 	need_wsfs
-	agentd_unix
-	mount_wsfs -d -o rpc_timeout=2
+	# Made before agentd starts, so its first walk watches the directory
+	# (gVisor's inotify never sees what the host does).
 	mkdir "$ROOT/big"
 	"$PY" -c 'import sys
 for i in range(3000):
     open("%s/entry_%06d_%s" % (sys.argv[1], i, "p" * (i % 40)), "w").close()' "$ROOT/big"
+	agentd_unix
+	mount_wsfs -d -o rpc_timeout=2
 	cached "$MNT/big" 3000
 	local t=$BATS_TEST_TMPDIR reader
 	mkfifo "$t/ready" "$t/go"

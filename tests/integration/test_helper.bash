@@ -464,13 +464,14 @@ readdirs() {
 }
 
 # cached DIR N: wait until DIR lists N names from the kernel's cache alone
-# (no READDIR reaches wsfs: mount_wsfs -d).
+# (no READDIR reaches wsfs: mount_wsfs -d, whose log must show the ones
+# that filled it).
 cached() {
 	local i n0
 	for ((i = 0; i < 100; i++)); do
 		n0=$(readdirs)
 		[ "$(find "$1" -mindepth 1 -maxdepth 1 -printf . | wc -c)" = "$2" ] &&
-			[ "$(readdirs)" = "$n0" ] && return 0
+			[ "$n0" -gt 0 ] && [ "$(readdirs)" = "$n0" ] && return 0
 		sleep 0.05
 	done
 	echo "# $1: never listed $2 names from the kernel's cache" >&3
