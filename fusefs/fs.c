@@ -97,19 +97,21 @@ struct wsfs_dirent {
 /*
  * An open directory (fi->fh of opendir): the whole listing, in offset
  * order, from the READDIR at offset 0 (opendir, rewinddir) until the one
- * that finds no more entries. A READDIR at an offset outside the last
- * reply (the kernel resumes at the last entry it could give the reader,
- * so anywhere in it) lists afresh: the reader got what came before from
- * the kernel's cache (after a rewinddir or seekdir, or another handle's
- * listing), which may be newer than this one.
+ * that finds no more entries, or a READDIR past them. A READDIR lists
+ * afresh when the directory changed since (its node's attribute version
+ * moved: the watch's or the mount's own change in it, node.h), or at an
+ * offset outside the last reply (the kernel resumes at the last entry it
+ * could give the reader, so anywhere in it): then the reader got what came
+ * before from the kernel's cache (after a rewinddir or seekdir, or another
+ * handle's listing), which may be newer than this listing.
  */
 struct wsfs_dir {
 	pthread_mutex_t lock;
 	struct wsfs_dirent *ents;
 	size_t n, cap;
 	bool have;    /* ents is a listing */
-	bool at_end;    /* the last reply found no more entries (ents freed) */
-	uint64_t seq;   /* inval_seq when listed or last found still there */
+	bool at_end;    /* a reply reached the end (ents freed by the READDIR after) */
+	uint64_t aver;  /* node_attr_ver() of the directory before it was listed */
 	uint64_t start; /* the offset the last reply began at */
 	uint64_t end;   /* the offset the last reply ended at */
 };
@@ -2432,7 +2434,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	int r;
 
 	dir_clear(d);
-	d->seq = seq0;
+	d->aver = node_attr_ver(fs->nodes, ino);
 	r = path_of(fs, ino, &path, &len);
 	if (r == -ESTALE)
 		r = -ENOENT; /* a removed directory */
@@ -2500,41 +2502,6 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	return 0;
 }
 
-/*
- * Before going on with @d's listing of @ino (server inode @sino; 0 =
- * unknown) after a change anywhere (inval_seq moved): is the directory
- * still there? A Stat; -ENOENT when it was removed or another directory
- * took its name (getdents(2) on a removed directory), else 0 (other
- * failures leave the listing to go on).
- */
-static int dir_check(struct wsfs *fs, fuse_ino_t ino, uint64_t sino, struct wsfs_dir *d)
-{
-	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
-	Wsbridge__V1__StatReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs);
-	char *path = NULL;
-	size_t len;
-	int r;
-
-	if (seq0 == d->seq)
-		return 0;
-	r = path_of(fs, ino, &path, &len);
-	if (r == -ESTALE)
-		return -ENOENT;
-	if (r < 0)
-		return 0;
-	q.path = bin(path, len);
-	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
-	free(path);
-	if (r == 0 && rep->attr && sino && rep->attr->ino != sino)
-		r = -ENOENT;
-	free_reply(rep);
-	if (r == -ENOENT)
-		return r;
-	d->seq = seq0;
-	return 0;
-}
-
 static void ws_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs_dir *d = calloc(1, sizeof(*d));
@@ -2582,7 +2549,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t *ids = NULL, pos = (uint64_t)off;
 	struct node_info info;
 	size_t n_ids = 0, used = 0, i;
-	bool known;
+	bool known, same;
 	char *buf;
 	int r = 0;
 
@@ -2605,18 +2572,20 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (!known)
 		memset(&info, 0, sizeof(info));
 	pthread_mutex_lock(&d->lock);
+	same = pos != 0 && node_attr_ver(fs->nodes, ino) == d->aver;
 	if (known && !info.attached) {
 		/* Removed (here or in the pod) while open: as getdents(2). */
 		r = -ENOENT;
-	} else if (d->at_end && pos == d->end) {
-		/* The end again: nothing more. */
-	} else if (pos == 0 || !d->have || pos < d->start || pos > d->end) {
-		/* Offset 0 (opendir, rewinddir), or not in this handle's
-		 * last reply: a fresh listing. */
+	} else if (same && d->have && pos >= d->start && pos <= d->end) {
+		/* The reader goes on with this listing. */
+	} else if (same && d->at_end && pos == d->end) {
+		/* Past the end again, nothing changed: nothing more. */
+	} else {
+		/* Offset 0 (opendir, rewinddir), a change since, or not in
+		 * this handle's last reply: a fresh listing (a removed
+		 * directory fails ENOENT there, as getdents(2)). */
 		d->at_end = false;
 		r = dir_load(fs, ino, d);
-	} else {
-		r = dir_check(fs, ino, info.ino, d);
 	}
 	d->start = pos;
 	i = pos < NODE_DIR_OFF_MIN ? 0 : dir_find(d, pos);
@@ -2680,9 +2649,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (r == 0) {
 		d->end = pos;
 		if (pos >= 2 && i >= d->n) {
-			/* The end: give the memory back; a READDIR here again
-			 * finds the end without a listing. */
-			dir_free(d);
+			/* The end. The kernel may still come back inside this
+			 * reply (what the reader's buffer could not take);
+			 * once it asks past it, give the memory back. */
+			if (used == 0)
+				dir_free(d);
 			d->at_end = true;
 		}
 	}

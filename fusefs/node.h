@@ -138,7 +138,8 @@ uint64_t node_dir_hash(const struct node_table *t, const char *name, size_t len)
  * skip or repeat the names after it). A name's offset then equals its hash
  * unless names of nearby hashes precede it (about n^2 / 2^31 per listing,
  * 20,000 names: one in ten listings has such a pair); it moves only when
- * one of those comes or goes. The last offsets may pass NODE_DIR_OFF_MAX
+ * one of those comes or goes, and a reader resumed at the offset such a
+ * name had then skips it (ext4 would repeat names instead). The last offsets may pass NODE_DIR_OFF_MAX
  * (which only a 32-bit program minds). Pure; any thread.
  */
 void node_dir_offs(uint64_t *offs, size_t n);

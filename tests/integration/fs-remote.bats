@@ -236,6 +236,71 @@ PY
 	assert_eq "$output" "missed 0 revived 0 twice 0"
 }
 
+@test "R1: a handle that read to the end, rewound into a newer cached listing, still gets the name the POD added past its old end" {
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir "$ROOT/d" "$ROOT/s"
+	"$PY" -c 'import sys
+for i in range(100):
+    open("%s/e_%05d" % (sys.argv[1], i), "w").close()
+for i in range(2000):
+    open("%s/n_%05d" % (sys.argv[2], i), "w").close()' "$ROOT/d" "$ROOT/s"
+	run "$PY" - "$ROOT" "$MNT" <<'PY'
+import ctypes, os, platform, struct, sys, time
+pod, mnt = sys.argv[1:3]
+nr = {"x86_64": 217, "aarch64": 61}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def getdents(fd, size):          # [(name, d_off)], one getdents64 call
+    buf = ctypes.create_string_buffer(size)
+    n = libc.syscall(nr, fd, buf, size)
+    if n < 0:
+        sys.exit("getdents64: " + os.strerror(ctypes.get_errno()))
+    out, p = [], 0
+    while p < n:
+        off, reclen = struct.unpack_from("<qH", buf.raw, p + 8)
+        out.append((buf.raw[p + 19:p + reclen].split(b"\0")[0].decode(), off))
+        p += reclen
+    return out
+def wait(cond):
+    for _ in range(250):
+        if cond():
+            return
+        time.sleep(0.02)
+    sys.exit("the mount never took the pod's change in")
+md = os.path.join(mnt, "d")
+a = os.open(md, os.O_RDONLY | os.O_DIRECTORY)
+got = []
+while r := getdents(a, 32):      # one entry a call, to the end
+    got += r
+last, end = got[-1]
+# a name whose offset is past a's end (offsets are the same in any directory)
+sd = os.open(os.path.join(mnt, "s"), os.O_RDONLY | os.O_DIRECTORY)
+sc = []
+while r := getdents(sd, 65536):
+    sc += r
+new = next(n for n, o in sc if n.startswith("n_") and o > end)
+open(os.path.join(pod, "d", new), "w").close()
+wait(lambda: os.path.lexists(os.path.join(md, new)))
+b = os.open(md, os.O_RDONLY | os.O_DIRECTORY)
+while getdents(b, 65536):        # another handle: the kernel caches the new listing
+    pass
+os.lseek(a, 0, os.SEEK_SET)      # a rewinds, reads from the cache up to its old end
+seen = []
+while r := getdents(a, 32):
+    seen += r
+    if r[-1][0] == last:
+        break
+os.unlink(os.path.join(pod, "d", "e_00000"))   # drops the cache under a
+wait(lambda: not os.path.lexists(os.path.join(md, "e_00000")))
+while r := getdents(a, 32):
+    seen += r
+print("new name seen:", new in [n for n, o in seen])
+PY
+	assert_status 0
+	assert_eq "$output" "new name seen: True"
+}
+
 @test "a directory removed in the POD while a reader on MNT is part-way through it: getdents64 fails ENOENT, as on ext4" {
 	agentd_unix
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
