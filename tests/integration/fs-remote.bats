@@ -241,10 +241,8 @@ PY
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	mkdir "$ROOT/d" "$ROOT/s"
 	"$PY" -c 'import sys
-for i in range(100):
-    open("%s/e_%05d" % (sys.argv[1], i), "w").close()
-for i in range(2000):
-    open("%s/n_%05d" % (sys.argv[2], i), "w").close()' "$ROOT/d" "$ROOT/s"
+for i in range(1000):
+    open("%s/n_%05d" % (sys.argv[1], i), "w").close()' "$ROOT/s"
 	run "$PY" - "$ROOT" "$MNT" <<'PY'
 import ctypes, os, platform, struct, sys, time
 pod, mnt = sys.argv[1:3]
@@ -268,18 +266,24 @@ def wait(cond):
             return
         time.sleep(0.02)
     sys.exit("the mount never took the pod's change in")
-md = os.path.join(mnt, "d")
-a = os.open(md, os.O_RDONLY | os.O_DIRECTORY)
-got = []
-while r := getdents(a, 32):      # one entry a call, to the end
-    got += r
-last, end = got[-1]
-# a name whose offset is past a's end (offsets are the same in any directory)
+# A name has the same offset in any directory: d gets the 100 names of
+# lowest offset in s, and later one from the middle, past d's end.
 sd = os.open(os.path.join(mnt, "s"), os.O_RDONLY | os.O_DIRECTORY)
 sc = []
 while r := getdents(sd, 65536):
-    sc += r
-new = next(n for n, o in sc if n.startswith("n_") and o > end)
+    sc += [x for x in r if x[0].startswith("n_")]
+sc.sort(key=lambda x: x[1])
+for n, o in sc[:100]:
+    open(os.path.join(pod, "d", n), "w").close()
+new = sc[500][0]
+md = os.path.join(mnt, "d")
+wait(lambda: os.path.lexists(os.path.join(md, sc[99][0])))  # not a listing:
+a = os.open(md, os.O_RDONLY | os.O_DIRECTORY)              # a's handle lists d
+got = []
+while r := getdents(a, 32):      # one entry a call, to the end
+    got += r
+last = got[-1][0]
+gone = got[2][0]
 open(os.path.join(pod, "d", new), "w").close()
 wait(lambda: os.path.lexists(os.path.join(md, new)))
 b = os.open(md, os.O_RDONLY | os.O_DIRECTORY)
@@ -291,8 +295,8 @@ while r := getdents(a, 32):
     seen += r
     if r[-1][0] == last:
         break
-os.unlink(os.path.join(pod, "d", "e_00000"))   # drops the cache under a
-wait(lambda: not os.path.lexists(os.path.join(md, "e_00000")))
+os.unlink(os.path.join(pod, "d", gone))        # drops the cache under a
+wait(lambda: not os.path.lexists(os.path.join(md, gone)))
 while r := getdents(a, 32):
     seen += r
 print("new name seen:", new in [n for n, o in seen])
