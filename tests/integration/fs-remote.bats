@@ -271,8 +271,12 @@ while r := getdents(a, 32):      # one entry a call, to the end
     got += r
 last = got[-1][0]
 gone = got[2][0]
+# Each pod change: wait until the mount took it in (the watch dropped d's
+# attributes with its cached listing: a new mtime), not just until a
+# lookup finds the name (agentd answers that before the watch reports).
+m = os.stat(md).st_mtime_ns
 open(os.path.join(pod, "d", new), "w").close()
-wait(lambda: os.path.lexists(os.path.join(md, new)))
+wait(lambda: os.stat(md).st_mtime_ns != m)
 b = os.open(md, os.O_RDONLY | os.O_DIRECTORY)
 while getdents(b, 65536):        # another handle: the kernel caches the new listing
     pass
@@ -282,8 +286,9 @@ while r := getdents(a, 32):
     seen += r
     if r[-1][0] == last:
         break
+m = os.stat(md).st_mtime_ns
 os.unlink(os.path.join(pod, "d", gone))        # drops the cache under a
-wait(lambda: not os.path.lexists(os.path.join(md, gone)))
+wait(lambda: os.stat(md).st_mtime_ns != m)
 while r := getdents(a, 32):
     seen += r
 print("new name seen:", new in [n for n, o in seen])
