@@ -53,9 +53,6 @@
 #define CHUNK_MAX ((size_t)1024 * 1024)
 /** Entries asked per ReadDir page (the server's cap). */
 #define READDIR_PAGE 4096u
-/** Default of wsfs_config.max_dir_entries: a larger listing fails with
- * EFBIG rather than let agentd's replies take all memory. */
-#define DIR_MAX_ENTRIES_DEFAULT 1048576u
 /** Entries of subdirectories a ReadDir may prefetch (the server's cap). */
 #define READDIR_PREFETCH 4096u
 /** Bytes a read-only Open brings along (OpenRequest.read_ahead). */
@@ -109,7 +106,7 @@ struct wsfs_dir {
 	pthread_mutex_t lock;
 	struct wsfs_dirent *ents;
 	size_t n, cap;
-	bool have;    /* ents is a listing */
+	bool have;      /* ents is a listing */
 	bool at_end;    /* a reply reached the end (ents freed by the READDIR after) */
 	uint64_t aver;  /* node_attr_ver() of the directory before it was listed */
 	uint64_t start; /* the offset the last reply began at */
@@ -2426,7 +2423,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
 	bool usable = true, eof = false;
-	size_t max = fs->cfg.max_dir_entries ? fs->cfg.max_dir_entries : DIR_MAX_ENTRIES_DEFAULT;
+	size_t max = fs->cfg.max_dir_entries ? fs->cfg.max_dir_entries : WSFS_MAX_DIR_ENTRIES_DEFAULT;
 	struct wsfs_pf *p;
 	int64_t cookie = 0;
 	char *path = NULL;

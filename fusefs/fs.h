@@ -32,6 +32,10 @@
 /** While agentd is unreachable, how often the monitor asks again, ms. */
 #define WSFS_PROBE_MS 250
 
+/** Default of wsfs_config.max_dir_entries (-o max_dir_entries): a larger
+ * listing fails with EFBIG rather than let agentd's replies take all memory. */
+#define WSFS_MAX_DIR_ENTRIES_DEFAULT 1048576u
+
 /** wsfs settings (wsfs.c fills them from -o options). */
 struct wsfs_config {
 	/** Kernel dentry cache timeout without a live watch stream, seconds. */
@@ -54,7 +58,7 @@ struct wsfs_config {
 	/** Kernel readahead for the mount, KiB; 0 = the kernel's default. */
 	unsigned read_ahead_kb;
 	/** Most entries of one directory a listing holds (about 200 bytes
-	 * each, names aside); past it READDIR fails with EFBIG. 0 = 1 Mi. */
+	 * each, names aside); past it READDIR fails with EFBIG. 0 = the default. */
 	unsigned max_dir_entries;
 	/** The mount point, absolute and canonical (for /proc/self/mountinfo);
 	 * borrowed, outlives the wsfs; NULL = unknown. */

@@ -250,7 +250,7 @@ int main(int argc, char **argv)
 		.rpc_timeout = 5.0,
 		.max_threads = 16,
 		.read_ahead_kb = 4096,
-		.max_dir_entries = 1u << 20,
+		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
 	};
 	struct wsc_options wo = { 0 };
 	struct wsfs_config cfg;
