@@ -17,8 +17,9 @@
  * if that is safe (same server inode; never with O_TRUNC/O_CREAT/O_EXCL) and
  * fails with EIO from then on if not.
  *
- * Caching: no writeback cache (writes reach agentd before write(2) returns,
- * so close leaves nothing buffered); kernel entry/attribute timeouts, longer
+ * Caching: no writeback cache; a write(2) through the kernel's pages may
+ * return before agentd has it (write-behind, below), but flush (close) and
+ * fsync wait for it; kernel entry/attribute timeouts, longer
  * while the watch stream is live; FOPEN_KEEP_CACHE only when the file's
  * (ino, size, mtime) are what this mount saw last. POSIX and BSD locks are
  * not implemented, so the kernel keeps them locally (per mount).
@@ -72,6 +73,9 @@ struct wsfs_file {
 	bool append;
 	bool direct_io; /* opened FOPEN_DIRECT_IO: writes bypass the kernel's pages */
 	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
+	int wb_err;      /* errno of a write-behind that failed, not yet reported; under lock */
+	bool wrote;         /* a WRITE came; under lock */
+	uint64_t write_end; /* where the last WRITE ended, bytes; under lock */
 	/* The file's first bytes as Open read them (OpenRequest.read_ahead),
 	 * for the first Read; under lock. */
 	char *ra;
@@ -355,6 +359,112 @@ static int child_path(struct wsfs *fs, fuse_ino_t parent, const char *name, char
 static ProtobufCBinaryData bin(const char *s, size_t len)
 {
 	return (ProtobufCBinaryData){ .len = len, .data = (uint8_t *)s };
+}
+
+/* ---- write-behind ----
+ *
+ * A WRITE through the kernel's pages (the handle is neither O_APPEND nor
+ * FOPEN_DIRECT_IO, and it is not the writeback of an mmap) is replied to as
+ * soon as it is recorded here; its thread then sends it to agentd while the
+ * writer's next write(2) goes on, as sshfs's writes go on without waiting
+ * for their replies. Up to cfg.write_behind are in flight; one that
+ * overlaps another in flight on the same server inode waits for it first,
+ * so agentd applies overlapping bytes in the order the kernel sent them.
+ * Every other request first waits for the writes replied to before it came
+ * (wb_wait()): whatever it reads or changes in agentd (a size, an mtime,
+ * bytes, a truncate, the Close) comes after them, so what the kernel was
+ * told stays true. The kernel marks a file's size and mtime stale after
+ * each WRITE (fs/fuse/file.c fuse_write_update_attr), so a stat after a
+ * write is such a request and sees the new size. A write agentd fails
+ * fails the handle's next write, fsync or flush (so close(2)) with its
+ * errno, once, as a failed writeback does on a local disk (fsync(2),
+ * close(2): "errors ... may be reported"), and the file's pages are not
+ * kept at its next open. wb_lock is a leaf lock; the waits are bounded by
+ * the writes' RPC deadline.
+ */
+
+/* Wait until every write replied to before this call has reached agentd
+ * or failed. Any FUSE request thread; returns at once with none in flight. */
+static void wb_wait(struct wsfs *fs)
+{
+	unsigned n = fs->cfg.write_behind;
+	uint64_t upto;
+
+	if (atomic_load(&fs->wb_n) == 0)
+		return;
+	pthread_mutex_lock(&fs->wb_lock);
+	upto = fs->wb_seq;
+	for (;;) {
+		bool busy = false;
+
+		for (unsigned i = 0; i < n && !busy; i++)
+			busy = fs->wb[i].seq && fs->wb[i].seq < upto;
+		if (!busy)
+			break;
+		pthread_cond_wait(&fs->wb_cond, &fs->wb_lock);
+	}
+	pthread_mutex_unlock(&fs->wb_lock);
+}
+
+/*
+ * Record a write of bytes [@off, @end) of server inode @ino as in flight,
+ * once a slot is free and no write in flight overlaps it. Returns its
+ * sequence number, for wb_end().
+ */
+static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end)
+{
+	unsigned n = fs->cfg.write_behind, slot;
+	uint64_t seq;
+
+	pthread_mutex_lock(&fs->wb_lock);
+	for (;;) {
+		bool overlap = false;
+
+		slot = n;
+		for (unsigned i = 0; i < n; i++) {
+			const struct wsfs_wb *w = &fs->wb[i];
+
+			if (!w->seq)
+				slot = slot < n ? slot : i;
+			else if (w->ino == ino && w->off < end && off < w->end)
+				overlap = true;
+		}
+		if (!overlap && slot < n)
+			break;
+		pthread_cond_wait(&fs->wb_cond, &fs->wb_lock);
+	}
+	seq = fs->wb_seq++;
+	fs->wb[slot] = (struct wsfs_wb){ .seq = seq, .ino = ino, .off = off, .end = end };
+	atomic_fetch_add(&fs->wb_n, 1);
+	pthread_mutex_unlock(&fs->wb_lock);
+	return seq;
+}
+
+/* The write wb_begin() numbered @seq reached agentd or failed. */
+static void wb_end(struct wsfs *fs, uint64_t seq)
+{
+	pthread_mutex_lock(&fs->wb_lock);
+	for (unsigned i = 0; i < fs->cfg.write_behind; i++) {
+		if (fs->wb[i].seq == seq) {
+			fs->wb[i].seq = 0;
+			atomic_fetch_sub(&fs->wb_n, 1);
+			break;
+		}
+	}
+	pthread_cond_broadcast(&fs->wb_cond);
+	pthread_mutex_unlock(&fs->wb_lock);
+}
+
+/* Take @f's unreported write-behind error: a positive errno, or 0. */
+static int wb_error_take(struct wsfs_file *f)
+{
+	int e;
+
+	pthread_mutex_lock(&f->lock);
+	e = f->wb_err;
+	f->wb_err = 0;
+	pthread_mutex_unlock(&f->lock);
+	return e;
 }
 
 /* ---- entries ---- */
@@ -886,6 +996,7 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	first_request(fs);
 	/* A name missing from a directory whose names are all known (a name
 	 * too long for any directory is agentd's ENAMETOOLONG). */
@@ -1160,6 +1271,7 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int r;
 
+	wb_wait(fs);
 	first_request(fs);
 	if ((own_attr(fs, ino, &st) || attr_kept(fs, ino, &st)) && attr_fits(fs, ino, &st) == 0) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
@@ -1188,6 +1300,7 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	struct stat st;
 	int r;
 
+	wb_wait(fs);
 	if (!(mask & X_OK)) {
 		fuse_reply_err(req, 0);
 		return;
@@ -1233,6 +1346,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
 		q.mode = attr->st_mode & 07777;
@@ -1338,6 +1452,7 @@ static void ws_readlink(fuse_req_t req, fuse_ino_t ino)
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	r = path_of(fs, ino, &path, &len);
 	if (r < 0)
 		goto out;
@@ -1377,6 +1492,7 @@ static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	(void)rdev; /* device nodes are refused by agentd (EPERM) */
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
@@ -1405,6 +1521,7 @@ static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
@@ -1432,6 +1549,7 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
@@ -1461,6 +1579,7 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
@@ -1506,6 +1625,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	size_t from_len, to_len;
 	int r;
 
+	wb_wait(fs);
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE) ||
 	    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE)) {
 		fuse_reply_err(req, EINVAL);
@@ -1558,6 +1678,7 @@ static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	size_t from_len, to_len;
 	int r;
 
+	wb_wait(fs);
 	r = path_of(fs, ino, &from, &from_len);
 	if (r == -ESTALE)
 		r = -ENOENT; /* an unlinked file cannot get a name back */
@@ -1682,6 +1803,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	r = node_info(fs->nodes, ino, &info);
 	if (r == 0)
 		r = path_of(fs, ino, &path, &len);
@@ -1779,6 +1901,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	memset(&e, 0, sizeof(e));
 	r = child_path(fs, parent, name, &path, &len);
 	if (r < 0)
@@ -1910,6 +2033,7 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	int64_t at0;
 	int r;
 
+	wb_wait(fs);
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -2045,21 +2169,51 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct wsfs_file *f = file_of(fi);
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
 	struct hslot s = { f, &q.handle };
+	/* Write-behind (above): libfuse keeps @buf until this returns. */
+	bool behind = fs->cfg.write_behind > 0 && !fi->writepage && !f->append && !f->direct_io;
+	bool sequential;
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
-	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
+	uint64_t oseq0, gen0, gen, wseq = 0;
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
 
-	if (off < 0) {
+	if (off < 0 || (uint64_t)off > UINT64_MAX - size) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (!fi->writepage) {
+		int e = wb_error_take(f);
+
+		if (e) {
+			fuse_reply_err(req, e);
+			return;
+		}
+	}
+	/* Only a write that goes on where the handle's last one ended: a
+	 * file written in one write(2) and closed would gain nothing, and its
+	 * close would wait for the write on one more thread hand-off. */
+	pthread_mutex_lock(&f->lock);
+	sequential = f->wrote && f->write_end == (uint64_t)off;
+	f->wrote = true;
+	f->write_end = (uint64_t)off + size;
+	pthread_mutex_unlock(&f->lock);
+	behind = behind && sequential;
+	if (behind)
+		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size);
+	else
+		wb_wait(fs);
+	oseq0 = own_seq(fs);
+	gen0 = atomic_load(&fs->mgen);
 	/* Detached (unlinked) files have no path and no echo to expect. */
 	if (path_of(fs, ino, &path, &len) == 0)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	if (behind) {
+		fuse_reply_write(req, size);
+		req = NULL;
+	}
 	while (done < size) {
 		Wsbridge__V1__WriteReply *rep = NULL;
 		size_t want = size - done < CHUNK_MAX ? size - done : CHUNK_MAX;
@@ -2078,37 +2232,62 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		done += n;
 		have_st = attr_to_stat(rep->attr, &st) == 0;
 		free_reply(rep);
-		if (n < want)
+		/* Short: the caller learns the errno by writing the rest; a
+		 * write-behind does that itself. */
+		if (n < want && (!behind || n == 0))
 			break;
 	}
+	if (behind && r == 0 && done < size)
+		r = -EIO; /* agentd wrote nothing and gave no errno */
 	gen = mutated(fs);
 	if (path) {
 		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
 		free(path);
 	}
 	own_keep(fs, ino, r == 0 && have_st && done == size ? &st : NULL, gen0, gen, oseq0);
-	if (f->direct_io && !fi->writepage) {
-		/* Not through the kernel's pages (O_APPEND, file_opened()):
-		 * the next open must not keep them. */
+	if ((f->direct_io && !fi->writepage) || (behind && r < 0)) {
+		/* Not through the kernel's pages (O_APPEND, file_opened()), or
+		 * pages agentd lacks: the next open must not keep them. */
 		node_seen_set(fs->nodes, ino, NULL);
 	} else if (have_st && S_ISREG(st.st_mode)) {
-		/* Our own write: the kernel's pages hold it (write-through). */
+		/* Our own write: the kernel's pages hold it (write-through).
+		 * Writes in flight together may be answered in any order: the
+		 * latest (mtime, size) is the file's. */
 		struct node_seen now = seen_of(&st);
 
-		node_seen_set(fs->nodes, ino, &now);
+		if (behind)
+			node_seen_advance(fs->nodes, ino, &now);
+		else
+			node_seen_set(fs->nodes, ino, &now);
 	}
-	if (r < 0 && done == 0)
+	if (behind) {
+		if (r < 0) {
+			pthread_mutex_lock(&f->lock);
+			if (!f->wb_err)
+				f->wb_err = errno_out(r, false);
+			pthread_mutex_unlock(&f->lock);
+			wsb_warn("a write of %zu bytes at %jd, replied to before agentd answered, "
+				 "failed: %s; the file's next write, fsync or close reports it",
+				 size, (intmax_t)off, strerror(errno_out(r, false)));
+		}
+		wb_end(fs, wseq);
+	} else if (r < 0 && done == 0) {
 		reply_err(req, r);
-	else
+	} else {
 		fuse_reply_write(req, done);
+	}
 }
 
 static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	/* Every write already reached agentd: nothing is buffered here. */
+	struct wsfs *fs = FS(req);
+	struct wsfs_file *f = file_of(fi);
+
+	/* Nothing is buffered here once the writes in flight have ended;
+	 * close(2) reports the first that failed. */
 	(void)ino;
-	(void)fi;
-	fuse_reply_err(req, 0);
+	wb_wait(fs);
+	fuse_reply_err(req, f ? wb_error_take(f) : 0);
 }
 
 static void ws_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -2119,6 +2298,7 @@ static void ws_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	char *path = NULL;
 	size_t len = 0;
 
+	wb_wait(fs); /* before the Close, and before @f goes */
 	fuse_reply_err(req, 0);
 	if (!f)
 		return;
@@ -2137,12 +2317,14 @@ static void ws_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__FsyncRequest q = WSBRIDGE__V1__FSYNC_REQUEST__INIT;
 	struct hslot s = { file_of(fi), &q.handle };
-	int r;
+	int r, e;
 
 	(void)ino;
+	wb_wait(fs);
 	q.datasync = datasync != 0;
 	r = file_rpc(fs, &s, 1, M("Fsync"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
-	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
+	e = s.f ? wb_error_take(s.f) : 0;
+	fuse_reply_err(req, e ? e : r < 0 ? errno_out(r, false) : 0);
 }
 
 /* ---- directories ---- */
@@ -2550,6 +2732,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	char *buf;
 	int r = 0;
 
+	wb_wait(fs);
 	if (off < 0 || !d) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -2702,6 +2885,7 @@ static void ws_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	(void)fi;
 	r = path_of(fs, ino, &path, &len);
 	if (r == -ESTALE)
@@ -2734,6 +2918,7 @@ static void ws_statfs(fuse_req_t req, fuse_ino_t ino)
 	size_t len = 0;
 	int r;
 
+	wb_wait(fs);
 	if (path_of(fs, ino, &path, &len) < 0) {
 		path = NULL;
 		len = 0;
@@ -2785,6 +2970,7 @@ static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	if (flags & ~(XATTR_CREATE | XATTR_REPLACE)) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -2817,10 +3003,13 @@ static void ws_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	size_t len;
 	int r;
 
+	/* The kernel asks for security.capability before every write(2)
+	 * (file_remove_privs): a local answer, which waits for nothing. */
 	if (xattr_local(name)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
+	wb_wait(fs);
 	r = path_of(fs, ino, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
@@ -2863,6 +3052,7 @@ static void ws_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	size_t len, total = 0;
 	int r;
 
+	wb_wait(fs);
 	r = path_of(fs, ino, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
@@ -2923,6 +3113,7 @@ static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	size_t len;
 	int r;
 
+	wb_wait(fs);
 	if (xattr_local(name)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -2949,6 +3140,7 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	struct hslot s = { file_of(fi), &q.handle };
 	int r;
 
+	wb_wait(fs);
 	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -2977,6 +3169,7 @@ static void ws_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	struct hslot s = { file_of(fi), &q.handle };
 	int r;
 
+	wb_wait(fs);
 	(void)ino;
 	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
 		fuse_reply_err(req, EINVAL); /* SEEK_SET/CUR/END are the kernel's */
@@ -3005,6 +3198,7 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	struct hslot s[2] = { { file_of(fi_in), &q.handle_in }, { file_of(fi_out), &q.handle_out } };
 	int r;
 
+	wb_wait(fs);
 	(void)ino_in;
 	if (flags != 0 || off_in < 0 || off_out < 0) {
 		fuse_reply_err(req, EINVAL);
@@ -3094,6 +3288,12 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
+	pthread_mutex_init(&fs->wb_lock, NULL);
+	pthread_cond_init(&fs->wb_cond, NULL);
+	atomic_init(&fs->wb_n, 0);
+	fs->wb_seq = 1;
+	if (fs->cfg.write_behind > WSFS_WRITE_BEHIND_MAX)
+		fs->cfg.write_behind = WSFS_WRITE_BEHIND_MAX;
 	/* watch.c waits with CLOCK_MONOTONIC deadlines. */
 	wsb_cond_init_mono(&fs->self_cond);
 	wsb_cond_init_mono(&fs->mon_cond);
@@ -3110,6 +3310,8 @@ void wsfs_free(struct wsfs *fs)
 	for (size_t k = 0; k < WSFS_PF_DIRS; k++)
 		pf_free(fs->pf[k]);
 	pthread_mutex_destroy(&fs->pf_lock);
+	pthread_mutex_destroy(&fs->wb_lock);
+	pthread_cond_destroy(&fs->wb_cond);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
 	wsfs_neg_free(fs);

@@ -36,6 +36,11 @@
  * listing fails with EFBIG rather than let agentd's replies take all memory. */
 #define WSFS_MAX_DIR_ENTRIES_DEFAULT 1048576u
 
+/** Default of wsfs_config.write_behind (-o write_behind): WRITEs in flight. */
+#define WSFS_WRITE_BEHIND_DEFAULT 4u
+/** Largest wsfs_config.write_behind. */
+#define WSFS_WRITE_BEHIND_MAX 64u
+
 /** wsfs settings (wsfs.c fills them from -o options). */
 struct wsfs_config {
 	/** Kernel dentry cache timeout without a live watch stream, seconds. */
@@ -60,6 +65,11 @@ struct wsfs_config {
 	/** Most entries of one directory a listing holds (about 200 bytes
 	 * each, names aside); past it READDIR fails with EFBIG. 0 = the default. */
 	unsigned max_dir_entries;
+	/** Most WRITEs (of at most 1 MiB each) replied to the kernel before
+	 * agentd answered them (fs.c "Write-behind"), 0..WSFS_WRITE_BEHIND_MAX;
+	 * 0 = every write(2) waits for agentd. Each holds one FUSE worker
+	 * thread while it runs. */
+	unsigned write_behind;
 	/** The mount point, absolute and canonical (for /proc/self/mountinfo);
 	 * borrowed, outlives the wsfs; NULL = unknown. */
 	const char *mountpoint;
@@ -167,6 +177,20 @@ struct wsfs {
 	pthread_mutex_t pf_lock;
 	struct wsfs_pf *pf[WSFS_PF_DIRS];
 	size_t pf_next;
+
+	/* Writes replied to the kernel before agentd answered them (fs.c
+	 * wb_*); protected by wb_lock (a leaf lock). */
+	pthread_mutex_t wb_lock;
+	pthread_cond_t wb_cond;
+	/** How many there are; read without wb_lock as a hint. */
+	atomic_uint wb_n;
+	/** Sequence number of the next one (from 1). */
+	uint64_t wb_seq;
+	/** The writes in flight, of server inode ino, bytes [off, end);
+	 * seq 0 = a free slot. */
+	struct wsfs_wb {
+		uint64_t seq, ino, off, end;
+	} wb[WSFS_WRITE_BEHIND_MAX];
 
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
 	pthread_mutex_t self_lock;

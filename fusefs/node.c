@@ -1007,6 +1007,19 @@ void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s)
 	pthread_mutex_unlock(&t->lock);
 }
 
+void node_seen_advance(struct node_table *t, uint64_t id, const struct node_seen *s)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->seen.valid && n->seen.ino == s->ino &&
+	    (n->seen.mtime_ns < s->mtime_ns ||
+	     (n->seen.mtime_ns == s->mtime_ns && n->seen.size <= s->size)))
+		n->seen = *s;
+	pthread_mutex_unlock(&t->lock);
+}
+
 uint64_t node_attr_ver(struct node_table *t, uint64_t id)
 {
 	struct node *n;

@@ -280,6 +280,15 @@ int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t 
 void node_seen_set(struct node_table *t, uint64_t id, const struct node_seen *s);
 
 /**
+ * node_seen_set(@p t, @p id, @p s) when what @p id has is valid, of the
+ * same inode and not later than @p s (mtime_ns first, then size): for the
+ * replies to writes in flight together, which may come in any order. A
+ * record that was forgotten (a failed write, the pod's change) stays so.
+ * Any thread; takes the table's lock.
+ */
+void node_seen_advance(struct node_table *t, uint64_t id, const struct node_seen *s);
+
+/**
  * Keep @p st, the attributes agentd replied to this mount's own write to
  * @p id, tagged with the caller's generations (@p gen: fs.h mgen just after
  * that write; @p seq: inval_seq before it was sent) and @p now_ns

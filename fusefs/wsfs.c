@@ -47,6 +47,7 @@ struct opts {
 	unsigned max_threads;
 	unsigned read_ahead_kb;
 	unsigned max_dir_entries;
+	unsigned write_behind;
 	int foreground;
 	int single;
 	int clone_fd;
@@ -70,6 +71,7 @@ static const struct fuse_opt spec[] = {
 	OPT("max_threads=%u", max_threads, 0),
 	OPT("read_ahead_kb=%u", read_ahead_kb, 0),
 	OPT("max_dir_entries=%u", max_dir_entries, 0),
+	OPT("write_behind=%u", write_behind, 0),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
 	OPT("--token-file %s", token_file, 0),
@@ -153,6 +155,9 @@ static void usage(FILE *f)
 		"  -o max_dir_entries=N   most entries of one directory wsfs lists, about\n"
 		"                         200 bytes each while listed; a larger one fails\n"
 		"                         with EFBIG (default 1048576)\n"
+		"  -o write_behind=N      writes of up to 1 MiB each that write(2) may\n"
+		"                         return before agentd has (close and fsync wait\n"
+		"                         and report their errors; default 4, 0 = none)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
@@ -251,6 +256,7 @@ int main(int argc, char **argv)
 		.max_threads = 16,
 		.read_ahead_kb = 4096,
 		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
+		.write_behind = WSFS_WRITE_BEHIND_DEFAULT,
 	};
 	struct wsc_options wo = { 0 };
 	struct wsfs_config cfg;
@@ -318,6 +324,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: max_dir_entries wants 1..67108864\n");
 		goto out;
 	}
+	if (o.write_behind > WSFS_WRITE_BEHIND_MAX) {
+		fprintf(stderr, "wsfs: write_behind wants 0..%u\n", WSFS_WRITE_BEHIND_MAX);
+		goto out;
+	}
 	if (!o.token_file) {
 		const char *e = getenv("WSBRIDGE_TOKEN_FILE");
 
@@ -345,6 +355,7 @@ int main(int argc, char **argv)
 	cfg.no_watch = o.no_watch;
 	cfg.read_ahead_kb = o.read_ahead_kb;
 	cfg.max_dir_entries = o.max_dir_entries;
+	cfg.write_behind = o.write_behind;
 	/* For /proc/self/mountinfo (readahead); the mount point exists. */
 	mnt_real = realpath(mnt, NULL);
 	cfg.mountpoint = mnt_real;

@@ -1615,3 +1615,30 @@ while todo:
 	show_latencies
 	no_problems
 }
+
+# Write-behind (fusefs/fs.c): write(2) returns once wsfs has the bytes and
+# up to -o write_behind (default 4) WRITEs reach agentd in the background.
+
+@test "write-behind: 8 MiB into a 4 MiB workspace fails with ENOSPC at a write or at close; the mount then reads what the pod has" {
+	mount -t tmpfs -o size=4m wsb-enospc "$ROOT" 2>/dev/null || skip "cannot mount a tmpfs here"
+	LOOP_ROOT=$ROOT
+	up
+	run_py write_behind.py enospc "$MNT" "$ROOT"
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	# The writer that ignores nothing: dd stops with the error, non-zero.
+	rm -f "$MNT/big"
+	run dd if=/dev/zero of="$MNT/dd" bs=1M count=8
+	assert_status 1
+	assert_contains "$output" "No space left on device"
+}
+
+@test "write-behind: after each write, stat and an O_DIRECT read see it; after close or fsync the pod has every byte" {
+	up
+	run_py write_behind.py follow "$MNT" "$ROOT"
+}
+
+@test "write-behind: two handles writing over each other's bytes land in the pod in the order they were made" {
+	up
+	mkdir "$BATS_TEST_TMPDIR/local"
+	run_py write_behind.py overlap "$MNT" "$ROOT" "$BATS_TEST_TMPDIR/local"
+}

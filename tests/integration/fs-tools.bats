@@ -280,7 +280,7 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	local m="$BATS_TEST_TMPDIR/m2" o
 	mkdir -p "$m"
 	for o in read_ahead_kb=1048577 max_threads=0 rpc_timeout=0.01 max_dir_entries=0 \
-		max_dir_entries=67108865; do
+		max_dir_entries=67108865 write_behind=65; do
 		run --separate-stderr "$WSFS" -f -o "$o" "$ADDR" "$m"
 		assert_status 1
 		assert_contains "$stderr" "${o%%=*} wants"

@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Checks of wsfs's write-behind (fs.c): write(2) returns before agentd has
+the bytes, so these look for what the writer or anyone else could see go
+wrong. Usage: write_behind.py CHECK MNT ROOT [LOCAL]; prints what it found,
+exits non-zero on a difference.
+
+  enospc   ROOT is a 4 MiB tmpfs: 8 MiB written in 1 MiB writes must fail
+           with ENOSPC at a write or at close (never report success), and
+           the file, opened again, reads what the pod has.
+  follow   16 writes of 1 MiB, one after the other (all but the first
+           written behind): after each, stat (by path and by fd) gives
+           the new size and an O_DIRECT read (which reaches agentd) the new
+           bytes; right after close, and after an fsync with the file still
+           open, the pod has every byte.
+  overlap  two handles of one file write 300 blocks of 128 KiB on where
+           each left off, the second over the first's: the pod's file
+           equals the same writes made on LOCAL.
+"""
+import errno
+import mmap
+import os
+import sys
+
+MiB = 1024 * 1024
+
+
+def block(i, size=MiB):
+    """size bytes that differ for every i (and at every 8-byte position)."""
+    unit = (b"%07d\n" % i)
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def enospc(mnt, root):
+    path = mnt + "/big"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    failed_at = None
+    for i in range(8):
+        try:
+            os.write(fd, block(i))
+        except OSError as e:
+            failed_at = ("write %d" % i, e.errno)
+            break
+    try:
+        os.close(fd)
+        if failed_at is None:
+            failed_at = ("nowhere", 0)
+    except OSError as e:
+        failed_at = failed_at or ("close", e.errno)
+    print("ENOSPC reported at:", failed_at[0], errno.errorcode.get(failed_at[1]))
+    if failed_at[1] != errno.ENOSPC:
+        print("FAIL: 8 MiB into a 4 MiB workspace did not fail with ENOSPC")
+        return 1
+    with open(path, "rb") as f:
+        seen = f.read()
+    with open(root + "/big", "rb") as f:
+        pod = f.read()
+    print("mount reads %d bytes, the pod has %d" % (len(seen), len(pod)))
+    if seen != pod:
+        print("FAIL: the mount shows bytes the pod does not have")
+        return 1
+    if len(pod) > 4 * MiB:
+        print("FAIL: the pod has more than 4 MiB")
+        return 1
+    return 0
+
+
+def follow(mnt, root):
+    path = mnt + "/f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    rfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, MiB)  # page-aligned, as O_DIRECT wants
+    bad = 0
+    for i in range(16):
+        data = block(i)
+        assert os.write(fd, data) == MiB
+        want = (i + 1) * MiB
+        for how, st in (("path", os.stat(path)), ("fd", os.fstat(fd))):
+            if st.st_size != want:
+                print("FAIL: after write %d, stat by %s says %d bytes, not %d"
+                      % (i, how, st.st_size, want))
+                bad += 1
+        n = os.preadv(rfd, [buf], i * MiB)
+        if n != MiB or buf[:] != data:
+            print("FAIL: after write %d, an O_DIRECT read got %d bytes%s"
+                  % (i, n, "" if n != MiB else ", not the ones written"))
+            bad += 1
+    os.close(rfd)
+    os.close(fd)
+    # Close-to-open: the pod has it all once close(2) returned.
+    with open(root + "/f", "rb") as f:
+        pod = f.read()
+    if pod != b"".join(block(i) for i in range(16)):
+        print("FAIL: right after close the pod has %d bytes, not all 16 MiB written"
+              % len(pod))
+        bad += 1
+    # fsync(2), the file still open: the pod has it.
+    fd = os.open(path, os.O_WRONLY)
+    for i in range(8):
+        os.pwrite(fd, block(100 + i), i * MiB)
+    os.fsync(fd)
+    with open(root + "/f", "rb") as f:
+        pod = f.read(8 * MiB)
+    os.close(fd)
+    if pod != b"".join(block(100 + i) for i in range(8)):
+        print("FAIL: after fsync the pod lacks bytes written before it")
+        bad += 1
+    print("%d problems" % bad)
+    return 1 if bad else 0
+
+
+def overlap(mnt, root, local):
+    # Two handles of one file, each writing on where it left off (so
+    # written behind), the second over what the first just wrote: its
+    # write must wait for the first's, or agentd may apply them in the
+    # other order.
+    fds = [[os.open(d + "/o", os.O_WRONLY | os.O_CREAT, 0o644) for _ in range(2)]
+           for d in (mnt, local)]
+    size = 128 * 1024
+    for i in range(300):
+        for a, b in fds:
+            assert os.pwrite(a, block(i, size), i * size) == size
+            assert os.pwrite(b, block(1000 + i, size), i * size) == size
+    for pair in fds:
+        for fd in pair:
+            os.close(fd)
+    with open(root + "/o", "rb") as f:
+        pod = f.read()
+    with open(local + "/o", "rb") as f:
+        want = f.read()
+    if pod != want:
+        first = next((k for k in range(min(len(pod), len(want))) if pod[k] != want[k]),
+                     min(len(pod), len(want)))
+        print("FAIL: the pod's file (%d bytes) differs from the local one (%d) at byte %d"
+              % (len(pod), len(want), first))
+        return 1
+    print("the pod's file equals the local one (%d bytes)" % len(pod))
+    return 0
+
+
+def main():
+    check, mnt, root = sys.argv[1:4]
+    if check == "enospc":
+        return enospc(mnt, root)
+    if check == "follow":
+        return follow(mnt, root)
+    if check == "overlap":
+        return overlap(mnt, root, sys.argv[4])
+    print("unknown check", check)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
