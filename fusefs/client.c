@@ -30,6 +30,19 @@
  * messages still arrive while the caller is idle; the first call to wait
  * after that wakes it out of its queue (grpc_completion_queue_shutdown).
  *
+ * Stuck calls. gRPC enforces a call's deadline by cancelling it, but a
+ * batch whose message the transport has begun to write completes only when
+ * that write does (chttp2 hands the bytes to the endpoint and waits for
+ * it): with a peer that stopped reading (agentd SIGSTOPped, a frozen pod, a
+ * stalled `kubectl exec`) and a message larger than the socket buffers, the
+ * call never ends, and neither does a caller that waits for it; keepalive
+ * pings cannot be written either. So a unary call keeps its state on the
+ * heap (struct unary), and its caller waits until the deadline plus
+ * WSC_STUCK_GRACE_MS; then it cancels the call, leaves the state on
+ * wsc.abandoned and fails with DEADLINE_EXCEEDED. gRPC writes into that
+ * state when the batch ends at last (the peer reads again, or the
+ * connection breaks); the next unary call frees what has ended (unary_reap).
+ *
  * Locks: wsc.lock guards wsc.chan, every wsc_chan.refs and the queue pool;
  * wsc.reconnect_lock serialises reconnects; wsc.idle_lock the idle poller's
  * state; wsc_stream.status_lock guards the stream's final status. No lock is
@@ -77,6 +90,11 @@ extern char **environ;
 /** Longest the idle poller stays in one queue, ms (a safety net: a waiter
  * that missed idle_polling is served by its own poll once it ends). */
 #define WSC_IDLE_POLL_MS 1000
+/** How long a unary call's batch may outlive its deadline before the caller
+ * stops waiting for it (wsc_unary_ex, "Stuck calls"), ms. */
+#define WSC_STUCK_GRACE_MS 1000
+/** Most calls left behind that way at once; past it callers wait on. */
+#define WSC_ABANDON_MAX 256
 
 /* One channel; replaced as a whole by wsc_reconnect(). */
 struct wsc_chan {
@@ -85,12 +103,27 @@ struct wsc_chan {
 	unsigned refs; /* protected by wsc.lock */
 };
 
+/* A unary call's state: gRPC writes into it until the batch ends. */
+struct unary {
+	struct unary *next; /* wsc.abandoned */
+	struct wsc_chan *ch;
+	grpc_completion_queue *cq;
+	grpc_call *call;
+	grpc_byte_buffer *send_bb, *recv_bb;
+	grpc_metadata_array initial_md, trailing_md;
+	grpc_status_code code;
+	grpc_slice details;
+	char tag;
+};
+
 struct wsc {
 	pthread_mutex_t lock;
 	pthread_mutex_t reconnect_lock;
 	struct wsc_chan *chan;      /* protected by lock */
 	grpc_completion_queue **cq; /* idle queues; protected by lock */
 	size_t n_cq, cap_cq;        /* protected by lock */
+	struct unary *abandoned;    /* unary calls left behind; protected by lock */
+	atomic_uint n_abandoned;    /* their number; read without lock as a hint */
 
 	char *target;
 	char *exec_cmd;
@@ -677,9 +710,11 @@ static void *idle_run(void *arg)
 	return NULL;
 }
 
-/* Wait for @tag on @cq; the call's deadline bounds the wait. @polls: @cq is
- * a polling queue, so this thread may poll for every call (see "Polling"). */
-static bool cq_wait(struct wsc *c, grpc_completion_queue *cq, void *tag, bool polls)
+/* Wait for @tag on @cq until @until (GPR_CLOCK_MONOTONIC); the event, whose
+ * type is GRPC_QUEUE_TIMEOUT when @until passed first. @polls: @cq is a
+ * polling queue, so this thread may poll for every call (see "Polling"). */
+static grpc_event cq_wait_until(struct wsc *c, grpc_completion_queue *cq, void *tag, bool polls,
+				gpr_timespec until)
 {
 	grpc_event ev;
 
@@ -688,9 +723,18 @@ static bool cq_wait(struct wsc *c, grpc_completion_queue *cq, void *tag, bool po
 		if (atomic_load(&c->idle_polling))
 			idle_kick(c);
 	}
-	ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+	ev = grpc_completion_queue_pluck(cq, tag, until, NULL);
 	if (polls && c->idle && atomic_fetch_sub(&c->waiting, 1) == 1)
 		atomic_store(&c->quiet_ns, wsb_mono_ns());
+	return ev;
+}
+
+/* Wait for @tag on @cq for as long as it takes (a stream's; the call's
+ * deadline, if any, bounds it). True when the batch succeeded. */
+static bool cq_wait(struct wsc *c, grpc_completion_queue *cq, void *tag, bool polls)
+{
+	grpc_event ev = cq_wait_until(c, cq, tag, polls, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+
 	return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
@@ -703,14 +747,15 @@ static gpr_timespec deadline_of(const struct wsc *c, int64_t timeout_ms)
 	return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
 }
 
-static grpc_call *call_new(struct wsc *c, struct wsc_chan *ch, grpc_completion_queue *cq,
-			   const char *method, int64_t timeout_ms)
+/* A call of @method (copied) on @ch, ending by @deadline; NULL on failure. */
+static grpc_call *call_new(struct wsc_chan *ch, grpc_completion_queue *cq, const char *method,
+			   gpr_timespec deadline)
 {
 	grpc_slice m = grpc_slice_from_copied_string(method);
 	grpc_call *call;
 
 	call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
-					deadline_of(c, timeout_ms), NULL);
+					deadline, NULL);
 	grpc_slice_unref(m);
 	return call;
 }
@@ -758,6 +803,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	}
 	grpc_init();
 	c->idle = o->idle_poller;
+	atomic_init(&c->n_abandoned, 0);
 	atomic_init(&c->waiting, 0);
 	atomic_init(&c->quiet_ns, 0);
 	atomic_init(&c->idle_polling, false);
@@ -820,8 +866,12 @@ int wsc_reconnect(struct wsc *c)
 	return r;
 }
 
+static void unary_free(struct wsc *c, struct unary *u);
+
 struct wsc *wsc_free(struct wsc *c)
 {
+	gpr_timespec until;
+
 	if (!c)
 		return NULL;
 	if (c->idle) {
@@ -834,6 +884,19 @@ struct wsc *wsc_free(struct wsc *c)
 	}
 	pthread_cond_destroy(&c->idle_cond);
 	pthread_mutex_destroy(&c->idle_lock);
+	/* Calls left behind (cancelled already): give them a moment, in all,
+	 * to end; one still stuck keeps its memory and its channel (the
+	 * process is about to exit: freeing either under gRPC would be worse). */
+	until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+			     gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
+	while (c->abandoned) {
+		struct unary *u = c->abandoned;
+		grpc_event ev = grpc_completion_queue_pluck(u->cq, &u->tag, until, NULL);
+
+		c->abandoned = u->next;
+		if (ev.type == GRPC_OP_COMPLETE)
+			unary_free(c, u);
+	}
 	for (size_t i = 0; i < c->n_cq; i++)
 		cq_destroy(c->cq[i]);
 	free(c->cq);
@@ -858,34 +921,82 @@ int wsc_unary(struct wsc *c, const char *method, const ProtobufCMessage *req,
 	return wsc_unary_ex(c, method, req, reply_desc, ret_reply, -1, st);
 }
 
+/* Free @u, whose batch has ended (or never started). */
+static void unary_free(struct wsc *c, struct unary *u)
+{
+	if (u->call)
+		grpc_call_unref(u->call);
+	grpc_slice_unref(u->details);
+	grpc_metadata_array_destroy(&u->initial_md);
+	grpc_metadata_array_destroy(&u->trailing_md);
+	if (u->recv_bb)
+		grpc_byte_buffer_destroy(u->recv_bb);
+	grpc_byte_buffer_destroy(u->send_bb);
+	cq_put(c, u->cq);
+	chan_put(c, u->ch);
+	free(u);
+}
+
+/* Free the abandoned calls whose batches have ended (see "Stuck calls").
+ * Any thread; takes wsc.lock, and polls each queue without waiting. */
+static void unary_reap(struct wsc *c)
+{
+	struct unary *done = NULL, **pp, *u;
+
+	if (atomic_load(&c->n_abandoned) == 0)
+		return;
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->abandoned; (u = *pp);) {
+		grpc_event ev = grpc_completion_queue_pluck(u->cq, &u->tag,
+							    gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
+
+		if (ev.type != GRPC_OP_COMPLETE) {
+			pp = &u->next;
+			continue;
+		}
+		*pp = u->next;
+		u->next = done;
+		done = u;
+		atomic_fetch_sub(&c->n_abandoned, 1);
+	}
+	pthread_mutex_unlock(&c->lock);
+	while ((u = done)) {
+		done = u->next;
+		unary_free(c, u);
+	}
+}
+
 int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		 const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **ret_reply,
 		 int64_t timeout_ms, struct wsc_status *st)
 {
+	gpr_timespec deadline = deadline_of(c, timeout_ms), until;
 	struct wsc_status tmp;
-	grpc_metadata_array initial_md, trailing_md;
-	grpc_byte_buffer *send_bb, *recv_bb = NULL;
-	grpc_status_code code = GRPC_STATUS_UNKNOWN;
-	grpc_slice details = grpc_empty_slice();
-	grpc_completion_queue *cq;
-	struct wsc_chan *ch;
-	grpc_call *call;
+	struct unary *u;
 	grpc_call_error e;
+	grpc_event ev;
 	grpc_op ops[6];
-	char tag;
 	int r;
 
 	if (!st)
 		st = &tmp;
 	status_clear(st);
-	send_bb = bb_pack(req);
-	if (!send_bb)
+	unary_reap(c);
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return status_local(st, ENOMEM, "cannot allocate a call");
+	u->send_bb = bb_pack(req);
+	if (!u->send_bb) {
+		free(u);
 		return status_local(st, ENOMEM, "cannot pack the request");
-	cq = cq_get(c);
-	ch = chan_get(c);
-	call = call_new(c, ch, cq, method, timeout_ms);
-	grpc_metadata_array_init(&initial_md);
-	grpc_metadata_array_init(&trailing_md);
+	}
+	u->code = GRPC_STATUS_UNKNOWN;
+	u->details = grpc_empty_slice();
+	grpc_metadata_array_init(&u->initial_md);
+	grpc_metadata_array_init(&u->trailing_md);
+	u->cq = cq_get(c);
+	u->ch = chan_get(c);
+	u->call = call_new(u->ch, u->cq, method, deadline);
 
 	memset(ops, 0, sizeof(ops));
 	ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -893,49 +1004,59 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 	ops[0].data.send_initial_metadata.count = c->n_md;
 	ops[0].data.send_initial_metadata.metadata = c->md;
 	ops[1].op = GRPC_OP_SEND_MESSAGE;
-	ops[1].data.send_message.send_message = send_bb;
+	ops[1].data.send_message.send_message = u->send_bb;
 	ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
 	ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-	ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+	ops[3].data.recv_initial_metadata.recv_initial_metadata = &u->initial_md;
 	ops[4].op = GRPC_OP_RECV_MESSAGE;
-	ops[4].data.recv_message.recv_message = &recv_bb;
+	ops[4].data.recv_message.recv_message = &u->recv_bb;
 	ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-	ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-	ops[5].data.recv_status_on_client.status = &code;
-	ops[5].data.recv_status_on_client.status_details = &details;
+	ops[5].data.recv_status_on_client.trailing_metadata = &u->trailing_md;
+	ops[5].data.recv_status_on_client.status = &u->code;
+	ops[5].data.recv_status_on_client.status_details = &u->details;
 
-	e = grpc_call_start_batch(call, ops, 6, &tag, NULL);
+	e = u->call ? grpc_call_start_batch(u->call, ops, 6, &u->tag, NULL) : GRPC_CALL_ERROR;
 	if (e != GRPC_CALL_OK) {
 		r = status_local(st, EIO, "%s: cannot start the call: %s", method,
 				 grpc_call_error_to_string(e));
-	} else {
-		(void)cq_wait(c, cq, &tag, true);
-		r = status_from_call(st, code, &details, &trailing_md, false);
-		if (r == 0 && !recv_bb) {
-			r = status_local(st, EPROTO, "%s: status OK without a reply", method);
-		} else if (r == 0) {
-			ProtobufCMessage *reply;
-
-			r = bb_unpack(recv_bb, reply_desc, &reply);
-			if (r < 0)
-				status_local(st, -r, "%s: the reply does not decode as %s", method,
-					     reply_desc->name);
-			else if (ret_reply)
-				*ret_reply = reply;
-			else
-				protobuf_c_message_free_unpacked(reply, NULL);
-		}
+		unary_free(c, u);
+		return r;
 	}
+	until = gpr_time_add(deadline, gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
+	if (atomic_load(&c->n_abandoned) >= WSC_ABANDON_MAX)
+		until = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+	ev = cq_wait_until(c, u->cq, &u->tag, true, until);
+	if (ev.type == GRPC_QUEUE_TIMEOUT) {
+		/* Stuck (see "Stuck calls"): leave it to unary_reap(). */
+		grpc_call_cancel_with_status(u->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+					     "the call outlived its deadline", NULL);
+		pthread_mutex_lock(&c->lock);
+		u->next = c->abandoned;
+		c->abandoned = u;
+		atomic_fetch_add(&c->n_abandoned, 1);
+		pthread_mutex_unlock(&c->lock);
+		status_local(st, ETIMEDOUT,
+			     "%s: no answer %d ms past the deadline (the connection is stuck)",
+			     method, WSC_STUCK_GRACE_MS);
+		st->code = WSB_DEADLINE_EXCEEDED;
+		return -ETIMEDOUT;
+	}
+	r = status_from_call(st, u->code, &u->details, &u->trailing_md, false);
+	if (r == 0 && !u->recv_bb) {
+		r = status_local(st, EPROTO, "%s: status OK without a reply", method);
+	} else if (r == 0) {
+		ProtobufCMessage *reply;
 
-	grpc_call_unref(call);
-	grpc_slice_unref(details);
-	grpc_metadata_array_destroy(&initial_md);
-	grpc_metadata_array_destroy(&trailing_md);
-	if (recv_bb)
-		grpc_byte_buffer_destroy(recv_bb);
-	grpc_byte_buffer_destroy(send_bb);
-	cq_put(c, cq);
-	chan_put(c, ch);
+		r = bb_unpack(u->recv_bb, reply_desc, &reply);
+		if (r < 0)
+			status_local(st, -r, "%s: the reply does not decode as %s", method,
+				     reply_desc->name);
+		else if (ret_reply)
+			*ret_reply = reply;
+		else
+			protobuf_c_message_free_unpacked(reply, NULL);
+	}
+	unary_free(c, u);
 	return r;
 }
 
@@ -1019,7 +1140,7 @@ int wsc_stream_open_ex(struct wsc *c, const char *method, const ProtobufCMessage
 		return st ? status_local(st, ENOMEM, "out of memory") : -ENOMEM;
 	}
 	s->chan = chan_get(c);
-	s->call = call_new(c, s->chan, s->cq, method, timeout_ms);
+	s->call = call_new(s->chan, s->cq, method, deadline_of(c, timeout_ms));
 
 	memset(ops, 0, sizeof(ops));
 	ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;

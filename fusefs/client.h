@@ -144,7 +144,12 @@ int wsc_unary(struct wsc *c, const char *method, const ProtobufCMessage *req,
  *                   client's default
  * @param st         filled with the outcome, or NULL
  * @return 0, or -err of the status (-ENOENT for NOT_FOUND from agentd, ...),
- *         -EBADMSG for a reply that does not decode, -ENOMEM.
+ *         -EBADMSG for a reply that does not decode, -ENOMEM, or
+ *         -ETIMEDOUT (status DEADLINE_EXCEEDED) when the call has not ended
+ *         1 s after its deadline: a connection whose peer stopped reading
+ *         during a large message, which gRPC's deadline cannot end
+ *         (client.c "Stuck calls"); the call is cancelled and left to end
+ *         in the background. The wait is unbounded with no deadline.
  * Thread safety: any thread, concurrently with other calls.
  */
 int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,

@@ -1642,3 +1642,18 @@ while todo:
 	mkdir "$BATS_TEST_TMPDIR/local"
 	run_py write_behind.py overlap "$MNT" "$ROOT" "$BATS_TEST_TMPDIR/local"
 }
+
+@test "C1: agentd stopped during a stream of 1 MiB writes: a write or the close fails with EIO/ENOTCONN within the bound; after SIGCONT the mount works" {
+	up
+	# A Write larger than the socket buffers to a peer that stopped
+	# reading never ended in gRPC (its deadline cannot end a write the
+	# transport has begun): the writer hung in the kernel for good.
+	run "$PY" "$PYTESTS/write_behind.py" stall "$MNT" "$ROOT" "$AGENTD_PID" $((RPC_TIMEOUT + 2))
+	kill -CONT "$AGENTD_PID"
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	assert_status 0
+	recovers "after SIGCONT: a write" bash -c 'echo after >"$1"' _ "$MNT/after"
+	assert_content "$ROOT/after" $'after\n'
+	show_latencies
+	no_problems
+}

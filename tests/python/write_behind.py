@@ -15,11 +15,17 @@ exits non-zero on a difference.
   overlap  two handles of one file write 300 blocks of 128 KiB on where
            each left off, the second over the first's: the pod's file
            equals the same writes made on LOCAL.
+  stall    (extra arguments: AGENTD_PID BOUND_S) with a file open and
+           written, agentd is stopped (SIGSTOP); 64 more 1 MiB writes and
+           the close must fail with EIO or ENOTCONN, the first failure
+           within BOUND_S seconds of the stop. Leaves agentd stopped.
 """
 import errno
 import mmap
 import os
+import signal
 import sys
+import time
 
 MiB = 1024 * 1024
 
@@ -137,6 +143,37 @@ def overlap(mnt, root, local):
     return 0
 
 
+def stall(mnt, pid, bound):
+    fd = os.open(mnt + "/s", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, block(0))
+    os.fsync(fd)
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    failed = None
+    for i in range(1, 65):
+        try:
+            os.write(fd, block(i))
+        except OSError as e:
+            failed = ("write %d" % i, e.errno, time.monotonic() - t0)
+            break
+    try:
+        os.close(fd)
+    except OSError as e:
+        failed = failed or ("close", e.errno, time.monotonic() - t0)
+    if failed is None:
+        print("FAIL: 64 MiB written and closed while agentd was stopped, no error")
+        return 1
+    what, e, secs = failed
+    print("first failure: %s, %s, %.2f s after the stop" % (what, errno.errorcode.get(e), secs))
+    if e not in (errno.EIO, errno.ENOTCONN):
+        print("FAIL: not EIO or ENOTCONN")
+        return 1
+    if secs > bound:
+        print("FAIL: later than %s s" % bound)
+        return 1
+    return 0
+
+
 def main():
     check, mnt, root = sys.argv[1:4]
     if check == "enospc":
@@ -145,6 +182,8 @@ def main():
         return follow(mnt, root)
     if check == "overlap":
         return overlap(mnt, root, sys.argv[4])
+    if check == "stall":
+        return stall(mnt, int(sys.argv[4]), float(sys.argv[5]))
     print("unknown check", check)
     return 2
 
