@@ -6,7 +6,9 @@ exits non-zero on a difference.
 
   enospc   ROOT is a 4 MiB tmpfs: 8 MiB written in 1 MiB writes must fail
            with ENOSPC at a write or at close (never report success), and
-           the file, opened again, reads what the pod has.
+           the file, opened again, reads what the pod has (writes already
+           on their way when one failed may have landed past it: the pod's
+           file may be longer than 4 MiB, with a hole).
   follow   16 writes of 1 MiB, one after the other (all but the first
            written behind): after each, stat (by path and by fd) gives
            the new size and an O_DIRECT read (which reaches agentd) the new
@@ -63,9 +65,6 @@ def enospc(mnt, root):
     print("mount reads %d bytes, the pod has %d" % (len(seen), len(pod)))
     if seen != pod:
         print("FAIL: the mount shows bytes the pod does not have")
-        return 1
-    if len(pod) > 4 * MiB:
-        print("FAIL: the pod has more than 4 MiB")
         return 1
     return 0
 
