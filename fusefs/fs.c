@@ -201,10 +201,10 @@ void wsfs_conn_failed(struct wsfs *fs, int code)
  * or DEADLINE_EXCEEDED from gRPC itself), calls fail at once with ENOTCONN
  * instead of each waiting out its deadline; the monitor thread probes every
  * WSFS_PROBE_MS and ends that state. A deadline gRPC enforced is EIO: the
- * call may or may not have taken effect.
+ * call may or may not have taken effect. @timeout_ms: the deadline (> 0).
  */
-static int rpc(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
-	       const ProtobufCMessageDescriptor *desc, void *ret_reply)
+static int rpc_ex(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
+		  const ProtobufCMessageDescriptor *desc, void *ret_reply, uint32_t timeout_ms)
 {
 	struct wsc_status st;
 	int r;
@@ -213,8 +213,8 @@ static int rpc(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
 		wsb_debug("%s: agentd is unreachable: ENOTCONN", method);
 		return -ENOTCONN;
 	}
-	r = wsc_unary_ex(fs->client, method, req, desc, (ProtobufCMessage **)ret_reply,
-			 fs->cfg.rpc_timeout_ms, &st);
+	r = wsc_unary_ex(fs->client, method, req, desc, (ProtobufCMessage **)ret_reply, timeout_ms,
+			 &st);
 	if (r == 0) {
 		wsfs_conn_ok(fs);
 		return 0;
@@ -228,6 +228,13 @@ static int rpc(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
 	}
 	wsb_debug("%s: %s (%s): %s", method, strerror(-r), wsb_status_name(st.code), st.msg);
 	return r;
+}
+
+/* rpc_ex() with the mount's deadline (-o rpc_timeout). */
+static int rpc(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
+	       const ProtobufCMessageDescriptor *desc, void *ret_reply)
+{
+	return rpc_ex(fs, method, req, desc, ret_reply, fs->cfg.rpc_timeout_ms);
 }
 
 static void free_reply(void *msg)
@@ -376,11 +383,12 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * told stays true. The kernel marks a file's size and mtime stale after
  * each WRITE (fs/fuse/file.c fuse_write_update_attr), so a stat after a
  * write is such a request and sees the new size. A write agentd fails
- * fails the handle's next write, fsync or flush (so close(2)) with its
- * errno, once, as a failed writeback does on a local disk (fsync(2),
- * close(2): "errors ... may be reported"), and the file's pages are not
- * kept at its next open. wb_lock is a leaf lock; the waits are bounded by
- * the writes' RPC deadline.
+ * fails every later write of the handle with its errno until fsync or
+ * flush (so close(2)) reports it, as a failed writeback is reported on a
+ * local disk (fsync(2), close(2): "errors ... may be reported"), and the
+ * file's pages are not kept at its next open. Each write's deadline counts
+ * the writes in flight ahead of it, which share the link. wb_lock is a
+ * leaf lock; the waits are bounded by the writes' RPC deadlines.
  */
 
 /* Wait until every write replied to before this call has reached agentd
@@ -409,9 +417,10 @@ static void wb_wait(struct wsfs *fs)
 /*
  * Record a write of bytes [@off, @end) of server inode @ino as in flight,
  * once a slot is free and no write in flight overlaps it. Returns its
- * sequence number, for wb_end().
+ * sequence number, for wb_end(); *@ahead: how many were in flight before it.
  */
-static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end)
+static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end,
+			 unsigned *ahead)
 {
 	unsigned n = fs->cfg.write_behind, slot;
 	uint64_t seq;
@@ -435,7 +444,7 @@ static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t e
 	}
 	seq = fs->wb_seq++;
 	fs->wb[slot] = (struct wsfs_wb){ .seq = seq, .ino = ino, .off = off, .end = end };
-	atomic_fetch_add(&fs->wb_n, 1);
+	*ahead = atomic_fetch_add(&fs->wb_n, 1);
 	pthread_mutex_unlock(&fs->wb_lock);
 	return seq;
 }
@@ -455,14 +464,21 @@ static void wb_end(struct wsfs *fs, uint64_t seq)
 	pthread_mutex_unlock(&fs->wb_lock);
 }
 
-/* Take @f's unreported write-behind error: a positive errno, or 0. */
-static int wb_error_take(struct wsfs_file *f)
+/*
+ * @f's write-behind error: a positive errno, or 0. @take: flush or fsync
+ * reports it, and it is gone; a write only fails with it (the kernel turns
+ * the error of a WRITE after the first of a write(2) into a short count,
+ * and the caller's write of the rest must fail too, or the file would
+ * hold a hole that nobody was told of).
+ */
+static int wb_error(struct wsfs_file *f, bool take)
 {
 	int e;
 
 	pthread_mutex_lock(&f->lock);
 	e = f->wb_err;
-	f->wb_err = 0;
+	if (take)
+		f->wb_err = 0;
 	pthread_mutex_unlock(&f->lock);
 	return e;
 }
@@ -787,11 +803,11 @@ struct hslot {
 /*
  * A call on one or two open files' handles: fills each slot's handle field,
  * calls, and when agentd answers EBADF because it lost a handle, reopens
- * (file_reopen) and calls once more.
+ * (file_reopen) and calls once more. @timeout_ms: the call's deadline.
  */
-static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *method,
-		    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
-		    void *ret_reply)
+static int file_rpc_ex(struct wsfs *fs, struct hslot *slots, size_t n, const char *method,
+		       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+		       void *ret_reply, uint32_t timeout_ms)
 {
 	uint64_t used[2];
 	int r;
@@ -805,7 +821,7 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 				return r;
 			*slots[i].field = used[i];
 		}
-		r = rpc(fs, method, req, desc, ret_reply);
+		r = rpc_ex(fs, method, req, desc, ret_reply, timeout_ms);
 		if (r != -EBADF || attempt > 0)
 			return r;
 		for (size_t i = 0; i < n; i++) {
@@ -823,6 +839,14 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 		if (!reopened)
 			return -EBADF; /* a genuine EBADF (wrong access mode) */
 	}
+}
+
+/* file_rpc_ex() with the mount's deadline. */
+static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *method,
+		    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+		    void *ret_reply)
+{
+	return file_rpc_ex(fs, slots, n, method, req, desc, ret_reply, fs->cfg.rpc_timeout_ms);
 }
 
 /* fstat through @f's handle (SetAttr that sets nothing). */
@@ -2172,6 +2196,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	/* Write-behind (above): libfuse keeps @buf until this returns. */
 	bool behind = fs->cfg.write_behind > 0 && !fi->writepage && !f->append && !f->direct_io;
 	bool sequential;
+	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms;
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
@@ -2185,7 +2210,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		return;
 	}
 	if (!fi->writepage) {
-		int e = wb_error_take(f);
+		int e = wb_error(f, false);
 
 		if (e) {
 			fuse_reply_err(req, e);
@@ -2201,10 +2226,17 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	f->write_end = (uint64_t)off + size;
 	pthread_mutex_unlock(&f->lock);
 	behind = behind && sequential;
-	if (behind)
-		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size);
-	else
+	if (behind) {
+		unsigned ahead;
+
+		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size, &ahead);
+		/* Those ahead share the link: the deadline covers their bytes
+		 * too, or a slow link would fail what a write at a time does not. */
+		timeout_ms = timeout_ms * (1 + ahead) < UINT32_MAX / 2 ? timeout_ms * (1 + ahead)
+								       : UINT32_MAX / 2;
+	} else {
 		wb_wait(fs);
+	}
 	oseq0 = own_seq(fs);
 	gen0 = atomic_load(&fs->mgen);
 	/* Detached (unlinked) files have no path and no echo to expect. */
@@ -2224,8 +2256,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		if (fi->writepage && f->append)
 			r = write_pos(fs, f, &q, &rep);
 		else
-			r = file_rpc(fs, &s, 1, M("Write"), &q.base,
-				     &wsbridge__v1__write_reply__descriptor, &rep);
+			r = file_rpc_ex(fs, &s, 1, M("Write"), &q.base,
+					&wsbridge__v1__write_reply__descriptor, &rep, timeout_ms);
 		if (r < 0)
 			break;
 		n = rep->written < want ? rep->written : want;
@@ -2287,7 +2319,7 @@ static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * close(2) reports the first that failed. */
 	(void)ino;
 	wb_wait(fs);
-	fuse_reply_err(req, f ? wb_error_take(f) : 0);
+	fuse_reply_err(req, f ? wb_error(f, true) : 0);
 }
 
 static void ws_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -2323,7 +2355,7 @@ static void ws_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	wb_wait(fs);
 	q.datasync = datasync != 0;
 	r = file_rpc(fs, &s, 1, M("Fsync"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
-	e = s.f ? wb_error_take(s.f) : 0;
+	e = s.f ? wb_error(s.f, true) : 0;
 	fuse_reply_err(req, e ? e : r < 0 ? errno_out(r, false) : 0);
 }
 

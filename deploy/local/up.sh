@@ -23,7 +23,7 @@ packages=(build-essential meson ninja-build pkg-config
 	libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
 	libfuse3-dev fuse3 libcmocka-dev bats
 	python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc
-	socat git vim-tiny python3-yaml python3-jsonschema shellcheck runsc)
+	socat git vim-tiny python3-yaml python3-jsonschema shellcheck runsc strace)
 
 say() { printf '==> %s\n' "$*"; }
 

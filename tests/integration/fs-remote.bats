@@ -1643,6 +1643,44 @@ while todo:
 	run_py write_behind.py overlap "$MNT" "$ROOT" "$BATS_TEST_TMPDIR/local"
 }
 
+@test "write-behind: when agentd fails some writes of a 16 MiB write(2) (EIO injected), a writer that retries short counts gets the error or the pod has every byte" {
+	command -v strace >/dev/null || skip "strace is not installed"
+	up
+	local i spid
+	# The kernel turns the error of any but the first WRITE of a write(2)
+	# into a short count; the rest, written again, must not succeed over
+	# the hole (it did 1 time in 4).
+	for i in 1 2 3 4 5; do
+		strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
+			-e inject=pwrite64:error=EIO:when=3 -o /dev/null &
+		spid=$!
+		sleep 1 # attached
+		run_py write_behind.py retry "$MNT" "$ROOT" || {
+			kill "$spid"
+			return 1
+		}
+		echo "# $output" >&3
+		kill "$spid"
+		wait "$spid" || true
+	done
+}
+
+@test "write-behind: on a link that carries 1 MiB well within rpc_timeout, 16 MiB written behind do not time out" {
+	agentd_unix
+	# 4 MB/s towards agentd, rpc_timeout 1 s, 8 writes in flight: one
+	# 1 MiB Write takes 0.26 s, eight together 2.1 s, so each deadline
+	# must count the writes ahead of it (they failed with EIO when it
+	# did not).
+	bg slowlink "$PY" "$PYTESTS/slowlink.py" "$BATS_TEST_TMPDIR/slow" "$SOCK" 4000000
+	wait_listen "unix:$BATS_TEST_TMPDIR/slow" "$BG_PID"
+	wsfs_start -o rpc_timeout=1,write_behind=8 -f "unix:$BATS_TEST_TMPDIR/slow"
+	head -c 16777216 /dev/urandom >"$BATS_TEST_TMPDIR/data"
+	run dd if="$BATS_TEST_TMPDIR/data" of="$MNT/f" bs=1M conv=fsync
+	[ "$status" -eq 0 ] || sed 's/^/# wsfs: /' "$WSFS_ERR" >&3
+	assert_status 0
+	cmp "$BATS_TEST_TMPDIR/data" "$ROOT/f"
+}
+
 @test "C1: agentd stopped during a stream of 1 MiB writes: a write or the close fails with EIO/ENOTCONN within the bound; after SIGCONT the mount works" {
 	up
 	# A Write larger than the socket buffers to a peer that stopped

@@ -17,6 +17,10 @@ exits non-zero on a difference.
   overlap  two handles of one file write 300 blocks of 128 KiB on where
            each left off, the second over the first's: the pod's file
            equals the same writes made on LOCAL.
+  retry    16 MiB in one write(2), the rest written again after each short
+           count, as dd, cp and stdio do, while some of agentd's writes
+           fail (the caller injects EIO): the writer must see an error
+           (at a write or at close), or the pod must have every byte.
   stall    (extra arguments: AGENTD_PID BOUND_S) with a file open and
            written, agentd is stopped (SIGSTOP); 64 more 1 MiB writes and
            the close must fail with EIO or ENOTCONN, the first failure
@@ -142,6 +146,29 @@ def overlap(mnt, root, local):
     return 0
 
 
+def retry(mnt, root):
+    data = b"".join(block(i) for i in range(16))
+    fd = os.open(mnt + "/r", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    done, counts = 0, []
+    try:
+        while done < len(data):
+            n = os.write(fd, data[done:])
+            counts.append(n)
+            done += n
+        os.close(fd)
+    except OSError as e:
+        print("error %s after write(2) counts %s" % (errno.errorcode.get(e.errno), counts))
+        return 0
+    with open(root + "/r", "rb") as f:
+        pod = f.read()
+    if pod != data:
+        print("FAIL: write(2) counts %s and close(2) succeeded, but the pod's file differs"
+              % counts)
+        return 1
+    print("no error, and the pod has every byte (counts %s)" % counts)
+    return 0
+
+
 def stall(mnt, pid, bound):
     fd = os.open(mnt + "/s", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.write(fd, block(0))
@@ -181,6 +208,8 @@ def main():
         return follow(mnt, root)
     if check == "overlap":
         return overlap(mnt, root, sys.argv[4])
+    if check == "retry":
+        return retry(mnt, root)
     if check == "stall":
         return stall(mnt, int(sys.argv[4]), float(sys.argv[5]))
     print("unknown check", check)
