@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ struct wsfs_file {
 	bool append;
 	bool direct_io; /* opened FOPEN_DIRECT_IO: writes bypass the kernel's pages */
 	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
-	int wb_err;      /* errno of a write-behind that failed, not yet reported; under lock */
+	atomic_int wb_err; /* errno of a write-behind that failed, not yet reported */
 	bool wrote;         /* a WRITE came; under lock */
 	uint64_t write_end; /* where the last WRITE ended, bytes; under lock */
 	/* The file's first bytes as Open read them (OpenRequest.read_ahead),
@@ -116,6 +117,9 @@ struct wsfs_dir {
 	uint64_t start; /* the offset the last reply began at */
 	uint64_t end;   /* the offset the last reply ended at */
 };
+
+/* node_fh_each() hands out the link; the file is the struct around it. */
+_Static_assert(offsetof(struct wsfs_file, link) == 0, "link must come first");
 
 /* Every open file, for the final Release at exit. */
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -383,9 +387,10 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * told stays true. The kernel marks a file's size and mtime stale after
  * each WRITE (fs/fuse/file.c fuse_write_update_attr), so a stat after a
  * write is such a request and sees the new size. A write agentd fails
- * fails every later write of the handle with its errno until fsync or
- * flush (so close(2)) reports it, as a failed writeback is reported on a
- * local disk (fsync(2), close(2): "errors ... may be reported"), and the
+ * fails every later write through each handle open on the file with its
+ * errno until that handle's fsync or flush (so close(2)) reports it, as a
+ * failed writeback is reported to every descriptor on a local disk
+ * (fsync(2), close(2): "errors ... may be reported"), and the
  * file's pages are not kept at its next open. Each write's deadline counts
  * the writes in flight ahead of it, which share the link. wb_lock is a
  * leaf lock; the waits are bounded by the writes' RPC deadlines.
@@ -473,14 +478,16 @@ static void wb_end(struct wsfs *fs, uint64_t seq)
  */
 static int wb_error(struct wsfs_file *f, bool take)
 {
-	int e;
+	return take ? atomic_exchange(&f->wb_err, 0) : atomic_load(&f->wb_err);
+}
 
-	pthread_mutex_lock(&f->lock);
-	e = f->wb_err;
-	if (take)
-		f->wb_err = 0;
-	pthread_mutex_unlock(&f->lock);
-	return e;
+/* Give open file @h the write-behind error *@arg unless it has one. */
+static void wb_error_set(struct node_fh *h, void *arg)
+{
+	struct wsfs_file *f = (struct wsfs_file *)h;
+	int none = 0;
+
+	atomic_compare_exchange_strong(&f->wb_err, &none, *(const int *)arg);
 }
 
 /* ---- entries ---- */
@@ -606,6 +613,7 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
 	if (!f)
 		return NULL;
 	pthread_mutex_init(&f->lock, NULL);
+	atomic_init(&f->wb_err, 0);
 	f->sh = sh;
 	f->gen = atomic_load(&fs->conn_gen);
 	f->ino = st->st_ino;
@@ -2294,10 +2302,12 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	if (behind) {
 		if (r < 0) {
-			pthread_mutex_lock(&f->lock);
-			if (!f->wb_err)
-				f->wb_err = errno_out(r, false);
-			pthread_mutex_unlock(&f->lock);
+			int e = errno_out(r, false);
+
+			/* Every handle open on the file reports it, as every
+			 * descriptor does after a failed writeback (errseq). */
+			wb_error_set(&f->link, &e);
+			node_fh_each(fs->nodes, ino, wb_error_set, &e);
 			wsb_warn("a write of %zu bytes at %jd, replied to before agentd answered, "
 				 "failed: %s; the file's next write, fsync or close reports it",
 				 size, (intmax_t)off, strerror(errno_out(r, false)));

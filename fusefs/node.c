@@ -1204,6 +1204,20 @@ struct node_fh *node_fh_get(struct node_table *t, uint64_t id)
 	return f;
 }
 
+size_t node_fh_each(struct node_table *t, uint64_t id, void (*fn)(struct node_fh *f, void *arg),
+		    void *arg)
+{
+	struct node *n;
+	size_t k = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	for (struct node_fh *f = n ? n->files : NULL; f; f = f->next, k++)
+		fn(f, arg);
+	pthread_mutex_unlock(&t->lock);
+	return k;
+}
+
 void node_fh_ref(struct node_table *t, struct node_fh *f)
 {
 	pthread_mutex_lock(&t->lock);

@@ -364,6 +364,13 @@ int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f);
  */
 struct node_fh *node_fh_get(struct node_table *t, uint64_t id);
 
+/**
+ * Call @p fn(f, @p arg) for each open file f of node @p id, with the
+ * table's lock held (so @p fn must not lock or block). Returns how many.
+ */
+size_t node_fh_each(struct node_table *t, uint64_t id, void (*fn)(struct node_fh *f, void *arg),
+		    void *arg);
+
 /** Take one more reference on @p f (which must hold one). */
 void node_fh_ref(struct node_table *t, struct node_fh *f);
 

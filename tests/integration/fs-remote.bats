@@ -1665,6 +1665,22 @@ while todo:
 	done
 }
 
+@test "write-behind: a write agentd fails (EIO injected) fails fsync of every descriptor open on the file" {
+	command -v strace >/dev/null || skip "strace is not installed"
+	up
+	local spid
+	strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
+		-e inject=pwrite64:error=EIO:when=3 -o /dev/null &
+	spid=$!
+	sleep 1 # attached
+	run "$PY" "$PYTESTS/write_behind.py" others "$MNT" "$ROOT"
+	kill "$spid"
+	wait "$spid" || true
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	assert_status 0
+	assert_contains "$output" "other descriptor: EIO"
+}
+
 @test "write-behind: on a link that carries 1 MiB well within rpc_timeout, 16 MiB written behind do not time out" {
 	agentd_unix
 	# 4 MB/s towards agentd, rpc_timeout 1 s, 8 writes in flight: one

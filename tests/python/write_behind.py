@@ -21,6 +21,10 @@ exits non-zero on a difference.
            count, as dd, cp and stdio do, while some of agentd's writes
            fail (the caller injects EIO): the writer must see an error
            (at a write or at close), or the pod must have every byte.
+  others   16 writes of 1 MiB through one descriptor while some of
+           agentd's writes fail (the caller injects EIO), another
+           descriptor of the file open: once the writer got the error,
+           fsync(2) of the other fails with EIO too.
   stall    (extra arguments: AGENTD_PID BOUND_S) with a file open and
            written, agentd is stopped (SIGSTOP); 64 more 1 MiB writes and
            the close must fail with EIO or ENOTCONN, the first failure
@@ -169,6 +173,41 @@ def retry(mnt, root):
     return 0
 
 
+def others(mnt, root):
+    path = mnt + "/e"
+    a = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    b = os.open(path, os.O_WRONLY)
+    failed = None
+    for i in range(16):
+        try:
+            os.write(a, block(i))
+        except OSError as e:
+            failed = "write %d: %s" % (i, errno.errorcode.get(e.errno))
+            break
+    if failed is None:
+        try:
+            os.fsync(a)
+        except OSError as e:
+            failed = "fsync: %s" % errno.errorcode.get(e.errno)
+    if failed is None:
+        print("no write failed (the injection missed): nothing to check")
+        return 0
+    print("the writer's descriptor failed at", failed)
+    try:
+        os.fsync(b)
+    except OSError as e:
+        print("fsync of the other descriptor: %s" % errno.errorcode.get(e.errno))
+        return 0 if e.errno == errno.EIO else 1
+    finally:
+        os.close(b)
+        try:
+            os.close(a)
+        except OSError:
+            pass
+    print("FAIL: fsync of the other descriptor succeeded")
+    return 1
+
+
 def stall(mnt, pid, bound):
     fd = os.open(mnt + "/s", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.write(fd, block(0))
@@ -210,6 +249,8 @@ def main():
         return overlap(mnt, root, sys.argv[4])
     if check == "retry":
         return retry(mnt, root)
+    if check == "others":
+        return others(mnt, root)
     if check == "stall":
         return stall(mnt, int(sys.argv[4]), float(sys.argv[5]))
     print("unknown check", check)
