@@ -374,9 +374,10 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
 
 /* ---- write-behind ----
  *
- * A WRITE through the kernel's pages (the handle is neither O_APPEND nor
- * FOPEN_DIRECT_IO, and it is not the writeback of an mmap) is replied to as
- * soon as it is recorded here; its thread then sends it to agentd while the
+ * A WRITE that goes on where its handle's last one ended, through the
+ * kernel's pages (the handle is neither O_APPEND nor FOPEN_DIRECT_IO, and
+ * it is not the writeback of an mmap), is replied to as soon as it is
+ * recorded here; its thread then sends it to agentd while the
  * writer's next write(2) goes on, as sshfs's writes go on without waiting
  * for their replies. Up to cfg.write_behind are in flight; one that
  * overlaps another in flight on the same server inode waits for it first,
