@@ -2240,9 +2240,11 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 
 		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size, &ahead);
 		/* Those ahead share the link: the deadline covers their bytes
-		 * too, or a slow link would fail what a write at a time does not. */
-		timeout_ms = timeout_ms * (1 + ahead) < UINT32_MAX / 2 ? timeout_ms * (1 + ahead)
-								       : UINT32_MAX / 2;
+		 * too, or a slow link would fail what a write at a time does not
+		 * (at most 64 times a uint32_t: no overflow). */
+		timeout_ms *= 1 + ahead;
+		if (timeout_ms > UINT32_MAX)
+			timeout_ms = UINT32_MAX;
 	} else {
 		wb_wait(fs);
 	}
@@ -2310,7 +2312,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			wb_error_set(&f->link, &e);
 			node_fh_each(fs->nodes, ino, wb_error_set, &e);
 			wsb_warn("a write of %zu bytes at %jd, replied to before agentd answered, "
-				 "failed: %s; the file's next write, fsync or close reports it",
+				 "failed: %s; each descriptor's next write, fsync or close reports it",
 				 size, (intmax_t)off, strerror(errno_out(r, false)));
 		}
 		wb_end(fs, wseq);
