@@ -337,6 +337,52 @@ static int open_create(const struct resolve_root *root, const void *path, size_t
 	return fd;
 }
 
+/* Reserve a slot of @p h for a handle about to be opened: 0 and a zeroed
+ * entry in *ret, -ENOMEM, or -EMFILE when the table is full. */
+static int handle_reserve(struct fsops_handles *h, struct fsops_handle **ret)
+{
+	struct fsops_handle *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return -ENOMEM;
+	pthread_mutex_lock(&h->lock);
+	if (h->count >= h->max) {
+		pthread_mutex_unlock(&h->lock);
+		free(e);
+		return -EMFILE;
+	}
+	h->count++;
+	pthread_mutex_unlock(&h->lock);
+	*ret = e;
+	return 0;
+}
+
+/* Enter the reserved @p e for fd @p fd (owned from now on) opened with
+ * @p flags and store its new id in *ret_id; or, for @p fd < 0 (the open
+ * failed), free @p e and give its slot back. Returns 0 or @p fd. */
+static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd, int flags,
+			uint64_t *ret_id)
+{
+	pthread_mutex_lock(&h->lock);
+	if (fd < 0) {
+		h->count--;
+		pthread_mutex_unlock(&h->lock);
+		free(e);
+		return fd;
+	}
+	e->fd = fd;
+	e->flags = flags;
+	e->refs = 1;
+	do {
+		e->id = mix64(++h->seq ^ h->key);
+	} while (e->id == 0 || *handle_slot(h, e->id));
+	e->next = h->buckets[e->id % HANDLE_BUCKETS];
+	h->buckets[e->id % HANDLE_BUCKETS] = e;
+	*ret_id = e->id;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
 	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
 	       bool *ret_created)
@@ -346,53 +392,64 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
 	struct fsops_handle *e;
 	struct stat st;
 	bool created = false;
-	int fd, oflags;
+	int fd, oflags, r;
 
 	if ((flags & ~allowed) || (flags & O_ACCMODE) == O_ACCMODE)
 		return -EINVAL;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return -ENOMEM;
-
-	pthread_mutex_lock(&h->lock);
-	if (h->count >= h->max) {
-		pthread_mutex_unlock(&h->lock);
-		free(e);
-		return -EMFILE;
-	}
-	h->count++; /* reserve the slot */
-	pthread_mutex_unlock(&h->lock);
-
+	r = handle_reserve(h, &e);
+	if (r < 0)
+		return r;
 	oflags = flags | O_NONBLOCK | O_NOCTTY;
 	if (flags & O_CREAT) {
 		fd = open_create(root, path, len, oflags, mode & 07777, &st, &created);
 	} else {
 		fd = fstat_or_close(resolve_open(root, path, len, oflags, 0), &st);
 	}
-	if (fd < 0) {
-		pthread_mutex_lock(&h->lock);
-		h->count--;
-		pthread_mutex_unlock(&h->lock);
-		free(e);
+	if (handle_enter(h, e, fd, flags, ret_handle) < 0)
 		return fd;
-	}
-
-	e->fd = fd;
-	e->flags = flags;
-	e->refs = 1;
-	pthread_mutex_lock(&h->lock);
-	do {
-		e->id = mix64(++h->seq ^ h->key);
-	} while (e->id == 0 || *handle_slot(h, e->id));
-	e->next = h->buckets[e->id % HANDLE_BUCKETS];
-	h->buckets[e->id % HANDLE_BUCKETS] = e;
-	pthread_mutex_unlock(&h->lock);
-
-	*ret_handle = e->id;
 	if (ret_st)
 		*ret_st = st;
 	if (ret_created)
 		*ret_created = created;
+	return 0;
+}
+
+int fsops_reopen(struct fsops_handles *h, uint64_t id, int flags, uint64_t *ret_handle,
+		 struct stat *ret_st)
+{
+	struct fsops_handle *src, *e;
+	struct stat st;
+	int fd, r;
+
+	if ((flags & ~(O_ACCMODE | O_TRUNC | O_APPEND)) || (flags & O_ACCMODE) == O_ACCMODE)
+		return -EINVAL;
+	src = handle_get(h, id);
+	if (!src)
+		return -EBADF;
+	r = handle_reserve(h, &e);
+	if (r < 0) {
+		handle_put(h, src);
+		return r;
+	}
+	/* The magic link names the open file's own inode, linked or not: no
+	 * path is resolved, so nothing can lead outside the root. */
+	fd = reopen_fd(src->fd, flags | O_NONBLOCK);
+	if (fd == -EINVAL && (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+		/* gVisor refuses O_TRUNC here for a file with no name left
+		 * (docs/gvisor.md): open, then truncate as open(2) would. */
+		fd = reopen_fd(src->fd, (flags & ~O_TRUNC) | O_NONBLOCK);
+		if (fd >= 0 && ftruncate(fd, 0) < 0) {
+			r = -errno;
+			close(fd);
+			fd = r;
+		}
+	}
+	fd = fstat_or_close(fd, &st);
+	handle_put(h, src);
+	if (handle_enter(h, e, fd, flags, ret_handle) < 0)
+		return fd;
+	if (ret_st)
+		*ret_st = st;
 	return 0;
 }
 

@@ -82,6 +82,19 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
 	       bool *ret_created);
 
 /**
+ * Open anew the file that handle @p id has open, as open(2) of its
+ * /proc/self/fd link would (proc(5)): the same inode even after every name
+ * of it was unlinked or renamed over, with @p flags (O_RDONLY/O_WRONLY/
+ * O_RDWR, optionally O_TRUNC, O_APPEND; anything else is -EINVAL) and the
+ * permission checks of an open. No path is resolved. On success stores the
+ * new handle's id in *ret_handle and its fstat(2) in *ret_st (may be NULL).
+ * Errors: -EBADF for an unknown id; -EMFILE as fsops_open(); else as
+ * open(2) (-EACCES, -EISDIR, -ENXIO for a FIFO without a reader, ...).
+ */
+int fsops_reopen(struct fsops_handles *h, uint64_t id, int flags, uint64_t *ret_handle,
+		 struct stat *ret_st);
+
+/**
  * Remove handle @p id from the table and close its fd once no call is using
  * it any more (a Read in flight finishes first). Returns 0, or -EBADF for an
  * unknown id.

@@ -425,13 +425,24 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 		flags |= O_NOFOLLOW;
 	if (q->directory)
 		flags |= O_DIRECTORY;
-	r = fsops_open(&ad->root, ad->handles, q->path.data, q->path.len, flags, q->mode & 07777,
-		       &id, &st, &created);
+	if (q->reopen && (flags & (O_CREAT | O_EXCL | O_DIRECTORY))) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "open: reopen of handle %llu with create, exclusive or directory",
+			   (unsigned long long)q->reopen);
+		return;
+	}
+	if (q->reopen)
+		r = fsops_reopen(ad->handles, q->reopen, flags & ~O_NOFOLLOW, &id, &st);
+	else
+		r = fsops_open(&ad->root, ad->handles, q->path.data, q->path.len, flags,
+			       q->mode & 07777, &id, &st, &created);
 	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
 			   fsops_handles_limit(ad->handles));
 		return;
 	}
+	if (r < 0 && q->reopen)
+		return fail_handle(call, r, "reopen", q->reopen);
 	if (r < 0)
 		return fail_path(call, r, "open", &q->path);
 	attr_from_stat(&a, &st);

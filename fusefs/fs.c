@@ -1831,15 +1831,38 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int64_t at0;
 	struct node_info info;
 	struct stat st;
-	bool replaced = false;
+	bool detached = false, replaced = false, taken = false;
 	char *path = NULL;
-	size_t len;
+	size_t len = 0;
 	int r;
 
 	wb_wait(fs);
 	r = node_info(fs->nodes, ino, &info);
-	if (r == 0)
+	if (r == 0) {
 		r = path_of(fs, ino, &path, &len);
+		detached = r == -ESTALE && !info.attached;
+	}
+	if (detached) {
+		/*
+		 * Every name of the file is gone, but the kernel still had it:
+		 * open(2) of /proc/PID/fd/N, or an open that looked the name
+		 * up just before a rename over it. An open file of the node
+		 * opens the same inode again, as on a local file system;
+		 * failing that, the name another file took gives that file
+		 * (node_taken_path()), as if the open had come a moment later
+		 * (ESTALE would make the VFS look up once more, which a
+		 * writer renaming in a loop can defeat twice).
+		 */
+		struct node_fh *link = node_fh_get(fs->nodes, ino);
+
+		if (link) {
+			r = file_handle((struct wsfs_file *)link, &q.reopen);
+			file_put(fs, (struct wsfs_file *)link);
+		} else {
+			r = node_taken_path(fs->nodes, ino, &path, &len);
+			taken = r == 0;
+		}
+	}
 	if (r < 0)
 		goto out;
 	q.path = bin(path, len);
@@ -1856,19 +1879,19 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	mgen0 = atomic_load(&fs->mgen);
 	aver0 = node_attr_ver(fs->nodes, ino);
 	at0 = wsfs_now_ns();
-	if (q.truncate)
+	if (q.truncate && path)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 	read_mark(fs); /* Open may read (atime) */
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	read_mark(fs);
 	if (q.truncate)
 		mutated(fs);
-	if (q.truncate)
+	if (q.truncate && path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-	if (r == -ENOENT || r == -ELOOP) {
-		/* The name was removed or replaced by a symlink in the pod:
-		 * ESTALE makes the VFS look it up again (and create it, for
-		 * O_CREAT). */
+	if (r == -ENOENT || r == -ELOOP || (q.reopen && r == -EBADF)) {
+		/* The name was removed or replaced by a symlink in the pod
+		 * (or agentd lost the handle to reopen): ESTALE makes the VFS
+		 * look it up again (and create it, for O_CREAT). */
 		r = -ESTALE;
 	}
 	if (r < 0)
@@ -1876,7 +1899,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	r = attr_to_stat(rep->attr, &st);
 	if (r == 0 && info.ino && info.mode != (st.st_mode & S_IFMT)) {
 		r = -ESTALE; /* another kind of file under this name now */
-	} else if (r == 0 && info.ino && info.ino != st.st_ino) {
+	} else if (r == 0 && (taken || (info.ino && info.ino != st.st_ino))) {
 		/*
 		 * The name was replaced (rename over it) after the kernel looked
 		 * it up. open(2) gets the file the name holds now, as on a

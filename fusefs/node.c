@@ -52,6 +52,11 @@ struct node {
 	bool known;            /* a directory whose names are all in t->known */
 	int64_t known_since;   /* CLOCK_MONOTONIC ns when that began */
 	struct kname *knames;  /* those names (dnext list) */
+	/* Detached because another file took its last name (node_taken()):
+	 * that name, or NULL. */
+	char *taken_name;
+	size_t taken_len;
+	uint64_t taken_parent; /* nodeid */
 	struct node *id_next;
 	struct node *ino_next;
 };
@@ -520,6 +525,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 		id_remove(t, n);
 		free(n->own);
 		free(n->attr);
+		free(n->taken_name);
 		free(n);
 		n = next;
 	}
@@ -547,6 +553,22 @@ static char *name_dup(const char *name, size_t len)
 		s[len] = '\0';
 	}
 	return s;
+}
+
+/* Remove the name @l, which another file now holds (a rename over it, or
+ * a lookup that found another file there). When it was the last name of a
+ * non-directory, the node remembers it for node_taken_path(). */
+static void unname_taken(struct node_table *t, struct link *l)
+{
+	struct node *n = l->node;
+
+	if (n->n_links == 1 && !S_ISDIR(n->mode)) {
+		free(n->taken_name);
+		n->taken_name = name_dup(l->name, l->len); /* NULL: not remembered */
+		n->taken_len = l->len;
+		n->taken_parent = l->parent->id;
+	}
+	unname(t, l);
 }
 
 /* ---- public ---- */
@@ -634,6 +656,7 @@ void node_table_free(struct node_table *t)
 			next = n->id_next;
 			free(n->own);
 			free(n->attr);
+			free(n->taken_name);
 			free(n);
 		}
 	}
@@ -703,7 +726,7 @@ int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t 
 	}
 	p->refs++; /* pinned while names move */
 	if (l)
-		unname(t, l); /* the name now holds another file */
+		unname_taken(t, l); /* the name now holds another file */
 	/* Another name of the same file (a hard link): the same node, so the
 	 * kernel shares one inode, its page cache and its nlink. Only for a
 	 * file with several links, and never with a detached node, so that a
@@ -802,6 +825,22 @@ int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
 	r = n ? build_path(t, n, NULL, 0, ret, ret_len) : -ESTALE;
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+int node_taken_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
+{
+	struct node *n, *p;
+	int r = -ESTALE;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n != t->root && !n->links && n->taken_name) {
+		p = by_id(t, n->taken_parent);
+		if (p)
+			r = build_path(t, p, n->taken_name, n->taken_len, ret, ret_len);
+	}
 	pthread_mutex_unlock(&t->lock);
 	return r;
 }
@@ -917,7 +956,7 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 	op->refs++;
 	np->refs++;
 	if (dst && !exchange) {
-		unname(t, dst);
+		unname_taken(t, dst);
 		dst = NULL;
 	}
 	if (src)

@@ -178,6 +178,19 @@ uint64_t node_forget(struct node_table *t, uint64_t id, uint64_t nlookup);
 int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len);
 
 /**
+ * For a detached non-directory whose last name another file took (a
+ * rename over it, or a lookup that found another file under the name):
+ * the wire path that name has now, as node_path() gives it. The kernel may
+ * still send OPEN for such a node when it looked the name up just before
+ * (open(2) racing a rename); opening what the name holds now serves it as
+ * if the open had come after. Only the node's last name is remembered.
+ *
+ * @return 0; -ESTALE when @p id is attached, unknown, a directory, was
+ *         unlinked, or its name's directory is gone; -ELOOP; -ENOMEM.
+ */
+int node_taken_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len);
+
+/**
  * The wire path of name @p name (@p len bytes) in directory @p parent, as
  * node_path() gives it; -EINVAL for a bad name.
  */

@@ -633,11 +633,22 @@ static void c_seek(struct run *r)
 	SYS(r, "close", close((int)fd));
 }
 
-/* unlink (and rename over) a file that is open; I/O through the fd. */
+/* open(2) of /proc/self/fd/@fd with @flags: the fd's own file anew, even
+ * when it has no name any more (proc(5)). */
+static long open_proc_fd(long fd, int flags)
+{
+	char p[64];
+
+	snprintf(p, sizeof(p), "/proc/self/fd/%ld", fd);
+	return open(p, flags | O_CLOEXEC);
+}
+
+/* unlink (and rename over) a file that is open; I/O through the fd and
+ * through new opens of it by /proc/self/fd. */
 static void c_unlink_open(struct run *r)
 {
 	struct stat st;
-	long fd, fd2, fd3;
+	long fd, fd2, fd3, fd4;
 
 	fd = SYSOK(r, "open", open("f", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
 	SYS(r, "write abc", write((int)fd, "abc", 3));
@@ -652,6 +663,12 @@ static void c_unlink_open(struct run *r)
 	SYS(r, "fsync through fd", fsync((int)fd));
 	SYS(r, "fchmod through fd", fchmod((int)fd, 0600));
 	rec_fstat(r, "fstat after fchmod", (int)fd);
+	fd4 = SYSOK(r, "open unlinked by /proc/self/fd", open_proc_fd(fd, O_RDWR));
+	rec_pread(r, "read through the new open", (int)fd4, 0, 64);
+	SYS(r, "write through the new open", pwrite((int)fd4, "X", 1, 1));
+	rec_pread(r, "first fd sees it", (int)fd, 0, 64);
+	rec_fstat(r, "fstat of the new open", (int)fd4);
+	SYS(r, "close the new open", close((int)fd4));
 	/* The name is free again: a new file there is a different one. */
 	fd2 = SYSOK(r, "create same name", open("f", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
 	SYS(r, "write new", write((int)fd2, "new", 3));
@@ -676,6 +693,12 @@ static void c_unlink_open(struct run *r)
 	SYS(r, "write through old fd", pwrite((int)fd3, "OLD", 3, 0));
 	rec_pread(r, "old fd after write", (int)fd3, 0, 64);
 	rec_fstat(r, "fstat old (nlink 0)", (int)fd3);
+	fd4 = SYSOK(r, "open renamed-over by /proc/self/fd", open_proc_fd(fd3, O_RDONLY));
+	rec_pread(r, "it reads the old file", (int)fd4, 0, 64);
+	SYS(r, "close it", close((int)fd4));
+	fd4 = SYSOK(r, "open it again O_WRONLY|O_TRUNC", open_proc_fd(fd3, O_WRONLY | O_TRUNC));
+	rec_fstat(r, "old file truncated", (int)fd3);
+	SYS(r, "close it again", close((int)fd4));
 	SYS(r, "close old", close((int)fd3));
 	rec_file(r, "g by name", "g");
 

@@ -242,6 +242,39 @@ except OSError as e:
 	assert_content "$ROOT/x" "v299 $(printf 'y%.0s' $(seq 100))"$'\n' "POD x"
 }
 
+@test "G2: an open that looked x up just before mv x.lock x opens the new x" {
+	# The reader's race above, made certain: an O_PATH descriptor holds the
+	# old x without opening it, and open(2) of its /proc/self/fd link then
+	# sends OPEN for the file whose name was taken. wsfs opens what the name
+	# holds now, as if the open had come a moment later (the old file has no
+	# name left to open it by; ESTALE made the VFS look up once more, which
+	# a writer renaming in a loop defeated now and then). An open file of
+	# the old x instead opens that same file again (fsx unlink_open).
+	run "$PY" - "$MNT" <<-'EOF'
+	import os, sys
+	x, lock = sys.argv[1] + "/x", sys.argv[1] + "/x.lock"
+	for path, data in ((x, "one\n"), (lock, "two\n")):
+	    with open(path, "w") as f:
+	        f.write(data)
+	p = os.open(x, os.O_PATH)
+	os.rename(lock, x)
+	with open("/proc/self/fd/%d" % p) as f:
+	    print(f.read().strip())
+	with open("/proc/self/fd/%d" % p, "a") as f:
+	    f.write("three\n")
+	with open(x) as f:
+	    print(f.read().replace("\n", "|"))
+	os.unlink(x)
+	try:
+	    open("/proc/self/fd/%d" % p).close()
+	    print("opened after unlink")
+	except OSError as e:
+	    print(os.strerror(e.errno))
+	EOF
+	assert_eq "$output" $'two\ntwo|three|\nStale file handle'
+	[ ! -e "$ROOT/x" ]
+}
+
 @test "G3: touch then chmod 600: stat shows 0600 on MNT and POD" {
 	touch "$MNT/f"
 	run chmod 600 "$MNT/f"

@@ -121,6 +121,17 @@ class Errors(Base):
                    lambda: self.ws.Release(pb.HandleRequest(handle=987654321), timeout=TIMEOUT),
                    "Release of an unknown handle")
 
+    def test_reopen_bad(self):
+        r = self.ws.Open(pb.OpenRequest(path=b"re", access=pb.RDWR, create=True, mode=0o600),
+                         timeout=TIMEOUT)
+        for kw in (dict(create=True), dict(exclusive=True), dict(directory=True)):
+            e = self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                           lambda: self.ws.Open(pb.OpenRequest(reopen=r.handle, **kw),
+                                                timeout=TIMEOUT),
+                           "Open reopen with %s" % kw)
+            self.assertIn("reopen", e.details())
+        self.ws.Release(pb.HandleRequest(handle=r.handle), timeout=TIMEOUT)
+
     def test_mknod_device_refused(self):
         self.fails(SC.PERMISSION_DENIED, "EPERM",
                    lambda: self.ws.Mknod(pb.MknodRequest(path=b"dev", mode=stat.S_IFCHR | 0o600),
@@ -188,7 +199,26 @@ class Behaviour(Base):
         self.assertFalse(os.path.exists(rp("rw.bin")))
         rd = self.ws.Read(pb.ReadRequest(handle=h, offset=10, size=3), timeout=TIMEOUT)
         self.assertEqual(rd.data, data[:3])
+        # ... and opens anew without a name (OpenRequest.reopen), with
+        # read-ahead; a path given alongside is not used.
+        r3 = self.ws.Open(pb.OpenRequest(reopen=h, path=b"nothere", access=pb.RDONLY,
+                                         read_ahead=12), timeout=TIMEOUT)
+        self.assertNotIn(r3.handle, (0, h))
+        self.assertEqual((r3.attr.ino, r3.attr.nlink), (w.attr.ino, 0))
+        self.assertEqual(r3.data, b"\0" * 10 + data[:2])
+        r4 = self.ws.Open(pb.OpenRequest(reopen=r3.handle, access=pb.WRONLY, truncate=True),
+                          timeout=TIMEOUT)
+        self.assertEqual(r4.attr.size, 0)
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Write(pb.WriteRequest(handle=r3.handle, data=b"x"),
+                                         timeout=TIMEOUT),
+                   "Write through a read-only reopen")
+        for hh in (r3.handle, r4.handle):
+            self.ws.Release(pb.HandleRequest(handle=hh), timeout=TIMEOUT)
         self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Open(pb.OpenRequest(reopen=h), timeout=TIMEOUT),
+                   "Open reopen of a released handle")
         self.fails(SC.FAILED_PRECONDITION, "EBADF",
                    lambda: self.ws.Read(pb.ReadRequest(handle=h, size=1), timeout=TIMEOUT),
                    "Read after Release")

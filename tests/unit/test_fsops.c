@@ -232,6 +232,45 @@ static void test_handles(void **state)
 	}
 }
 
+/* fsops_reopen: the handle's own file, nameless or not; flags checked. */
+static void test_reopen(void **state)
+{
+	struct fx *fx = *state;
+	uint64_t id, ro, rw, none;
+	struct stat st, st2;
+	char buf[16];
+
+	assert_int_equal(fsops_open(&fx->root, fx->h, P("g"), O_RDWR | O_CREAT | O_EXCL, 0644, &id,
+				    &st, NULL), 0);
+	assert_int_equal(fsops_write(fx->h, id, 0, "old", 3, NULL), 3);
+	write_at(fx->rootdir, "g.new", "new");
+	assert_int_equal(fsops_rename(&fx->root, P("g.new"), P("g"), 0), 0);
+	assert_int_equal(fsops_reopen(fx->h, id, O_RDONLY, &ro, &st2), 0);
+	assert_int_not_equal(ro, id);
+	assert_int_equal(st2.st_ino, st.st_ino);
+	assert_int_equal(st2.st_nlink, 0);
+	assert_int_equal(fsops_read(fx->h, ro, 0, buf, sizeof(buf)), 3);
+	assert_memory_equal(buf, "old", 3);
+	assert_int_equal(fsops_write(fx->h, ro, 0, "x", 1, NULL), -EBADF); /* read-only */
+	/* Through an unlink too, and O_TRUNC truncates the nameless file. */
+	assert_int_equal(fsops_unlink(&fx->root, P("g"), NULL), 0);
+	assert_int_equal(fsops_reopen(fx->h, ro, O_WRONLY | O_TRUNC | O_APPEND, &rw, &st2), 0);
+	assert_int_equal(st2.st_size, 0);
+	assert_int_equal(fsops_write(fx->h, rw, 100, "ab", 2, &st2), 2);
+	assert_int_equal(fsops_read(fx->h, id, 0, buf, sizeof(buf)), 2); /* appended at 0 */
+	assert_memory_equal(buf, "ab", 2);
+	/* Flags a reopen does not take, and handles that are not open. */
+	assert_int_equal(fsops_reopen(fx->h, id, O_RDONLY | O_CREAT, &none, NULL), -EINVAL);
+	assert_int_equal(fsops_reopen(fx->h, id, O_RDONLY | O_NOFOLLOW, &none, NULL), -EINVAL);
+	assert_int_equal(fsops_reopen(fx->h, id, O_ACCMODE, &none, NULL), -EINVAL);
+	assert_int_equal(fsops_reopen(fx->h, 0, O_RDONLY, &none, NULL), -EBADF);
+	assert_int_equal(fsops_release(fx->h, rw), 0);
+	assert_int_equal(fsops_reopen(fx->h, rw, O_RDONLY, &none, NULL), -EBADF);
+	assert_int_equal(fsops_handles_count(fx->h), 2);
+	assert_int_equal(fsops_release(fx->h, ro), 0);
+	assert_int_equal(fsops_release(fx->h, id), 0);
+}
+
 struct race {
 	struct fsops_handles *h;
 	uint64_t id;
@@ -753,6 +792,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		BOTH(test_handles),
+		BOTH(test_reopen),
 		BOTH(test_handles_concurrent_release),
 		BOTH(test_rename_flags),
 		BOTH(test_setattr_symlink_nofollow),

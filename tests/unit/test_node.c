@@ -251,6 +251,67 @@ static void test_rename(void **state)
 	assert_int_equal(node_rename(t, 777777, "a", 1, NODE_ROOT_ID, "b", 1, false), -ESTALE);
 }
 
+static void assert_taken(struct node_table *t, uint64_t id, const char *want)
+{
+	char *p = NULL;
+	size_t len = 0;
+
+	assert_int_equal(node_taken_path(t, id, &p, &len), 0);
+	assert_string_equal(p, want);
+	assert_int_equal(len, strlen(want));
+	free(p);
+}
+
+/* A detached file whose name another file took leads to that name. */
+static void test_taken_path(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t d, x, lock, y1, y2, h, sub, z;
+	char *p = NULL;
+
+	d = add(t, NODE_ROOT_ID, "d", 1, DIR_);
+	x = add(t, d, "x", 2, REG);
+	lock = add(t, d, "x.lock", 3, REG);
+	/* Attached: its own path, no taken one. */
+	assert_int_equal(node_taken_path(t, x, &p, NULL), -ESTALE);
+	/* mv x.lock x through the mount. */
+	assert_int_equal(node_rename(t, d, "x.lock", 6, d, "x", 1, false), 0);
+	assert_taken(t, x, "d/x");
+	assert_int_equal(node_taken_path(t, lock, &p, NULL), -ESTALE);
+	/* The directory moves: the path follows it. */
+	assert_int_equal(node_rename(t, NODE_ROOT_ID, "d", 1, NODE_ROOT_ID, "e", 1, false), 0);
+	assert_taken(t, x, "e/x");
+
+	/* Replaced in the pod, seen by a lookup. */
+	y1 = add(t, d, "y", 4, REG);
+	y2 = add(t, d, "y", 5, REG);
+	assert_true(y1 != y2);
+	assert_taken(t, y1, "e/y");
+	/* Unlinked: nothing took the name. */
+	assert_int_equal(node_unlink(t, d, "y", 1), y2);
+	assert_int_equal(node_taken_path(t, y2, &p, NULL), -ESTALE);
+	/* One of two hard links renamed over: still attached by the other. */
+	h = add_links(t, d, "h1", 6, 2);
+	assert_int_equal(add_links(t, d, "h2", 6, 2), h);
+	lock = add(t, d, "new", 7, REG);
+	assert_int_equal(node_rename(t, d, "new", 3, d, "h1", 2, false), 0);
+	assert_int_equal(node_taken_path(t, h, &p, NULL), -ESTALE);
+	assert_path(t, h, "e/h2");
+	/* A directory renamed over: no taken path (opendir works by path). */
+	sub = add(t, d, "sub", 8, DIR_);
+	z = add(t, d, "z", 9, DIR_);
+	assert_int_equal(node_rename(t, d, "z", 1, d, "sub", 3, false), 0);
+	assert_int_equal(node_taken_path(t, sub, &p, NULL), -ESTALE);
+	(void)z;
+	/* The name's directory removed: gone too. */
+	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "e", 1), d);
+	assert_int_equal(node_taken_path(t, x, &p, NULL), -ESTALE);
+	/* Unknown and root. */
+	assert_int_equal(node_taken_path(t, 999999, &p, NULL), -ESTALE);
+	assert_int_equal(node_taken_path(t, NODE_ROOT_ID, &p, NULL), -ESTALE);
+	assert_null(p);
+}
+
 static void test_unlink_and_open_files(void **state)
 {
 	struct node_table *t = *state;
@@ -721,6 +782,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replaced_file_gets_new_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_taken_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
