@@ -391,8 +391,9 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * fails every later write through each handle open on the file with its
  * errno until that handle's fsync or flush (so close(2)) reports it, as a
  * failed writeback is reported to every descriptor on a local disk
- * (fsync(2), close(2): "errors ... may be reported"), and the
- * file's pages are not kept at its next open. Each write's deadline counts
+ * (fsync(2), close(2): "errors ... may be reported"), and the file's pages
+ * are dropped (wsfs_inval_pages_later(): descriptors open on it read what
+ * agentd has) and not kept at its next open. Each write's deadline counts
  * the writes in flight ahead of it, which share the link. wb_lock is a
  * leaf lock; the waits are bounded by the writes' RPC deadlines.
  */
@@ -2334,6 +2335,9 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			 * descriptor does after a failed writeback (errseq). */
 			wb_error_set(&f->link, &e);
 			node_fh_each(fs->nodes, ino, wb_error_set, &e);
+			/* The kernel's pages hold bytes agentd has not got:
+			 * descriptors open now must read what it has. */
+			wsfs_inval_pages_later(fs, ino);
 			wsb_warn("a write of %zu bytes at %jd, replied to before agentd answered, "
 				 "failed: %s; each descriptor's next write, fsync or close reports it",
 				 size, (intmax_t)off, strerror(errno_out(r, false)));
@@ -3358,6 +3362,8 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->pf_lock, NULL);
 	pthread_mutex_init(&fs->wb_lock, NULL);
 	pthread_cond_init(&fs->wb_cond, NULL);
+	pthread_mutex_init(&fs->nq_lock, NULL);
+	pthread_cond_init(&fs->nq_cond, NULL);
 	atomic_init(&fs->wb_n, 0);
 	fs->wb_seq = 1;
 	if (fs->cfg.write_behind > WSFS_WRITE_BEHIND_MAX)
@@ -3380,6 +3386,8 @@ void wsfs_free(struct wsfs *fs)
 	pthread_mutex_destroy(&fs->pf_lock);
 	pthread_mutex_destroy(&fs->wb_lock);
 	pthread_cond_destroy(&fs->wb_cond);
+	pthread_mutex_destroy(&fs->nq_lock);
+	pthread_cond_destroy(&fs->nq_cond);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
 	wsfs_neg_free(fs);

@@ -40,6 +40,8 @@
 #define WSFS_WRITE_BEHIND_DEFAULT 4u
 /** Largest wsfs_config.write_behind. */
 #define WSFS_WRITE_BEHIND_MAX 64u
+/** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
+#define WSFS_NQ_MAX 64
 
 /** wsfs settings (wsfs.c fills them from -o options). */
 struct wsfs_config {
@@ -192,6 +194,15 @@ struct wsfs {
 		uint64_t seq, ino, off, end;
 	} wb[WSFS_WRITE_BEHIND_MAX];
 
+	/* Nodes whose pages are to be dropped off the request threads
+	 * (watch.c wsfs_inval_pages_later); protected by nq_lock. */
+	pthread_mutex_t nq_lock;
+	pthread_cond_t nq_cond;
+	uint64_t nq[WSFS_NQ_MAX]; /**< nodeids, nq_n of them */
+	unsigned nq_n;
+	bool nq_started, nq_stop;
+	pthread_t nq_thread;
+
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
 	pthread_mutex_t self_lock;
 	pthread_cond_t self_cond; /**< an own change ended (CLOCK_MONOTONIC waits) */
@@ -257,10 +268,23 @@ void wsfs_release_pending(struct wsfs *fs);
 int wsfs_monitor_start(struct wsfs *fs);
 
 /**
- * Stop the monitor thread and join it, waiting at most @p ms milliseconds
- * (it may be in a call to agentd, each bounded by rpc_timeout). Returns 0,
- * or -ETIMEDOUT when it is still running: then @p fs and its client must
- * not be freed (exit the process instead). Call before
+ * Have the kernel drop node @p nodeid's attributes and every page it holds
+ * of the file (fuse_lowlevel_notify_inval_inode, offset 0, length 0: to the
+ * end), soon, on a thread of watch.c's own: libfuse's
+ * doc/README.notifications forbids notifications on a request thread (a
+ * page lock the kernel holds may wait for a WRITE that thread would
+ * serve). For pages agentd does not have (a write replied to early that
+ * then failed). At most WSFS_NQ_MAX nodes wait; more are dropped with a
+ * warning (their next open drops the pages anyway). Any thread.
+ */
+void wsfs_inval_pages_later(struct wsfs *fs, uint64_t nodeid);
+
+/**
+ * Stop the monitor thread and wsfs_inval_pages_later()'s, and join them,
+ * waiting at most @p ms milliseconds in all (the monitor may be in a call
+ * to agentd, each bounded by rpc_timeout). Returns 0, or -ETIMEDOUT when
+ * one is still running: then @p fs and its client must not be freed (exit
+ * the process instead). Call after the session loop, before
  * fuse_session_destroy().
  */
 int wsfs_monitor_stop(struct wsfs *fs, unsigned ms);

@@ -1306,6 +1306,51 @@ static void *monitor_main(void *arg)
 	return NULL;
 }
 
+/* wsfs_inval_pages_later()'s thread: drops the queued nodes' pages. */
+static void *nq_main(void *arg)
+{
+	struct wsfs *fs = arg;
+
+	pthread_mutex_lock(&fs->nq_lock);
+	for (;;) {
+		uint64_t id;
+
+		while (!fs->nq_n && !fs->nq_stop)
+			pthread_cond_wait(&fs->nq_cond, &fs->nq_lock);
+		if (!fs->nq_n)
+			break;
+		id = fs->nq[--fs->nq_n];
+		pthread_mutex_unlock(&fs->nq_lock);
+		inval_inode(fs, id, 0);
+		pthread_mutex_lock(&fs->nq_lock);
+	}
+	pthread_mutex_unlock(&fs->nq_lock);
+	return NULL;
+}
+
+void wsfs_inval_pages_later(struct wsfs *fs, uint64_t nodeid)
+{
+	bool queued = false;
+	int r = 0;
+
+	pthread_mutex_lock(&fs->nq_lock);
+	for (unsigned i = 0; i < fs->nq_n && !queued; i++)
+		queued = fs->nq[i] == nodeid;
+	if (!fs->nq_started && !fs->nq_stop) {
+		r = pthread_create(&fs->nq_thread, NULL, nq_main, fs);
+		fs->nq_started = r == 0;
+	}
+	if (!queued && fs->nq_started && fs->nq_n < WSFS_NQ_MAX) {
+		fs->nq[fs->nq_n++] = nodeid;
+		queued = true;
+		pthread_cond_signal(&fs->nq_cond);
+	}
+	pthread_mutex_unlock(&fs->nq_lock);
+	if (!queued)
+		wsb_warn("cannot drop the cached pages of node %llu%s%s: the next open drops them",
+			 (unsigned long long)nodeid, r ? ": " : "", r ? strerror(r) : "");
+}
+
 int wsfs_monitor_start(struct wsfs *fs)
 {
 	int r = pthread_create(&fs->monitor, NULL, monitor_main, fs);
@@ -1321,14 +1366,6 @@ int wsfs_monitor_stop(struct wsfs *fs, unsigned ms)
 	struct timespec until;
 	int r;
 
-	if (!fs->monitor_started)
-		return 0;
-	pthread_mutex_lock(&fs->mon_lock);
-	fs->stopping = true;
-	if (fs->watch)
-		wsc_stream_cancel(fs->watch);
-	pthread_cond_broadcast(&fs->mon_cond);
-	pthread_mutex_unlock(&fs->mon_lock);
 	/* pthread_timedjoin_np() takes a CLOCK_REALTIME deadline. */
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += ms / 1000;
@@ -1337,6 +1374,31 @@ int wsfs_monitor_stop(struct wsfs *fs, unsigned ms)
 		until.tv_nsec -= 1000000000;
 		until.tv_sec++;
 	}
+	/* The request threads, the only ones that queue, have ended. */
+	pthread_mutex_lock(&fs->nq_lock);
+	fs->nq_stop = true;
+	pthread_cond_signal(&fs->nq_cond);
+	pthread_mutex_unlock(&fs->nq_lock);
+	if (fs->nq_started) {
+		/* Its notification may wait for a page lock that a writer
+		 * holds until the kernel gets its WRITE answered (or the
+		 * unmount fails it). */
+		if (pthread_timedjoin_np(fs->nq_thread, NULL, &until) == ETIMEDOUT) {
+			wsb_warn("the page invalidation thread is still in the kernel after %u ms",
+				 ms);
+			return -ETIMEDOUT;
+		}
+		fs->nq_started = false;
+	}
+
+	if (!fs->monitor_started)
+		return 0;
+	pthread_mutex_lock(&fs->mon_lock);
+	fs->stopping = true;
+	if (fs->watch)
+		wsc_stream_cancel(fs->watch);
+	pthread_cond_broadcast(&fs->mon_cond);
+	pthread_mutex_unlock(&fs->mon_lock);
 	r = pthread_timedjoin_np(fs->monitor, NULL, &until);
 	if (r == ETIMEDOUT) {
 		wsb_warn("the monitor thread is still in a call to agentd after %u ms", ms);

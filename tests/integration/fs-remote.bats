@@ -1681,6 +1681,24 @@ while todo:
 	assert_contains "$output" "other descriptor: EIO"
 }
 
+@test "write-behind: a failed write over cached pages: a descriptor open all along reads what the pod has" {
+	command -v strace >/dev/null || skip "strace is not installed"
+	# One cq thread: strace counts each thread's calls (when=2). Without
+	# the watch: its events about the file would drop the pages too.
+	agentd_unix --threads 1
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch"
+	local spid
+	strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
+		-e inject=pwrite64:error=EIO:when=2 -o /dev/null &
+	spid=$!
+	sleep 1 # attached
+	run "$PY" "$PYTESTS/write_behind.py" cached "$MNT" "$ROOT"
+	kill "$spid"
+	wait "$spid" || true
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	assert_status 0
+}
+
 @test "write-behind: on a link that carries 1 MiB well within rpc_timeout, 16 MiB written behind do not time out" {
 	agentd_unix
 	# 4 MB/s towards agentd, rpc_timeout 1 s, 8 writes in flight: one

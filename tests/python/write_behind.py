@@ -25,6 +25,14 @@ exits non-zero on a difference.
            agentd's writes fail (the caller injects EIO), another
            descriptor of the file open: once the writer got the error,
            fsync(2) of the other fails with EIO too.
+  cached   a 2 MiB file made in the pod is read whole through the mount
+           (its pages cached), then written over in 1 MiB writes, a
+           stat between them, while agentd fails its second write (the
+           caller injects EIO into agentd's second pwrite64): close fails
+           with EIO, and a descriptor open all along reads what the pod
+           has: the first new MiB and the second old one (the kernel's
+           pages held the failed bytes, and with the size and mtime
+           unchanged it had no reason to drop them).
   stall    (extra arguments: AGENTD_PID BOUND_S) with a file open and
            written, agentd is stopped (SIGSTOP); 64 more 1 MiB writes and
            the close must fail with EIO or ENOTCONN, the first failure
@@ -177,6 +185,7 @@ def others(mnt, root):
     path = mnt + "/e"
     a = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     b = os.open(path, os.O_WRONLY)
+    c = os.open(path, os.O_RDONLY)
     failed = None
     for i in range(16):
         try:
@@ -193,19 +202,66 @@ def others(mnt, root):
         print("no write failed (the injection missed): nothing to check")
         return 0
     print("the writer's descriptor failed at", failed)
+    ok = False
     try:
         os.fsync(b)
+        print("FAIL: fsync of the other descriptor succeeded")
     except OSError as e:
         print("fsync of the other descriptor: %s" % errno.errorcode.get(e.errno))
-        return 0 if e.errno == errno.EIO else 1
+        ok = e.errno == errno.EIO
     finally:
         os.close(b)
         try:
             os.close(a)
         except OSError:
             pass
-    print("FAIL: fsync of the other descriptor succeeded")
-    return 1
+    # A reader open all along: the kernel's pages held what the writer
+    # wrote, the failed bytes too; it must come to read what the pod has.
+    give_up = time.monotonic() + 5
+    while True:
+        with open(root + "/e", "rb") as f:
+            pod = f.read()
+        seen = os.pread(c, 32 * MiB, 0)
+        if seen == pod or time.monotonic() > give_up:
+            break
+        time.sleep(0.05)
+    os.close(c)
+    differ = [i for i in range(16) if seen[i * MiB:(i + 1) * MiB] != pod[i * MiB:(i + 1) * MiB]]
+    print("reader open all along: %d bytes, the pod %d; MiBs that differ: %s" %
+          (len(seen), len(pod), differ or "none"))
+    return 0 if ok and not differ and len(seen) == len(pod) else 1
+
+
+def cached(mnt, root):
+    with open(root + "/o", "wb") as f:
+        f.write(block(100) + block(101))
+    c = os.open(mnt + "/o", os.O_RDONLY)
+    if os.pread(c, 2 * MiB, 0) != block(100) + block(101):
+        print("FAIL: the first read differs")
+        return 1
+    a = os.open(mnt + "/o", os.O_WRONLY)
+    os.write(a, block(0))
+    os.fstat(a)
+    os.write(a, block(1))  # written behind; agentd fails it
+    try:
+        os.close(a)
+        print("FAIL: close succeeded (the injection missed?)")
+        return 1
+    except OSError as e:
+        print("close: %s" % errno.errorcode.get(e.errno))
+    give_up = time.monotonic() + 5
+    while True:
+        seen = os.pread(c, 2 * MiB, 0)
+        if seen == block(0) + block(101) or time.monotonic() > give_up:
+            break
+        time.sleep(0.05)
+    os.close(c)
+    with open(root + "/o", "rb") as f:
+        pod = f.read()
+    names = {block(0): "new", block(1): "new", block(100): "old", block(101): "old"}
+    print("the pod has MiB 0 %s, MiB 1 %s; the reader sees MiB 0 %s, MiB 1 %s" % tuple(
+        names.get(b[i * MiB:(i + 1) * MiB], "other") for b in (pod, seen) for i in (0, 1)))
+    return 0 if pod == seen == block(0) + block(101) else 1
 
 
 def stall(mnt, pid, bound):
@@ -251,6 +307,8 @@ def main():
         return retry(mnt, root)
     if check == "others":
         return others(mnt, root)
+    if check == "cached":
+        return cached(mnt, root)
     if check == "stall":
         return stall(mnt, int(sys.argv[4]), float(sys.argv[5]))
     print("unknown check", check)
