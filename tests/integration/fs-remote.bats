@@ -1619,6 +1619,20 @@ while todo:
 # Write-behind (fusefs/fs.c): write(2) returns once wsfs has the bytes and
 # up to -o write_behind (default 4) WRITEs reach agentd in the background.
 
+# with_eio N SCRIPT ARGS...: `run` tests/python/SCRIPT while strace makes the
+# Nth pwrite64 of each agentd thread fail with EIO.
+with_eio() {
+	local when=$1 spid
+	shift
+	strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
+		-e inject=pwrite64:error=EIO:when="$when" -o /dev/null &
+	spid=$!
+	sleep 1 # attached
+	run "$PY" "$PYTESTS/$1" "${@:2}"
+	kill "$spid"
+	wait "$spid" || true
+}
+
 @test "write-behind: 8 MiB into a 4 MiB workspace fails with ENOSPC at a write or at close; the mount then reads what the pod has" {
 	mount -t tmpfs -o size=4m wsb-enospc "$ROOT" 2>/dev/null || skip "cannot mount a tmpfs here"
 	LOOP_ROOT=$ROOT
@@ -1646,36 +1660,21 @@ while todo:
 @test "write-behind: when agentd fails some writes of a 16 MiB write(2) (EIO injected), a writer that retries short counts gets the error or the pod has every byte" {
 	command -v strace >/dev/null || skip "strace is not installed"
 	up
-	local i spid
+	local i
 	# The kernel turns the error of any but the first WRITE of a write(2)
 	# into a short count; the rest, written again, must not succeed over
 	# the hole (it did 1 time in 4).
 	for i in 1 2 3 4 5; do
-		strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
-			-e inject=pwrite64:error=EIO:when=3 -o /dev/null &
-		spid=$!
-		sleep 1 # attached
-		run_py write_behind.py retry "$MNT" "$ROOT" || {
-			kill "$spid"
-			return 1
-		}
+		with_eio 3 write_behind.py retry "$MNT" "$ROOT"
 		echo "# $output" >&3
-		kill "$spid"
-		wait "$spid" || true
+		assert_status 0
 	done
 }
 
 @test "write-behind: a write agentd fails (EIO injected) fails fsync of every descriptor open on the file" {
 	command -v strace >/dev/null || skip "strace is not installed"
 	up
-	local spid
-	strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
-		-e inject=pwrite64:error=EIO:when=3 -o /dev/null &
-	spid=$!
-	sleep 1 # attached
-	run "$PY" "$PYTESTS/write_behind.py" others "$MNT" "$ROOT"
-	kill "$spid"
-	wait "$spid" || true
+	with_eio 3 write_behind.py others "$MNT" "$ROOT"
 	printf '%s\n' "$output" | sed 's/^/# /' >&3
 	assert_status 0
 	assert_contains "$output" "other descriptor: EIO"
@@ -1687,14 +1686,7 @@ while todo:
 	# the watch: its events about the file would drop the pages too.
 	agentd_unix --threads 1
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch"
-	local spid
-	strace -f -qq -p "$AGENTD_PID" -e trace=pwrite64 \
-		-e inject=pwrite64:error=EIO:when=2 -o /dev/null &
-	spid=$!
-	sleep 1 # attached
-	run "$PY" "$PYTESTS/write_behind.py" cached "$MNT" "$ROOT"
-	kill "$spid"
-	wait "$spid" || true
+	with_eio 2 write_behind.py cached "$MNT" "$ROOT"
 	printf '%s\n' "$output" | sed 's/^/# /' >&3
 	assert_status 0
 }

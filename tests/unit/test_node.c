@@ -62,16 +62,21 @@ static uint64_t add_links(struct node_table *t, uint64_t parent, const char *nam
 	return id;
 }
 
-static void assert_path(struct node_table *t, uint64_t id, const char *want)
+/* @fn (node_path or node_taken_path) of @id gives @want. */
+static void assert_path_by(int (*fn)(struct node_table *, uint64_t, char **, size_t *),
+			   struct node_table *t, uint64_t id, const char *want)
 {
 	char *p = NULL;
 	size_t len = 0;
 
-	assert_int_equal(node_path(t, id, &p, &len), 0);
+	assert_int_equal(fn(t, id, &p, &len), 0);
 	assert_string_equal(p, want);
 	assert_int_equal(len, strlen(want));
 	free(p);
 }
+
+#define assert_path(t, id, want) assert_path_by(node_path, t, id, want)
+#define assert_taken(t, id, want) assert_path_by(node_taken_path, t, id, want)
 
 static void test_root(void **state)
 {
@@ -249,17 +254,6 @@ static void test_rename(void **state)
 		assert_false(info.attached);
 	}
 	assert_int_equal(node_rename(t, 777777, "a", 1, NODE_ROOT_ID, "b", 1, false), -ESTALE);
-}
-
-static void assert_taken(struct node_table *t, uint64_t id, const char *want)
-{
-	char *p = NULL;
-	size_t len = 0;
-
-	assert_int_equal(node_taken_path(t, id, &p, &len), 0);
-	assert_string_equal(p, want);
-	assert_int_equal(len, strlen(want));
-	free(p);
 }
 
 /* A detached file whose name another file took leads to that name. */
