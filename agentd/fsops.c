@@ -1058,9 +1058,20 @@ int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len)
 int fsops_rename(const struct resolve_root *root, const void *from, size_t from_len,
 		 const void *to, size_t to_len, unsigned flags)
 {
-	char *fname, *tname;
-	int fdir, tdir, r;
+	return fsops_rename_keep(root, NULL, from, from_len, to, to_len, flags, NULL, NULL);
+}
 
+int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
+		      const void *from, size_t from_len, const void *to, size_t to_len,
+		      unsigned flags, uint64_t *ret_kept, struct stat *ret_st)
+{
+	struct fsops_handle *e = NULL;
+	char *fname, *tname;
+	int fdir, tdir, kfd = -1, r;
+	struct stat st;
+
+	if (ret_kept)
+		*ret_kept = 0;
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE))
 		return -EINVAL;
 	r = resolve_parent(root, from, from_len, &fdir, &fname);
@@ -1069,7 +1080,38 @@ int fsops_rename(const struct resolve_root *root, const void *from, size_t from_
 	r = resolve_parent(root, to, to_len, &tdir, &tname);
 	if (r < 0)
 		goto out;
+	/* The file the rename will replace, by its own inode: a regular
+	 * file only, and only while the table is under three quarters full
+	 * (the rest stays for opens). */
+	if (h && ret_kept && !(flags & (RENAME_NOREPLACE | RENAME_EXCHANGE)) &&
+	    fsops_handles_count(h) < h->max - h->max / 4) {
+		kfd = openat(tdir, tname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (kfd >= 0 && (fstat(kfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+				 handle_reserve(h, &e) < 0)) {
+			close(kfd);
+			kfd = -1;
+		}
+		if (kfd >= 0) {
+			/* Read-only where agentd may read it: gVisor cannot
+			 * open an O_PATH descriptor's file again once it has
+			 * no name (EINVAL; docs/gvisor.md). */
+			int rfd = reopen_fd(kfd, O_RDONLY | O_NONBLOCK);
+
+			if (rfd >= 0) {
+				close(kfd);
+				kfd = rfd;
+			}
+		}
+	}
 	r = renameat2(fdir, fname, tdir, tname, flags) < 0 ? -errno : 0;
+	if (kfd >= 0) {
+		if (r < 0 || fstat(kfd, &st) < 0) {
+			close(kfd);
+			kfd = -1;
+		}
+		if (handle_enter(h, e, kfd, O_RDONLY, ret_kept) == 0 && ret_st)
+			*ret_st = st;
+	}
 	close(tdir);
 	free(tname);
 out:

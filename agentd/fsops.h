@@ -259,6 +259,19 @@ int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len);
 int fsops_rename(const struct resolve_root *root, const void *from, size_t from_len,
 		 const void *to, size_t to_len, unsigned flags);
 
+/**
+ * fsops_rename(), and when it replaces a regular file (flags 0) and @p h
+ * is under three quarters full, keep that file open (read-only, or O_PATH
+ * where agentd may not read it) as a new handle of @p h: its id in
+ * *ret_kept and its fstat(2) after the rename (nlink 0 if that was its last
+ * name) in *ret_st; else *ret_kept is 0. The handle opens the file again
+ * with fsops_reopen() and goes with fsops_release(). Errors as
+ * fsops_rename(); keeping never fails it.
+ */
+int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
+		      const void *from, size_t from_len, const void *to, size_t to_len,
+		      unsigned flags, uint64_t *ret_kept, struct stat *ret_st);
+
 /** linkat(2) without AT_SYMLINK_FOLLOW; lstat of the new name in *ret_st. */
 int fsops_link(const struct resolve_root *root, const void *from, size_t from_len,
 	       const void *to, size_t to_len, struct stat *ret_st);

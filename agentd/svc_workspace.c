@@ -667,13 +667,22 @@ static void do_rmdir(struct rpc_call *call, const ProtobufCMessage *req, void *d
 static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__RenameRequest *q = (const void *)req;
+	Wsbridge__V1__RenameReply rep = WSBRIDGE__V1__RENAME_REPLY__INIT;
 	unsigned flags = (q->noreplace ? RENAME_NOREPLACE : 0) | (q->exchange ? RENAME_EXCHANGE : 0);
+	struct agentd *ad = AD(data);
+	Wsbridge__V1__Attr a;
+	struct stat st;
 	int r;
 
-	r = fsops_rename(&AD(data)->root, q->from.data, q->from.len, q->to.data, q->to.len, flags);
+	r = fsops_rename_keep(&ad->root, q->keep_replaced ? ad->handles : NULL, q->from.data,
+			      q->from.len, q->to.data, q->to.len, flags, &rep.replaced, &st);
 	if (r < 0)
 		return fail_paths(call, r, "rename", &q->from, &q->to);
-	reply_empty(call);
+	if (rep.replaced) {
+		attr_from_stat(&a, &st);
+		rep.replaced_attr = &a;
+	}
+	rpc_reply(call, &rep.base);
 }
 
 static void do_link(struct rpc_call *call, const ProtobufCMessage *req, void *data)

@@ -698,11 +698,26 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 	free(f);
 }
 
+/* Release the handles kept for renamed-over files (node_keep()) whose
+ * nodes are gone; @all: every one (unmount). */
+static void kept_release(struct wsfs *fs, bool all)
+{
+	uint64_t ids[64];
+	size_t n;
+
+	while ((n = node_kept_drain(fs->nodes, ids, 64, all)) > 0) {
+		for (size_t i = 0; i < n; i++)
+			release_handle(fs, ids[i]);
+	}
+}
+
 /* Drop one reference; the last one releases the handle. */
 static void file_put(struct wsfs *fs, struct wsfs_file *f)
 {
-	if (node_fh_put(fs->nodes, &f->link))
+	if (node_fh_put(fs->nodes, &f->link)) {
 		file_destroy(fs, f);
+		kept_release(fs, false); /* the node may have gone with it */
+	}
 }
 
 /*
@@ -1090,8 +1105,11 @@ out:
 
 static void ws_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	node_forget(FS(req)->nodes, ino, nlookup);
+	struct wsfs *fs = FS(req);
+
+	node_forget(fs->nodes, ino, nlookup);
 	fuse_reply_none(req);
+	kept_release(fs, false);
 }
 
 static void ws_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
@@ -1101,6 +1119,7 @@ static void ws_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	for (size_t i = 0; i < count; i++)
 		node_forget(fs->nodes, forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
+	kept_release(fs, false);
 }
 
 /*
@@ -1655,8 +1674,10 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__RenameRequest q = WSBRIDGE__V1__RENAME_REQUEST__INIT;
+	Wsbridge__V1__RenameReply *rep = NULL;
 	char *from = NULL, *to = NULL;
 	size_t from_len, to_len;
+	uint64_t victim = 0;
 	int r;
 
 	wb_wait(fs);
@@ -1673,6 +1694,10 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		q.to = bin(to, to_len);
 		q.noreplace = flags & RENAME_NOREPLACE;
 		q.exchange = flags & RENAME_EXCHANGE;
+		/* A file this rename replaces stays openable through its node
+		 * for as long as the kernel holds it (node_keep()). */
+		victim = q.exchange ? 0 : node_child(fs->nodes, newparent, newname, strlen(newname));
+		q.keep_replaced = victim != 0;
 		{
 			unsigned both = WSFS_SELF_MOVED_FROM | WSFS_SELF_MOVED_TO;
 
@@ -1680,7 +1705,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 					q.exchange ? both : WSFS_SELF_MOVED_FROM);
 			wsfs_self_begin(fs, to, to_len, q.exchange ? both : WSFS_SELF_MOVED_TO);
 		}
-		r = rpc(fs, M("Rename"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+		r = rpc(fs, M("Rename"), &q.base, &wsbridge__v1__rename_reply__descriptor, &rep);
 		wsfs_self_end(fs, from, from_len, r == 0, NULL);
 		wsfs_self_end(fs, to, to_len, r == 0, NULL);
 		/* An exchange leaves both names in place. */
@@ -1697,7 +1722,20 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		node_unlink(fs->nodes, parent, name, strlen(name));
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
 	}
+	if (r == 0 && rep->replaced) {
+		struct stat st;
+
+		/* An OPEN racing the rename finds it from here on (until
+		 * then: ESTALE, and the VFS looks up once more). Not kept
+		 * when the node went with the rename (the kernel held it no
+		 * more), kept another name, or is not the file agentd kept
+		 * (the pod replaced it just before). */
+		if (attr_to_stat(rep->replaced_attr, &st) < 0 ||
+		    node_keep(fs->nodes, victim, st.st_ino, rep->replaced) < 0)
+			release_handle(fs, rep->replaced);
+	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
+	free_reply(rep);
 	free(from);
 	free(to);
 }
@@ -1832,7 +1870,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int64_t at0;
 	struct node_info info;
 	struct stat st;
-	bool detached = false, replaced = false, taken = false;
+	bool detached = false, replaced = false;
 	char *path = NULL;
 	size_t len = 0;
 	int r;
@@ -1847,12 +1885,11 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/*
 		 * Every name of the file is gone, but the kernel still had it:
 		 * open(2) of /proc/PID/fd/N, or an open that looked the name
-		 * up just before a rename over it. An open file of the node
-		 * opens the same inode again, as on a local file system;
-		 * failing that, the name another file took gives that file
-		 * (node_taken_path()), as if the open had come a moment later
-		 * (ESTALE would make the VFS look up once more, which a
-		 * writer renaming in a loop can defeat twice).
+		 * up just before a rename over it (ESTALE would make the VFS
+		 * look up once more, which a writer renaming in a loop can
+		 * defeat twice). An open file of the node, or the handle kept
+		 * when this mount's rename replaced it (node_keep()), opens
+		 * the same file again, as on a local file system.
 		 */
 		struct node_fh *link = node_fh_get(fs->nodes, ino);
 
@@ -1860,13 +1897,16 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			r = file_handle((struct wsfs_file *)link, &q.reopen);
 			file_put(fs, (struct wsfs_file *)link);
 		} else {
-			r = node_taken_path(fs->nodes, ino, &path, &len);
-			taken = r == 0;
+			q.reopen = node_kept(fs->nodes, ino);
+			r = q.reopen ? 0 : -ESTALE; /* unlinked, or replaced in the pod */
 		}
 	}
 	if (r < 0)
 		goto out;
-	q.path = bin(path, len);
+	/* With reopen, agentd uses no path; one that names nothing (a NUL
+	 * byte is EINVAL) keeps an agentd without reopen from opening the
+	 * root. */
+	q.path = q.reopen ? bin("\0", 1) : bin(path, len);
 	q.access = access_of(fi->flags);
 	q.truncate = fi->flags & O_TRUNC;
 	q.append = fi->flags & O_APPEND;
@@ -1889,10 +1929,11 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		mutated(fs);
 	if (q.truncate && path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-	if (r == -ENOENT || r == -ELOOP || (q.reopen && r == -EBADF)) {
+	if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
 		/* The name was removed or replaced by a symlink in the pod
-		 * (or agentd lost the handle to reopen): ESTALE makes the VFS
-		 * look it up again (and create it, for O_CREAT). */
+		 * (or agentd lost the handle to reopen, or cannot): ESTALE
+		 * makes the VFS look it up again (and create it, for
+		 * O_CREAT). */
 		r = -ESTALE;
 	}
 	if (r < 0)
@@ -1900,7 +1941,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	r = attr_to_stat(rep->attr, &st);
 	if (r == 0 && info.ino && info.mode != (st.st_mode & S_IFMT)) {
 		r = -ESTALE; /* another kind of file under this name now */
-	} else if (r == 0 && (taken || (info.ino && info.ino != st.st_ino))) {
+	} else if (r == 0 && info.ino && info.ino != st.st_ino) {
 		/*
 		 * The name was replaced (rename over it) after the kernel looked
 		 * it up. open(2) gets the file the name holds now, as on a
@@ -3403,6 +3444,7 @@ void wsfs_free(struct wsfs *fs)
 	/* Handles queued while agentd was unreachable, and files still open
 	 * (the session ended under them): give agentd its handles back. */
 	wsfs_release_pending(fs);
+	kept_release(fs, true);
 	pthread_mutex_lock(&files_lock);
 	f = fs_files;
 	fs_files = NULL;

@@ -52,11 +52,9 @@ struct node {
 	bool known;            /* a directory whose names are all in t->known */
 	int64_t known_since;   /* CLOCK_MONOTONIC ns when that began */
 	struct kname *knames;  /* those names (dnext list) */
-	/* Detached because another file took its last name (node_taken()):
-	 * that name, or NULL. */
-	char *taken_name;
-	size_t taken_len;
-	uint64_t taken_parent; /* nodeid */
+	/* agentd's handle of the file, kept when a rename through this mount
+	 * replaced its last name (node_keep()); 0 = none. */
+	uint64_t kept;
 	struct node *id_next;
 	struct node *ino_next;
 };
@@ -104,6 +102,9 @@ struct node_table {
 	uint64_t next_id;
 	uint64_t k0, k1; /* SipHash key */
 	struct node *root;
+	/* Kept handles of nodes freed since the last node_kept_drain(). */
+	uint64_t *kept_freed;
+	size_t n_kept_freed, cap_kept_freed;
 };
 
 /* ---- hashing ---- */
@@ -505,6 +506,25 @@ static void kname_add(struct node_table *t, struct node *dir, const char *name, 
 	t->n_known++;
 }
 
+/* @n is being freed: its kept handle goes to the drain list (lost if
+ * that cannot grow: agentd then holds it until it exits). */
+static void kept_free(struct node_table *t, struct node *n)
+{
+	if (!n->kept)
+		return;
+	if (t->n_kept_freed == t->cap_kept_freed) {
+		size_t cap = t->cap_kept_freed ? t->cap_kept_freed * 2 : 16;
+		uint64_t *a = realloc(t->kept_freed, cap * sizeof(*a));
+
+		if (!a)
+			return;
+		t->kept_freed = a;
+		t->cap_kept_freed = cap;
+	}
+	t->kept_freed[t->n_kept_freed++] = n->kept;
+	n->kept = 0;
+}
+
 /* Free @n, and then its parents, while nothing holds them. */
 static void maybe_free(struct node_table *t, struct node *n)
 {
@@ -525,7 +545,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 		id_remove(t, n);
 		free(n->own);
 		free(n->attr);
-		free(n->taken_name);
+		kept_free(t, n);
 		free(n);
 		n = next;
 	}
@@ -553,22 +573,6 @@ static char *name_dup(const char *name, size_t len)
 		s[len] = '\0';
 	}
 	return s;
-}
-
-/* Remove the name @l, which another file now holds (a rename over it, or
- * a lookup that found another file there). When it was the last name of a
- * non-directory, the node remembers it for node_taken_path(). */
-static void unname_taken(struct node_table *t, struct link *l)
-{
-	struct node *n = l->node;
-
-	if (n->n_links == 1 && !S_ISDIR(n->mode)) {
-		free(n->taken_name);
-		n->taken_name = name_dup(l->name, l->len); /* NULL: not remembered */
-		n->taken_len = l->len;
-		n->taken_parent = l->parent->id;
-	}
-	unname(t, l);
 }
 
 /* ---- public ---- */
@@ -656,10 +660,10 @@ void node_table_free(struct node_table *t)
 			next = n->id_next;
 			free(n->own);
 			free(n->attr);
-			free(n->taken_name);
 			free(n);
 		}
 	}
+	free(t->kept_freed);
 	free(t->known);
 	free(t->by_id);
 	free(t->by_ino);
@@ -726,7 +730,7 @@ int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t 
 	}
 	p->refs++; /* pinned while names move */
 	if (l)
-		unname_taken(t, l); /* the name now holds another file */
+		unname(t, l); /* the name now holds another file */
 	/* Another name of the same file (a hard link): the same node, so the
 	 * kernel shares one inode, its page cache and its nlink. Only for a
 	 * file with several links, and never with a detached node, so that a
@@ -829,20 +833,70 @@ int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
 	return r;
 }
 
-int node_taken_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
+uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len)
 {
-	struct node *n, *p;
+	struct link *l;
+	uint64_t id = 0;
+
+	if (!node_name_ok(name, len))
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	l = link_find(t, parent, name, len);
+	if (l)
+		id = l->node->id;
+	pthread_mutex_unlock(&t->lock);
+	return id;
+}
+
+int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle)
+{
+	struct node *n;
 	int r = -ESTALE;
 
+	if (!handle)
+		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n != t->root && !n->links && n->taken_name) {
-		p = by_id(t, n->taken_parent);
-		if (p)
-			r = build_path(t, p, n->taken_name, n->taken_len, ret, ret_len);
+	if (n && n != t->root && !n->links && !S_ISDIR(n->mode) && n->ino == ino && !n->kept) {
+		n->kept = handle;
+		r = 0;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;
+}
+
+uint64_t node_kept(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	uint64_t h = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		h = n->kept;
+	pthread_mutex_unlock(&t->lock);
+	return h;
+}
+
+size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (all) {
+		for (size_t i = 0; i < t->id_cap && n < max; i++) {
+			for (struct node *m = t->by_id[i]; m && n < max; m = m->id_next) {
+				if (m->kept) {
+					ids[n++] = m->kept;
+					m->kept = 0;
+				}
+			}
+		}
+	}
+	while (n < max && t->n_kept_freed)
+		ids[n++] = t->kept_freed[--t->n_kept_freed];
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }
 
 int node_child_path(struct node_table *t, uint64_t parent, const char *name, size_t len,
@@ -956,7 +1010,7 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 	op->refs++;
 	np->refs++;
 	if (dst && !exchange) {
-		unname_taken(t, dst);
+		unname(t, dst);
 		dst = NULL;
 	}
 	if (src)

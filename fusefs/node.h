@@ -21,7 +21,7 @@
  *   most recently confirmed name.
  * - Detached nodes (every name unlinked, renamed over or replaced) have no
  *   path; ops on them must go through an open file's server handle
- *   (node_fh_get()).
+ *   (node_fh_get()) or the handle kept for them (node_keep()).
  * - Names are byte strings of 1..NODE_NAME_MAX bytes without '/' or NUL and
  *   not "." or ".."; they are stored exactly (no normalisation).
  *
@@ -177,18 +177,32 @@ uint64_t node_forget(struct node_table *t, uint64_t id, uint64_t nlookup);
  */
 int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len);
 
+/** The nodeid name @p name (@p len bytes) of @p parent is bound to; 0 if none. */
+uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len);
+
 /**
- * For a detached non-directory whose last name another file took (a
- * rename over it, or a lookup that found another file under the name):
- * the wire path that name has now, as node_path() gives it. The kernel may
- * still send OPEN for such a node when it looked the name up just before
- * (open(2) racing a rename); opening what the name holds now serves it as
- * if the open had come after. Only the node's last name is remembered.
- *
- * @return 0; -ESTALE when @p id is attached, unknown, a directory, was
- *         unlinked, or its name's directory is gone; -ELOOP; -ENOMEM.
+ * Give the detached non-directory @p id, of server inode @p ino, the agentd
+ * handle @p handle (nonzero) of its file, kept open when a rename through
+ * the mount replaced its last name (RenameRequest.keep_replaced): the
+ * kernel may still open the node (open(2) that looked the name up just
+ * before; /proc/PID/fd/N of an O_PATH descriptor), and the handle opens
+ * the same file again, as a local file system would. The table owns the
+ * handle from then on: when the node is freed it goes to
+ * node_kept_drain(). Returns 0; -ESTALE when @p id is unknown, attached, a
+ * directory, of another inode, or already keeps one (the caller releases
+ * @p handle); -EINVAL for handle 0.
  */
-int node_taken_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len);
+int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle);
+
+/** The handle node_keep() gave node @p id; 0 if none. */
+uint64_t node_kept(struct node_table *t, uint64_t id);
+
+/**
+ * Take up to @p max kept handles whose nodes were freed into @p ids (all
+ * nodes' when @p all: at unmount); the caller releases them with agentd.
+ * Returns how many.
+ */
+size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all);
 
 /**
  * The wire path of name @p name (@p len bytes) in directory @p parent, as

@@ -387,6 +387,41 @@ class Behaviour(Base):
         self.assertEqual(self.ws.Readlink(pb.PathRequest(path=b"bl"), timeout=TIMEOUT).target,
                          b"b")
 
+    def test_rename_keep_replaced(self):
+        R = pb.RenameRequest
+        for name, data in ((b"k", "old"), (b"k.new", "new"), (b"k2", "x"), (b"kd", None)):
+            if data is None:
+                os.mkdir(rp(name.decode()))
+            else:
+                with open(rp(name.decode()), "w") as f:
+                    f.write(data)
+        ino = os.stat(rp("k")).st_ino
+        r = self.ws.Rename(R(**{"from": b"k.new", "to": b"k", "keep_replaced": True}),
+                           timeout=TIMEOUT)
+        self.assertNotEqual(r.replaced, 0)
+        self.assertEqual((r.replaced_attr.ino, r.replaced_attr.nlink), (ino, 0))
+        # The kept handle opens the replaced file; it is read-only.
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Write(pb.WriteRequest(handle=r.replaced, data=b"x"),
+                                         timeout=TIMEOUT),
+                   "Write through a kept handle")
+        o = self.ws.Open(pb.OpenRequest(reopen=r.replaced, read_ahead=8), timeout=TIMEOUT)
+        self.assertEqual(o.data, b"old")
+        for h in (o.handle, r.replaced):
+            self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+        with open(rp("k")) as f:
+            self.assertEqual(f.read(), "new")
+        # Nothing kept: without keep_replaced, with nothing replaced, for
+        # an exchange, for a directory replaced.
+        with open(rp("k4"), "w") as f:
+            f.write("y")
+        os.mkdir(rp("kd2"))
+        for q in (R(**{"from": b"k", "to": b"k2"}),
+                  R(**{"from": b"k2", "to": b"k3", "keep_replaced": True}),
+                  R(**{"from": b"k3", "to": b"k4", "keep_replaced": True, "exchange": True}),
+                  R(**{"from": b"kd", "to": b"kd2", "keep_replaced": True})):
+            self.assertEqual(self.ws.Rename(q, timeout=TIMEOUT).replaced, 0, str(q))
+
     def test_setattr(self):
         with open(rp("sa"), "w") as f:
             f.write("0123456789")

@@ -271,6 +271,49 @@ static void test_reopen(void **state)
 	assert_int_equal(fsops_release(fx->h, id), 0);
 }
 
+/* fsops_rename_keep: the replaced regular file stays open as an O_PATH
+ * handle while the table is under three quarters full. */
+static void test_rename_keep(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_handles *h;
+	uint64_t kept, ro, ids[2];
+	struct stat st, old;
+	char buf[8], path[128];
+
+	assert_int_equal(fsops_handles_new(4, &h), 0);
+	write_at(fx->rootdir, "a", "old");
+	write_at(fx->rootdir, "a.new", "new");
+	snprintf(path, sizeof(path), "%s/a", fx->rootdir);
+	assert_int_equal(stat(path, &old), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, P("a.new"), P("a"), 0, &kept, &st), 0);
+	assert_int_not_equal(kept, 0);
+	assert_int_equal(st.st_ino, old.st_ino);
+	assert_int_equal(st.st_nlink, 0);
+	assert_int_equal(fsops_write(h, kept, 0, "x", 1, NULL), -EBADF); /* read-only */
+	assert_int_equal(fsops_reopen(h, kept, O_RDONLY, &ro, NULL), 0);
+	assert_int_equal(fsops_read(h, ro, 0, buf, sizeof(buf)), 3);
+	assert_memory_equal(buf, "old", 3);
+	assert_int_equal(fsops_handles_count(h), 2);
+	/* Nothing replaced, a failed rename, an exchange: nothing kept. */
+	assert_int_equal(fsops_rename_keep(&fx->root, h, P("a"), P("b"), 0, &kept, NULL), 0);
+	assert_int_equal(kept, 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, P("nope"), P("b"), 0, &kept, NULL),
+			 -ENOENT);
+	assert_int_equal(kept, 0);
+	write_at(fx->rootdir, "c", "c");
+	assert_int_equal(fsops_rename_keep(&fx->root, h, P("c"), P("b"), RENAME_EXCHANGE, &kept,
+					   NULL), 0);
+	assert_int_equal(kept, 0);
+	assert_int_equal(fsops_handles_count(h), 2);
+	/* Three of four handles open: no room kept for it. */
+	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, P("c"), P("b"), 0, &kept, NULL), 0);
+	assert_int_equal(kept, 0);
+	assert_int_equal(fsops_handles_count(h), 3);
+	fsops_handles_free(h);
+}
+
 struct race {
 	struct fsops_handles *h;
 	uint64_t id;
@@ -793,6 +836,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		BOTH(test_handles),
 		BOTH(test_reopen),
+		BOTH(test_rename_keep),
 		BOTH(test_handles_concurrent_release),
 		BOTH(test_rename_flags),
 		BOTH(test_setattr_symlink_nofollow),

@@ -62,21 +62,16 @@ static uint64_t add_links(struct node_table *t, uint64_t parent, const char *nam
 	return id;
 }
 
-/* @fn (node_path or node_taken_path) of @id gives @want. */
-static void assert_path_by(int (*fn)(struct node_table *, uint64_t, char **, size_t *),
-			   struct node_table *t, uint64_t id, const char *want)
+static void assert_path(struct node_table *t, uint64_t id, const char *want)
 {
 	char *p = NULL;
 	size_t len = 0;
 
-	assert_int_equal(fn(t, id, &p, &len), 0);
+	assert_int_equal(node_path(t, id, &p, &len), 0);
 	assert_string_equal(p, want);
 	assert_int_equal(len, strlen(want));
 	free(p);
 }
-
-#define assert_path(t, id, want) assert_path_by(node_path, t, id, want)
-#define assert_taken(t, id, want) assert_path_by(node_taken_path, t, id, want)
 
 static void test_root(void **state)
 {
@@ -256,54 +251,53 @@ static void test_rename(void **state)
 	assert_int_equal(node_rename(t, 777777, "a", 1, NODE_ROOT_ID, "b", 1, false), -ESTALE);
 }
 
-/* A detached file whose name another file took leads to that name. */
-static void test_taken_path(void **state)
+/* A file renamed over keeps agentd's handle while the kernel holds its
+ * node; the handle is handed back for release when the node goes. */
+static void test_kept(void **state)
 {
 	struct node_table *t = *state;
-	uint64_t d, x, lock, y1, y2, h, sub, z;
-	char *p = NULL;
+	uint64_t x, lock, d, h, y, ids[8];
+	struct node_fh fh;
 
-	d = add(t, NODE_ROOT_ID, "d", 1, DIR_);
-	x = add(t, d, "x", 2, REG);
-	lock = add(t, d, "x.lock", 3, REG);
-	/* Attached: its own path, no taken one. */
-	assert_int_equal(node_taken_path(t, x, &p, NULL), -ESTALE);
+	x = add(t, NODE_ROOT_ID, "x", 2, REG);
+	lock = add(t, NODE_ROOT_ID, "x.lock", 3, REG);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), x);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "nope", 4), 0);
+	assert_int_equal(node_child(t, 999999, "x", 1), 0);
+	/* Still named: nothing to keep. */
+	assert_int_equal(node_keep(t, x, 2, 77), -ESTALE);
 	/* mv x.lock x through the mount. */
-	assert_int_equal(node_rename(t, d, "x.lock", 6, d, "x", 1, false), 0);
-	assert_taken(t, x, "d/x");
-	assert_int_equal(node_taken_path(t, lock, &p, NULL), -ESTALE);
-	/* The directory moves: the path follows it. */
-	assert_int_equal(node_rename(t, NODE_ROOT_ID, "d", 1, NODE_ROOT_ID, "e", 1, false), 0);
-	assert_taken(t, x, "e/x");
+	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.lock", 6, NODE_ROOT_ID, "x", 1, false), 0);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), lock);
+	assert_int_equal(node_keep(t, x, 99, 77), -ESTALE); /* another inode */
+	assert_int_equal(node_keep(t, x, 2, 0), -EINVAL);
+	assert_int_equal(node_keep(t, x, 2, 77), 0);
+	assert_int_equal(node_keep(t, x, 2, 78), -ESTALE); /* keeps one */
+	assert_int_equal(node_kept(t, x), 77);
+	assert_int_equal(node_kept(t, lock), 0);
+	/* Nothing to release while the node lives, then its handle. */
+	assert_int_equal(node_kept_drain(t, ids, 8, false), 0);
+	assert_int_equal(node_fh_add(t, x, &fh), 0);
+	assert_int_equal(node_forget(t, x, 1), 0);
+	assert_int_equal(node_kept_drain(t, ids, 8, false), 0); /* open still */
+	assert_true(node_fh_put(t, &fh));
+	assert_int_equal(node_kept_drain(t, ids, 8, false), 1);
+	assert_int_equal(ids[0], 77);
+	assert_int_equal(node_kept_drain(t, ids, 8, false), 0);
+	assert_int_equal(node_kept(t, x), 0);
 
-	/* Replaced in the pod, seen by a lookup. */
-	y1 = add(t, d, "y", 4, REG);
-	y2 = add(t, d, "y", 5, REG);
-	assert_true(y1 != y2);
-	assert_taken(t, y1, "e/y");
-	/* Unlinked: nothing took the name. */
-	assert_int_equal(node_unlink(t, d, "y", 1), y2);
-	assert_int_equal(node_taken_path(t, y2, &p, NULL), -ESTALE);
-	/* One of two hard links renamed over: still attached by the other. */
-	h = add_links(t, d, "h1", 6, 2);
-	assert_int_equal(add_links(t, d, "h2", 6, 2), h);
-	lock = add(t, d, "new", 7, REG);
-	assert_int_equal(node_rename(t, d, "new", 3, d, "h1", 2, false), 0);
-	assert_int_equal(node_taken_path(t, h, &p, NULL), -ESTALE);
-	assert_path(t, h, "e/h2");
-	/* A directory renamed over: no taken path (opendir works by path). */
-	sub = add(t, d, "sub", 8, DIR_);
-	z = add(t, d, "z", 9, DIR_);
-	assert_int_equal(node_rename(t, d, "z", 1, d, "sub", 3, false), 0);
-	assert_int_equal(node_taken_path(t, sub, &p, NULL), -ESTALE);
-	(void)z;
-	/* The name's directory removed: gone too. */
-	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "e", 1), d);
-	assert_int_equal(node_taken_path(t, x, &p, NULL), -ESTALE);
-	/* Unknown and root. */
-	assert_int_equal(node_taken_path(t, 999999, &p, NULL), -ESTALE);
-	assert_int_equal(node_taken_path(t, NODE_ROOT_ID, &p, NULL), -ESTALE);
-	assert_null(p);
+	/* Directories keep none; unmount takes every live node's. */
+	d = add(t, NODE_ROOT_ID, "d", 4, DIR_);
+	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "d", 1), d);
+	assert_int_equal(node_keep(t, d, 4, 80), -ESTALE);
+	h = add(t, NODE_ROOT_ID, "h", 5, REG);
+	y = add(t, NODE_ROOT_ID, "y", 6, REG);
+	assert_int_equal(node_rename(t, NODE_ROOT_ID, "y", 1, NODE_ROOT_ID, "h", 1, false), 0);
+	assert_int_equal(node_keep(t, h, 5, 81), 0);
+	assert_int_equal(node_kept_drain(t, ids, 8, true), 1);
+	assert_int_equal(ids[0], 81);
+	assert_int_equal(node_kept(t, h), 0);
+	(void)y;
 }
 
 static void test_unlink_and_open_files(void **state)
@@ -776,7 +770,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replaced_file_gets_new_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_taken_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kept, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
