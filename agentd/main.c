@@ -417,6 +417,12 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int i = 0; i < nlisten; i++) {
+		const char *why;
+
+		if (wsb_addr_check(listen[i], &why) < 0) {
+			fprintf(stderr, "agentd: bad --listen address '%s': %s\n", listen[i], why);
+			return 2;
+		}
 		if (!app.token && !addr_is_local(listen[i])) {
 			wsb_err("refusing to listen on '%s' without --token-file: it is reachable "
 				"beyond this machine (only loopback and unix sockets may go without "

@@ -163,7 +163,9 @@ static void report(const char *path, const struct wsc_status *st)
 		snprintf(what, sizeof(what), "%s %s", g_cmd, q(path));
 	else
 		snprintf(what, sizeof(what), "%s", g_cmd);
-	if (st->msg[0] && (g_verbose || !st->has_errno))
+	/* agentd's message when it says more than the errno's text ("...
+	 * escapes the workspace root", "no such working directory ..."). */
+	if (st->msg[0] && (g_verbose || !st->has_errno || !strstr(st->msg, strerror(st->err))))
 		msg("%s: %s (%s: %s)", what, strerror(st->err), wsb_status_name(st->code), st->msg);
 	else
 		msg("%s: %s (%s)", what, strerror(st->err), wsb_status_name(st->code));
@@ -2412,6 +2414,12 @@ int main(int argc, char **argv)
 		default:
 			usage_error("bad option");
 		}
+	}
+	if (!o.exec_cmd) {
+		const char *why;
+
+		if (wsb_addr_check(o.target, &why) < 0)
+			usage_error("bad address %s: %s", q(o.target), why);
 	}
 	if (optind >= argc)
 		usage_error("no command given");

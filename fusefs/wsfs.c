@@ -299,8 +299,15 @@ int main(int argc, char **argv)
 		usage(stderr);
 		goto out;
 	}
-	if (!o.exec_cmd)
+	if (!o.exec_cmd) {
+		const char *why;
+
 		addr = o.pos[0];
+		if (wsb_addr_check(addr, &why) < 0) {
+			fprintf(stderr, "wsfs: bad address '%s': %s\n", addr, why);
+			goto out;
+		}
+	}
 	mnt = o.pos[o.n_pos - 1];
 	if (!seconds_ok(o.entry_timeout, 0) || !seconds_ok(o.attr_timeout, 0) ||
 	    !seconds_ok(o.watch_timeout, 0) ||

@@ -190,6 +190,52 @@ void wsb_log_init(const char *progname, int level)
 	log_level = level;
 }
 
+int wsb_addr_check(const char *addr, const char **why)
+{
+	static const char *const schemes[] = { "dns:", "ipv4:", "ipv6:", "vsock:" };
+	const char *port, *end;
+	unsigned long n;
+
+	*why = NULL;
+	if (!addr || !*addr) {
+		*why = "empty";
+		return -EINVAL;
+	}
+	if (!strncmp(addr, "unix:", 5) || !strncmp(addr, "unix-abstract:", 14)) {
+		if (!addr[addr[4] == '-' ? 14 : 5]) {
+			*why = "no socket path after the colon";
+			return -EINVAL;
+		}
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (!strncmp(addr, schemes[i], strlen(schemes[i])))
+			return 0;
+	if (addr[0] == '[') {
+		end = strstr(addr, "]:");
+		if (!end || end == addr + 1) {
+			*why = "want [IPV6]:PORT";
+			return -EINVAL;
+		}
+		port = end + 2;
+	} else {
+		end = strrchr(addr, ':');
+		if (!end) {
+			*why = "no port (want HOST:PORT)";
+			return -EINVAL;
+		}
+		port = end + 1;
+	}
+	n = 0;
+	for (end = port; *end >= '0' && *end <= '9' && n <= 65535; end++)
+		n = n * 10 + (unsigned long)(*end - '0');
+	if (end == port || *end || n == 0 || n > 65535) {
+		*why = "the port must be a number from 1 to 65535";
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int wsb_log_level_parse(const char *name)
 {
 	if (!name)

@@ -143,6 +143,17 @@ struct timespec wsb_ts_of_ns(int64_t ns);
 void wsb_cond_init_mono(pthread_cond_t *cond);
 
 /**
+ * Check a server address as agentd --listen, wsctl -a and wsfs take it:
+ * "unix:PATH" or "unix-abstract:NAME" with something after the colon, or
+ * "HOST:PORT" / "[V6]:PORT" (an empty HOST is every interface, to gRPC)
+ * with a port of 1 to 65535 in decimal (gRPC would take 99999 as 34463,
+ * its low 16 bits, and no port at all as 443). Other gRPC target forms ("dns:///host:port", "ipv4:...")
+ * are left to gRPC. Returns 0, or -EINVAL with *@p why set to a static
+ * string that says what is wrong. Any thread.
+ */
+int wsb_addr_check(const char *addr, const char **why);
+
+/**
  * Parse a level name ("error", "warning", "notice", "info", "debug").
  * Returns the level, or -EINVAL for an unknown name.
  */

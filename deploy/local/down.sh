@@ -7,8 +7,10 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 state=${WSB_BUILD:-$top/build}/local
 if [[ -f $state/mnt ]]; then
 	mnt=$(cat "$state/mnt")
-	if mountpoint -q "$mnt"; then
-		fusermount3 -u "$mnt" || fusermount3 -uz "$mnt"
+	# The mount table, not the directory: a mount whose wsfs died fails
+	# every access (ENOTCONN).
+	if findmnt -rn -M "$mnt" >/dev/null; then
+		fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt"
 		echo "==> unmounted $mnt"
 	fi
 	rm -f "$state/mnt"

@@ -67,7 +67,9 @@ if [[ -f $state/agentd.pid ]] && kill -0 "$(cat "$state/agentd.pid")" 2>/dev/nul
 	"$top/deploy/local/down.sh"
 fi
 say "starting agentd on $listen serving $workspace"
-"$build/agentd/agentd" --root "$workspace" --listen "$listen" 2>"$state/agentd.log" &
+# All of agentd's output to its log: a pipe on up.sh's stdout (up.sh | tee)
+# must end when up.sh does.
+"$build/agentd/agentd" --root "$workspace" --listen "$listen" </dev/null >"$state/agentd.log" 2>&1 &
 echo $! >"$state/agentd.pid"
 
 wsctl=("$build/fusefs/wsctl" -a "$listen")
@@ -82,10 +84,12 @@ done
 "${wsctl[@]}" health
 
 say "mounting it on $mnt"
-mkdir -p "$mnt"
-if mountpoint -q "$mnt"; then
-	fusermount3 -u "$mnt"
+# A mount left there, also one whose wsfs died (any access to it fails
+# with ENOTCONN, so ask the mount table, not the directory).
+if findmnt -rn -M "$mnt" >/dev/null; then
+	fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt"
 fi
+mkdir -p "$mnt"
 "$build/fusefs/wsfs" "$listen" "$mnt"
 echo "$mnt" >"$state/mnt"
 say "the workspace through the mount:"

@@ -42,6 +42,13 @@ teardown() {
 	assert_status 2
 	assert_contains "$stderr" "view-limit"
 
+	# gRPC took port 99999 as 34463 and a missing port as 443.
+	for a in 127.0.0.1:99999 127.0.0.1:0 127.0.0.1 garbage unix:; do
+		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "$a"
+		assert_status 2
+		assert_contains "$stderr" "bad --listen address '$a'"
+	done
+
 	for v in 0 -1 4294967296 x; do
 		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --max-watches "$v" --listen 127.0.0.1:1
 		assert_status 2

@@ -286,6 +286,12 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 		assert_contains "$stderr" "${o%%=*} wants"
 		! is_mounted "$m"
 	done
+	for o in 127.0.0.1:99999 127.0.0.1; do
+		run --separate-stderr "$WSFS" -f "$o" "$m"
+		assert_status 1
+		assert_contains "$stderr" "bad address '$o'"
+		! is_mounted "$m"
+	done
 	# The largest readahead is accepted (and mounts).
 	run --separate-stderr "$WSFS" -o read_ahead_kb=1048576 "$ADDR" "$m"
 	assert_status 0

@@ -106,6 +106,12 @@ teardown() {
 	assert_status 2
 	run --separate-stderr "$WSCTL" ls --bogus
 	assert_status 2
+	run --separate-stderr "$WSCTL" -a 127.0.0.1:99999 health
+	assert_status 2
+	assert_contains "$stderr" "port must be a number from 1 to 65535"
+	WSBRIDGE_ADDR=localhost run --separate-stderr "$WSCTL" health
+	assert_status 2
+	assert_contains "$stderr" "no port"
 	run --separate-stderr "$WSCTL" --help
 	assert_status 0
 	assert_contains "$output" "Usage: wsctl"

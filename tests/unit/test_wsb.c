@@ -141,6 +141,33 @@ static void test_escape(void **state)
 
 /* Times to and from int64 nanoseconds: exact inside the range, saturated
  * outside (a file dated 2300, a peer's INT64_MIN), never undefined. */
+static void test_addr_check(void **state)
+{
+	static const char *const good[] = {
+		"127.0.0.1:9000", "localhost:1", "[::1]:65535", ":9000", "0.0.0.0:9000",
+		"unix:/tmp/s", "unix:///tmp/s", "unix-abstract:x", "dns:///h:1", "ipv4:1.2.3.4:5",
+	};
+	static const char *const bad[] = {
+		"", "garbage", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
+		"127.0.0.1:99999", "127.0.0.1:9x", "127.0.0.1:-1", "h:123456789012345678901",
+		"[::1]", "[::1]9000", "[]:1", "unix:", "unix-abstract:",
+	};
+	const char *why;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		if (wsb_addr_check(good[i], &why) != 0)
+			fail_msg("'%s' refused: %s", good[i], why);
+		assert_null(why);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (wsb_addr_check(bad[i], &why) != -EINVAL)
+			fail_msg("'%s' accepted", bad[i]);
+		assert_non_null(why);
+	}
+	assert_int_equal(wsb_addr_check(NULL, &why), -EINVAL);
+}
+
 static void test_time_ns(void **state)
 {
 	struct timespec ts;
@@ -200,6 +227,7 @@ int main(void)
 		cmocka_unit_test(test_codec_round_trip_bytes),
 		cmocka_unit_test(test_codec_empty_and_garbage),
 		cmocka_unit_test(test_escape),
+		cmocka_unit_test(test_addr_check),
 		cmocka_unit_test(test_time_ns),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
