@@ -52,6 +52,7 @@
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "rpc.h"
@@ -857,6 +858,18 @@ static void on_async(uv_async_t *h)
 	}
 	finish_shutdown(s);
 }
+/*
+ * gRPC's own log lines (gpr_log) go to agentd's log at info level (an
+ * error) or debug: what a user needs of them agentd says itself, in a
+ * sentence ("cannot listen on ...: address in use"), and the raw line
+ * before it only confused. grpc_init() time, before any thread.
+ */
+static void grpc_log(gpr_log_func_args *a)
+{
+	wsb_log(a->severity == GPR_LOG_SEVERITY_ERROR ? WSB_LOG_INFO : WSB_LOG_DEBUG,
+		"grpc: %s:%d: %s", a->file, a->line, a->message);
+}
+
 
 /* ---- server lifecycle ---- */
 
@@ -890,6 +903,7 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	atomic_init(&s->threads_done, 0);
 	atomic_init(&s->shutting_down, false);
 
+	gpr_set_log_function(grpc_log);
 	grpc_init();
 	args[0].type = GRPC_ARG_INTEGER;
 	args[0].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;

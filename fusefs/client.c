@@ -75,6 +75,7 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 #include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
@@ -772,6 +773,14 @@ static bool token_ok(const char *t)
 	return true;
 }
 
+/* gRPC's own log lines (gpr_log) at debug level (wsctl -v, wsfs -d): the
+ * caller reports failures itself, with the status agentd sent. */
+static void grpc_log(gpr_log_func_args *a)
+{
+	wsb_log(WSB_LOG_DEBUG, "grpc %s: %s:%d: %s", gpr_log_severity_string(a->severity),
+		a->file, a->line, a->message);
+}
+
 int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 {
 	struct wsc *c;
@@ -801,6 +810,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 		free(c);
 		return -ENOMEM;
 	}
+	gpr_set_log_function(grpc_log);
 	grpc_init();
 	c->idle = o->idle_poller;
 	atomic_init(&c->n_abandoned, 0);
