@@ -1081,10 +1081,10 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 	if (r < 0)
 		goto out;
 	/* The file the rename will replace, by its own inode: a regular
-	 * file only, and only while the table is under three quarters full
-	 * (the rest stays for opens). */
+	 * file only, and only while the table stays at most three quarters
+	 * full with it (the rest stays for opens). */
 	if (h && ret_kept && !(flags & (RENAME_NOREPLACE | RENAME_EXCHANGE)) &&
-	    fsops_handles_count(h) < h->max - h->max / 4) {
+	    4 * ((size_t)fsops_handles_count(h) + 1) <= 3 * (size_t)h->max) {
 		kfd = openat(tdir, tname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 		if (kfd >= 0 && (fstat(kfd, &st) < 0 || !S_ISREG(st.st_mode) ||
 				 handle_reserve(h, &e) < 0)) {

@@ -261,7 +261,7 @@ int fsops_rename(const struct resolve_root *root, const void *from, size_t from_
 
 /**
  * fsops_rename(), and when it replaces a regular file (flags 0) and @p h
- * is under three quarters full, keep that file open (read-only, or O_PATH
+ * stays at most three quarters full with it, keep that file open (read-only, or O_PATH
  * where agentd may not read it) as a new handle of @p h: its id in
  * *ret_kept and its fstat(2) after the rename (nlink 0 if that was its last
  * name) in *ret_st; else *ret_kept is 0. The handle opens the file again

@@ -1150,6 +1150,21 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 			return r;
 		/* broken: fall back to the path */
 	}
+	{
+		/* A file this mount's rename replaced: its kept handle. */
+		Wsbridge__V1__SetAttrRequest k = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+		Wsbridge__V1__AttrReply *krep = NULL;
+
+		k.handle = node_kept(fs->nodes, ino);
+		if (k.handle) {
+			r = rpc(fs, M("SetAttr"), &k.base, &wsbridge__v1__attr_reply__descriptor,
+				&krep);
+			if (r == 0)
+				r = attr_to_stat(krep->attr, st);
+			free_reply(krep);
+			return r == -EBADF ? -ESTALE : r;
+		}
+	}
 	for (unsigned tries = 0;; tries++) {
 		r = node_info(fs->nodes, ino, &info);
 		if (r < 0)
@@ -1939,6 +1954,25 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (r < 0)
 		goto out;
 	r = attr_to_stat(rep->attr, &st);
+	if (r == 0 && info.ino && info.ino != st.st_ino && !q.reopen && !q.truncate &&
+	    node_kept(fs->nodes, ino)) {
+		/* This mount's rename replaced the name while this open was on
+		 * its way: the kernel opened the old file, which it now keeps
+		 * (an open after this one must not get an older file). */
+		release_handle(fs, rep->handle);
+		free_reply(rep);
+		rep = NULL;
+		q.reopen = node_kept(fs->nodes, ino);
+		q.path = bin("\0", 1);
+		r = q.reopen ? rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor,
+				   &rep)
+			     : -ESTALE;
+		if (r == -EBADF || r == -EINVAL)
+			r = -ESTALE;
+		if (r < 0)
+			goto out;
+		r = attr_to_stat(rep->attr, &st);
+	}
 	if (r == 0 && info.ino && info.mode != (st.st_mode & S_IFMT)) {
 		r = -ESTALE; /* another kind of file under this name now */
 	} else if (r == 0 && info.ino && info.ino != st.st_ino) {

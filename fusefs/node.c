@@ -833,7 +833,10 @@ int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
 	return r;
 }
 
-uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len)
+/* The nodeid (parent, name) is bound to, or 0; with @unbind, the name
+ * is removed too (node_unlink()). */
+static uint64_t child_of(struct node_table *t, uint64_t parent, const char *name, size_t len,
+			 bool unbind)
 {
 	struct link *l;
 	uint64_t id = 0;
@@ -842,10 +845,30 @@ uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, siz
 		return 0;
 	pthread_mutex_lock(&t->lock);
 	l = link_find(t, parent, name, len);
-	if (l)
+	if (l) {
 		id = l->node->id;
+		if (unbind)
+			unname(t, l);
+	}
 	pthread_mutex_unlock(&t->lock);
 	return id;
+}
+
+uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len)
+{
+	return child_of(t, parent, name, len, false);
+}
+
+/* The first detached non-directory of server inode @ino that keeps a
+ * handle (@kept) or keeps none; a walk of the whole table. Lock held. */
+static struct node *detached_of_ino(struct node_table *t, uint64_t ino, bool kept)
+{
+	for (size_t i = 0; i < t->id_cap; i++)
+		for (struct node *m = t->by_id[i]; m; m = m->id_next)
+			if (m != t->root && !m->links && !S_ISDIR(m->mode) && m->ino == ino &&
+			    (m->kept != 0) == kept)
+				return m;
+	return NULL;
 }
 
 int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle)
@@ -857,7 +880,13 @@ int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n != t->root && !n->links && !S_ISDIR(n->mode) && n->ino == ino && !n->kept) {
+	if (!(n && n != t->root && !n->links && !S_ISDIR(n->mode) && n->ino == ino && !n->kept)) {
+		/* A LOOKUP that raced the rename (the kernel's revalidation
+		 * takes no directory lock) saw the new file under the name and
+		 * detached the node the kernel holds: find it by its inode. */
+		n = detached_of_ino(t, ino, false);
+	}
+	if (n) {
 		n->kept = handle;
 		r = 0;
 	}
@@ -874,6 +903,14 @@ uint64_t node_kept(struct node_table *t, uint64_t id)
 	n = by_id(t, id);
 	if (n)
 		h = n->kept;
+	if (n && !h && n != t->root && !n->links && n->ino) {
+		/* A LOOKUP answered before the rename but applied after it
+		 * made a second detached node of the replaced file: that one
+		 * keeps it. */
+		struct node *m = detached_of_ino(t, n->ino, true);
+
+		h = m ? m->kept : 0;
+	}
 	pthread_mutex_unlock(&t->lock);
 	return h;
 }
@@ -916,19 +953,7 @@ int node_child_path(struct node_table *t, uint64_t parent, const char *name, siz
 
 uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, size_t len)
 {
-	struct link *l;
-	uint64_t id = 0;
-
-	if (!node_name_ok(name, len))
-		return 0;
-	pthread_mutex_lock(&t->lock);
-	l = link_find(t, parent, name, len);
-	if (l) {
-		id = l->node->id;
-		unname(t, l);
-	}
-	pthread_mutex_unlock(&t->lock);
-	return id;
+	return child_of(t, parent, name, len, true);
 }
 
 int node_drop_first_name(struct node_table *t, uint64_t id)

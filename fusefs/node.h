@@ -188,13 +188,20 @@ uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, siz
  * before; /proc/PID/fd/N of an O_PATH descriptor), and the handle opens
  * the same file again, as a local file system would. The table owns the
  * handle from then on: when the node is freed it goes to
- * node_kept_drain(). Returns 0; -ESTALE when @p id is unknown, attached, a
- * directory, of another inode, or already keeps one (the caller releases
- * @p handle); -EINVAL for handle 0.
+ * node_kept_drain(). When @p id is no such node (a LOOKUP racing the
+ * rename detached another node of @p ino), the first detached node of
+ * @p ino without one gets it (a walk of the table). Returns 0; -ESTALE
+ * when there is none (the caller releases @p handle); -EINVAL for
+ * handle 0.
  */
 int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle);
 
-/** The handle node_keep() gave node @p id; 0 if none. */
+/**
+ * The handle node_keep() gave node @p id, or, for a detached node without
+ * one, another detached node of the same inode (a walk of the table); 0 if
+ * none. Borrowed: the table may release it at any time (agentd then says
+ * EBADF).
+ */
 uint64_t node_kept(struct node_table *t, uint64_t id);
 
 /**

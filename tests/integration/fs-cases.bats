@@ -259,6 +259,8 @@ except OSError as e:
 			        f.write(data)
 			p = os.open(x, os.O_PATH)
 			os.rename(lock, x)
+			st = os.fstat(p)  # the rename made the kernel's attributes stale
+			print(st.st_size, st.st_nlink)
 			proc = "/proc/self/fd/%d" % p
 			with open(proc) as f:
 			    print(f.read().strip())
@@ -273,7 +275,13 @@ except OSError as e:
 	)
 	mkdir "$BATS_TEST_TMPDIR/local"
 	out=$("$PY" -c "$script" "$BATS_TEST_TMPDIR/local")
-	assert_eq "$out" $'one\ntwo\none|three|' "local"
+	assert_eq "$out" $'4 0\none\ntwo\none|three|' "local"
+	# The fstat asks wsfs, which asks agentd through the kept handle
+	# (ESTALE before: no name, no open file).
+	# gVisor's gofer counts an open, unlinked file's nlink as 1.
+	if wsb_runsc; then
+		out="4 1${out#4 0}"
+	fi
 	run "$PY" -c "$script" "$MNT"
 	assert_eq "$output" "$out" "MNT"
 	[ ! -e "$ROOT/x" ]

@@ -298,6 +298,26 @@ static void test_kept(void **state)
 	assert_int_equal(ids[0], 81);
 	assert_int_equal(node_kept(t, h), 0);
 	(void)y;
+
+	/* Two detached nodes of one file (a LOOKUP raced the rename): the
+	 * handle goes to one when the victim named is not one of them, and
+	 * serves both. */
+	{
+		uint64_t a = add(t, NODE_ROOT_ID, "z", 9, REG), b, other;
+
+		assert_int_equal(node_unlink(t, NODE_ROOT_ID, "z", 1), a);
+		b = add(t, NODE_ROOT_ID, "z", 9, REG);
+		assert_true(b != a);
+		assert_int_equal(node_unlink(t, NODE_ROOT_ID, "z", 1), b);
+		other = add(t, NODE_ROOT_ID, "o", 10, REG);
+		assert_int_equal(node_keep(t, other, 9, 90), 0); /* attached: by inode */
+		assert_int_equal(node_kept(t, a), 90);
+		assert_int_equal(node_kept(t, b), 90);
+		assert_int_equal(node_kept(t, other), 0);
+		assert_int_equal(node_keep(t, 999999, 9, 91), 0); /* the other one */
+		assert_int_equal(node_keep(t, 999999, 9, 92), -ESTALE); /* both keep one */
+		assert_int_equal(node_kept_drain(t, ids, 8, true), 2);
+	}
 }
 
 static void test_unlink_and_open_files(void **state)
