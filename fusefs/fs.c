@@ -1540,6 +1540,18 @@ static void ws_readlink(fuse_req_t req, fuse_ino_t ino)
 	}
 	memcpy(target, rep->target.data, rep->target.len);
 	target[rep->target.len] = '\0';
+	if (fs->cfg.transform_symlinks) {
+		/* What the host's kernel follows must stay in the mount: a
+		 * link the pod made must not lead to a host file. */
+		const char *slash = memrchr(path, '/', len);
+		char *inside = NULL;
+
+		r = node_link_inside(path, slash ? (size_t)(slash - path) : 0, target, &inside);
+		if (inside) {
+			free(target);
+			target = inside;
+		}
+	}
 out:
 	if (r < 0)
 		reply_err(req, r);

@@ -62,6 +62,9 @@ struct wsfs_config {
 	bool exec_transport;
 	/** Do not subscribe to the Watch stream. */
 	bool no_watch;
+	/** Readlink gives targets that stay inside the mount
+	 * (node_link_inside(); -o transform_symlinks). */
+	bool transform_symlinks;
 	/** Kernel readahead for the mount, KiB; 0 = the kernel's default. */
 	unsigned read_ahead_kb;
 	/** Most entries of one directory a listing holds (about 200 bytes

@@ -10,6 +10,7 @@
  * Runs on whichever thread calls: FUSE worker threads and the watch thread.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -831,6 +832,84 @@ int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len)
 	r = n ? build_path(t, n, NULL, 0, ret, ret_len) : -ESTALE;
 	pthread_mutex_unlock(&t->lock);
 	return r;
+}
+
+int node_link_inside(const char *dir, size_t dir_len, const char *target, char **ret)
+{
+	size_t depth = 0, ups = 0, n = 0, cap, len;
+	const char *p, *c, *e;
+	bool lead = true, safe = target[0] != '/';
+	char *out;
+
+	*ret = NULL;
+	for (p = dir; p < dir + dir_len; p = e + 1) {
+		e = memchr(p, '/', (size_t)(dir + dir_len - p));
+		if (!e)
+			e = dir + dir_len;
+		depth += e > p;
+	}
+	for (c = target; *c && safe; c = *e ? e + 1 : e) {
+		e = strchrnul(c, '/');
+		len = (size_t)(e - c);
+		if (len == 2 && c[0] == '.' && c[1] == '.') {
+			safe = lead && ++ups <= depth;
+		} else if (len && !(len == 1 && c[0] == '.')) {
+			lead = false;
+		}
+	}
+	if (safe)
+		return 0;
+	/* Resolve by words into out: the root's path of the target. */
+	cap = dir_len + strlen(target) + 2;
+	out = malloc(cap);
+	if (!out)
+		return -ENOMEM;
+	if (target[0] != '/' && dir_len) {
+		memcpy(out, dir, dir_len);
+		n = dir_len;
+	}
+	for (c = target; *c; c = *e ? e + 1 : e) {
+		e = strchrnul(c, '/');
+		len = (size_t)(e - c);
+		if (!len || (len == 1 && c[0] == '.'))
+			continue;
+		if (len == 2 && c[0] == '.' && c[1] == '.') {
+			while (n && out[n - 1] != '/')
+				n--;
+			if (n)
+				n--; /* the '/' before the last component */
+			continue;
+		}
+		if (n)
+			out[n++] = '/';
+		memcpy(out + n, c, len);
+		n += len;
+	}
+	/* From dir: up to the root, then down. */
+	len = 3 * depth + n + 2;
+	if (len > PATH_MAX) {
+		free(out);
+		return -ENAMETOOLONG;
+	}
+	*ret = malloc(len);
+	if (!*ret) {
+		free(out);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < depth; i++)
+		memcpy(*ret + 3 * i, "../", 3);
+	len = 3 * depth;
+	if (n) {
+		memcpy(*ret + len, out, n);
+		len += n;
+	} else if (depth) {
+		len--; /* "../..", no trailing '/' */
+	} else {
+		(*ret)[len++] = '.';
+	}
+	(*ret)[len] = '\0';
+	free(out);
+	return 0;
 }
 
 /* The nodeid (parent, name) is bound to, or 0; with @unbind, the name

@@ -177,6 +177,25 @@ uint64_t node_forget(struct node_table *t, uint64_t id, uint64_t nlookup);
  */
 int node_path(struct node_table *t, uint64_t id, char **ret, size_t *ret_len);
 
+/**
+ * A symlink target that keeps whoever follows it inside the workspace
+ * (wsfs -o transform_symlinks). @p dir (@p dir_len bytes) is the wire path
+ * of the link's directory ("" for the root, no leading or trailing '/'),
+ * @p target the link's target (NUL-terminated). A relative target whose
+ * ".." components all come first, no more of them than @p dir has
+ * components, stays as it is (*@p ret = NULL): it cannot climb above the
+ * root even through other links on the way, each kept inside in turn.
+ * Any other (absolute, or a ".." later or one too many) is resolved by its
+ * words as if the workspace root were "/" (".." at the root stays there)
+ * and given as that path relative to @p dir ("../" once per component of
+ * @p dir, then the path), which has no ".." after the climb to the root:
+ * *@p ret, malloc'd, NUL-terminated. A ".." after a component that is
+ * itself a link then means that component's parent, not its target's: the
+ * price of never leaving. Returns 0, -ENAMETOOLONG (PATH_MAX) or -ENOMEM.
+ * No lock; any thread.
+ */
+int node_link_inside(const char *dir, size_t dir_len, const char *target, char **ret);
+
 /** The nodeid name @p name (@p len bytes) of @p parent is bound to; 0 if none. */
 uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len);
 

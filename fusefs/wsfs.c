@@ -52,6 +52,7 @@ struct opts {
 	int single;
 	int clone_fd;
 	int no_watch;
+	int transform_symlinks;
 	int debug;
 	int help;
 	int version;
@@ -78,6 +79,7 @@ static const struct fuse_opt spec[] = {
 	OPT("--exec=%s", exec_cmd, 0),
 	OPT("--exec %s", exec_cmd, 0),
 	OPT("no_watch", no_watch, 1),
+	OPT("transform_symlinks", transform_symlinks, 1),
 	OPT("clone_fd", clone_fd, 1),
 	OPT("-f", foreground, 1),
 	OPT("--foreground", foreground, 1),
@@ -146,6 +148,9 @@ static void usage(FILE *f)
 		"  -o watch_timeout=S     both caches while agentd pushes changes (default 60;\n"
 		"                         0 = never longer than entry/attr_timeout)\n"
 		"  -o no_watch            do not subscribe to agentd's change stream\n"
+		"  -o transform_symlinks  show symlinks that would lead out of the mount\n"
+		"                         (absolute, or climbing above its root) as\n"
+		"                         links inside it, as if the workspace were /\n"
 		"  -o rpc_timeout=S       a call to agentd fails (EIO) after S seconds instead\n"
 		"                         of hanging; while agentd is unreachable calls fail\n"
 		"                         at once (ENOTCONN) (default 5)\n"
@@ -360,6 +365,7 @@ int main(int argc, char **argv)
 	cfg.rpc_timeout_ms = (uint32_t)(o.rpc_timeout * 1000.0);
 	cfg.exec_transport = o.exec_cmd != NULL;
 	cfg.no_watch = o.no_watch;
+	cfg.transform_symlinks = o.transform_symlinks;
 	cfg.read_ahead_kb = o.read_ahead_kb;
 	cfg.max_dir_entries = o.max_dir_entries;
 	cfg.write_behind = o.write_behind;

@@ -298,3 +298,30 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	is_mounted "$m"
 	umount_wsfs "$m"
 }
+
+@test "-o transform_symlinks: links the pod makes out of the workspace lead into it; without it they stay byte-exact" {
+	local m="$BATS_TEST_TMPDIR/m2" victim="$BATS_TEST_TMPDIR/victim"
+	echo host >"$victim"
+	mkdir -p "$m" "$ROOT/d"
+	echo in >"$ROOT/d/f"
+	# What a hostile pod can make (agentd itself refuses to follow them).
+	ln -s "$victim" "$ROOT/abs"
+	ln -s "../../../../../../../../../../..$victim" "$ROOT/d/up"
+	ln -s ../d/f "$ROOT/d/ok"
+	# The default mount shows them as they are; the host's kernel follows.
+	assert_eq "$(readlink "$MNT/abs")" "$victim"
+	assert_eq "$(readlink "$MNT/d/ok")" ../d/f
+	run --separate-stderr "$WSFS" -o transform_symlinks "$ADDR" "$m"
+	assert_status 0
+	is_mounted "$m"
+	assert_eq "$(readlink "$m/abs")" "${victim#/}"
+	assert_eq "$(readlink "$m/d/up")" "../${victim#/}"
+	assert_eq "$(readlink "$m/d/ok")" ../d/f # inside already: as it is
+	assert_eq "$(cat "$m/d/ok")" in
+	# Written through, they create files in the workspace, not on the host.
+	run sh -c "echo pwned > '$m/abs'"
+	assert_eq "$(cat "$victim")" host "the host's file"
+	run sh -c "echo pwned > '$m/d/up'"
+	assert_eq "$(cat "$victim")" host "the host's file"
+	umount_wsfs "$m"
+}

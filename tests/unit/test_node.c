@@ -320,6 +320,46 @@ static void test_kept(void **state)
 	}
 }
 
+/* node_link_inside: which targets stay, and what the others become. */
+static void test_link_inside(void **state)
+{
+	static const struct {
+		const char *dir, *target, *want; /* want NULL: stays */
+	} cases[] = {
+		{ "", "a", NULL },
+		{ "", "a/b/../c", "a/c" },   /* a ".." after a name: by words */
+		{ "a/b", "../x", NULL },
+		{ "a/b", "../../x/y", NULL },
+		{ "a/b", "./../x", NULL },
+		{ "a/b", "../../../etc/passwd", "../../etc/passwd" },
+		{ "", "../x", "x" },
+		{ "", "..", "." },
+		{ "a", "/etc/passwd", "../etc/passwd" },
+		{ "", "/", "." },
+		{ "a/b", "/", "../.." },
+		{ "a/b", "/usr//bin/./python3", "../../usr/bin/python3" },
+		{ "", "lnk/..", "." },       /* lnk may lead to the root */
+		{ "d", "lnk/../../..", ".." },
+	};
+	char *got;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(node_link_inside(cases[i].dir, strlen(cases[i].dir),
+						  cases[i].target, &got), 0);
+		if (!cases[i].want) {
+			if (got)
+				fail_msg("%s in '%s': changed to %s", cases[i].target, cases[i].dir,
+					 got);
+			continue;
+		}
+		if (!got || strcmp(got, cases[i].want))
+			fail_msg("%s in '%s': %s, want %s", cases[i].target, cases[i].dir,
+				 got ? got : "(kept)", cases[i].want);
+		free(got);
+	}
+}
+
 static void test_unlink_and_open_files(void **state)
 {
 	struct node_table *t = *state;
@@ -791,6 +831,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_replaced_file_gets_new_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kept, setup, teardown),
+		cmocka_unit_test(test_link_inside),
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
