@@ -735,8 +735,11 @@ int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t 
 	/* Another name of the same file (a hard link): the same node, so the
 	 * kernel shares one inode, its page cache and its nlink. Only for a
 	 * file with several links, and never with a detached node, so that a
-	 * reused inode number does not join an unrelated file. */
-	if (!S_ISDIR(mode) && nlink > 1 && ino)
+	 * reused inode number does not join an unrelated file. Never for a
+	 * symlink: the kernel follows its target from the directory of the
+	 * name it walked, which must be the node's path (-o
+	 * transform_symlinks computes the target from it). */
+	if (!S_ISDIR(mode) && !S_ISLNK(mode) && nlink > 1 && ino)
 		n = by_ino(t, ino, mode);
 	if (!n) {
 		n = fresh;

@@ -16,9 +16,11 @@
  *   file type removes that name from it and binds the name anew, so the
  *   kernel sees a new nodeid for a replaced file.
  * - Hard links share a node (so the kernel shares one inode, page cache and
- *   nlink): a lookup of a non-directory whose nlink is above 1 joins the node
- *   that already has a name for the same server inode. Paths use the node's
- *   most recently confirmed name.
+ *   nlink): a lookup of a non-directory, non-symlink whose nlink is above 1
+ *   joins the node that already has a name for the same server inode.
+ *   Paths use the node's most recently confirmed name. A hard-linked
+ *   symlink gets a node per name: what its target means depends on the
+ *   name's directory.
  * - Detached nodes (every name unlinked, renamed over or replaced) have no
  *   path; ops on them must go through an open file's server handle
  *   (node_fh_get()) or the handle kept for them (node_keep()).

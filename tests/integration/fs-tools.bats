@@ -293,7 +293,8 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 		! is_mounted "$m"
 	done
 	# The largest readahead is accepted (and mounts).
-	run --separate-stderr "$WSFS" -o read_ahead_kb=1048576 "$ADDR" "$m"
+	run --separate-stderr "$WSFS" -o read_ahead_kb=1048576 "$ADDR" "$m" 3>&-
+	track_mount "$m"
 	assert_status 0
 	is_mounted "$m"
 	umount_wsfs "$m"
@@ -311,7 +312,9 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	# The default mount shows them as they are; the host's kernel follows.
 	assert_eq "$(readlink "$MNT/abs")" "$victim"
 	assert_eq "$(readlink "$MNT/d/ok")" ../d/f
-	run --separate-stderr "$WSFS" -o transform_symlinks "$ADDR" "$m"
+	# Not on bats's fd 3, and unmounted by the teardown if a check fails.
+	run --separate-stderr "$WSFS" -o transform_symlinks "$ADDR" "$m" 3>&-
+	track_mount "$m"
 	assert_status 0
 	is_mounted "$m"
 	assert_eq "$(readlink "$m/abs")" "${victim#/}"
@@ -323,5 +326,19 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	assert_eq "$(cat "$victim")" host "the host's file"
 	run sh -c "echo pwned > '$m/d/up'"
 	assert_eq "$(cat "$victim")" host "the host's file"
+	# One symlink with two names at two depths (ln -P): each name's
+	# target is computed from its own directory, whichever was looked up
+	# last (they shared a node, whose path was the deeper name's).
+	mkdir -p "$BATS_TEST_TMPDIR/outside" "$ROOT/a"
+	echo SECRET >"$BATS_TEST_TMPDIR/outside/v"
+	ln -s ../outside/v "$ROOT/a/w"
+	ln -P "$ROOT/a/w" "$ROOT/w2"
+	ls -R "$m" >/dev/null
+	readlink "$m/w2" >/dev/null
+	stat "$m/a/w" >/dev/null
+	assert_eq "$(readlink "$m/w2")" outside/v
+	assert_eq "$(readlink "$m/a/w")" ../outside/v
+	run sh -c "echo pwned > '$m/w2'"
+	assert_eq "$(cat "$BATS_TEST_TMPDIR/outside/v")" SECRET "the host's file"
 	umount_wsfs "$m"
 }

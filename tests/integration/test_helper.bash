@@ -405,6 +405,13 @@ wsfs_start() {
 # umount_wsfs [DIR]: unmount DIR (default $MNT): fusermount3 -u, retried for
 # 2 s while busy, then a lazy fusermount3 -uz. Returns 0 once DIR is no
 # longer a mount point.
+# track_mount DIR: have fs_teardown unmount DIR, a mount the test made
+# itself (start its wsfs with 3>&-: a daemon left holding bats's fd 3
+# hangs the run).
+track_mount() {
+	WSB_MOUNTS+=("$1")
+}
+
 umount_wsfs() {
 	local m=${1:-$MNT} i
 	is_mounted "$m" || return 0

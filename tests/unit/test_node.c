@@ -415,6 +415,18 @@ static void test_hard_links(void **state)
 	/* The first name vanished in the pod: fall back to the other. */
 	assert_int_equal(node_drop_first_name(t, f), 0);
 	assert_path(t, f, "d/g");
+
+	/* A hard-linked symlink: a node per name, each with its own path
+	 * (its target is followed from the name's directory). */
+	{
+		uint64_t s1 = 0, s2 = 0;
+
+		assert_int_equal(node_lookup(t, d, "s", 1, 70, S_IFLNK, 2, &s1), 0);
+		assert_int_equal(node_lookup(t, NODE_ROOT_ID, "s2", 2, 70, S_IFLNK, 2, &s2), 0);
+		assert_true(s1 != s2);
+		assert_path(t, s1, "d/s");
+		assert_path(t, s2, "s2");
+	}
 	assert_int_equal(node_drop_first_name(t, f), -ENOENT); /* the last name stays */
 	assert_int_equal(add_links(t, NODE_ROOT_ID, "f", 60, 2), f);
 
