@@ -1967,18 +1967,15 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		goto out;
 	r = attr_to_stat(rep->attr, &st);
 	if (r == 0 && info.ino && info.ino != st.st_ino && !q.reopen && !q.truncate &&
-	    node_kept(fs->nodes, ino)) {
+	    (q.reopen = node_kept(fs->nodes, ino)) != 0) {
 		/* This mount's rename replaced the name while this open was on
 		 * its way: the kernel opened the old file, which it now keeps
 		 * (an open after this one must not get an older file). */
 		release_handle(fs, rep->handle);
 		free_reply(rep);
 		rep = NULL;
-		q.reopen = node_kept(fs->nodes, ino);
 		q.path = bin("\0", 1);
-		r = q.reopen ? rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor,
-				   &rep)
-			     : -ESTALE;
+		r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 		if (r == -EBADF || r == -EINVAL)
 			r = -ESTALE;
 		if (r < 0)
