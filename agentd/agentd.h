@@ -23,6 +23,7 @@ struct agentd {
 	const char *root_path;         /**< as given on the command line */
 	uv_loop_t *loop;               /**< the loop thread's loop */
 	struct fsops_handles *handles; /**< open-file handle table (fsops.c) */
+	struct sessions *sessions;     /**< client sessions owning handles (session.c) */
 	struct exec_table *exec;       /**< running commands (exec.c) */
 	size_t view_limit;             /**< ViewFile size limit, bytes */
 	unsigned max_handles;          /**< open handles limit */
@@ -41,6 +42,12 @@ int svc_workspace_register(struct rpc_server *s, struct agentd *ad);
 int svc_exec_register(struct rpc_server *s, struct agentd *ad);
 int svc_devagent_register(struct rpc_server *s, struct agentd *ad);
 int svc_health_register(struct rpc_server *s, struct agentd *ad);
+
+/**
+ * End the Watch streams opened with no_events (they end by nothing else) with
+ * status OK, as watch_shutdown() ends the others. Loop thread; at shutdown.
+ */
+void svc_workspace_shutdown(void);
 
 /**
  * Handler of /ManageAgentOps/ExecuteCommands (in svc_exec.c, registered by

@@ -184,6 +184,7 @@ struct fsops_handle {
 	uint64_t id;
 	int fd;
 	int flags;                 /* open(2) flags it was opened with */
+	uint64_t owner;            /* session key (session.h), 0 = none */
 	unsigned refs;             /* table's ref + calls in flight; under lock */
 	struct fsops_handle *next; /* bucket chain; under lock */
 };
@@ -299,6 +300,38 @@ int fsops_release(struct fsops_handles *h, uint64_t id)
 	return 0;
 }
 
+unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner)
+{
+	struct fsops_handle *gone = NULL, *e;
+	unsigned n = 0;
+
+	if (owner == 0)
+		return 0;
+	pthread_mutex_lock(&h->lock);
+	for (size_t i = 0; i < HANDLE_BUCKETS; i++) {
+		struct fsops_handle **pp = &h->buckets[i];
+
+		while ((e = *pp)) {
+			if (e->owner != owner) {
+				pp = &e->next;
+				continue;
+			}
+			*pp = e->next;
+			h->count--;
+			e->next = gone;
+			gone = e;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	/* Each goes as fsops_release() lets it: once no call uses it. */
+	for (; gone; gone = e) {
+		e = gone->next;
+		handle_put(h, gone);
+	}
+	return n;
+}
+
 /* Open with O_CREAT so that a newly created file gets exactly @p mode;
  * *created says whether this call created it (false too when it cannot
  * tell: the file went away between the two opens and the second one may
@@ -361,7 +394,7 @@ static int handle_reserve(struct fsops_handles *h, struct fsops_handle **ret)
  * @p flags and store its new id in *ret_id; or, for @p fd < 0 (the open
  * failed), free @p e and give its slot back. Returns 0 or @p fd. */
 static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd, int flags,
-			uint64_t *ret_id)
+			uint64_t owner, uint64_t *ret_id)
 {
 	pthread_mutex_lock(&h->lock);
 	if (fd < 0) {
@@ -372,6 +405,7 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 	}
 	e->fd = fd;
 	e->flags = flags;
+	e->owner = owner;
 	e->refs = 1;
 	do {
 		e->id = mix64(++h->seq ^ h->key);
@@ -383,8 +417,8 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 	return 0;
 }
 
-int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
-	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
+int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
+	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
 	       bool *ret_created)
 {
 	const int allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NOFOLLOW |
@@ -405,7 +439,7 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
 	} else {
 		fd = fstat_or_close(resolve_open(root, path, len, oflags, 0), &st);
 	}
-	if (handle_enter(h, e, fd, flags, ret_handle) < 0)
+	if (handle_enter(h, e, fd, flags, owner, ret_handle) < 0)
 		return fd;
 	if (ret_st)
 		*ret_st = st;
@@ -414,8 +448,8 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
 	return 0;
 }
 
-int fsops_reopen(struct fsops_handles *h, uint64_t id, int flags, uint64_t *ret_handle,
-		 struct stat *ret_st)
+int fsops_reopen(struct fsops_handles *h, uint64_t owner, uint64_t id, int flags,
+		 uint64_t *ret_handle, struct stat *ret_st)
 {
 	struct fsops_handle *src, *e;
 	struct stat st;
@@ -446,7 +480,7 @@ int fsops_reopen(struct fsops_handles *h, uint64_t id, int flags, uint64_t *ret_
 	}
 	fd = fstat_or_close(fd, &st);
 	handle_put(h, src);
-	if (handle_enter(h, e, fd, flags, ret_handle) < 0)
+	if (handle_enter(h, e, fd, flags, owner, ret_handle) < 0)
 		return fd;
 	if (ret_st)
 		*ret_st = st;
@@ -1058,11 +1092,11 @@ int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len)
 int fsops_rename(const struct resolve_root *root, const void *from, size_t from_len,
 		 const void *to, size_t to_len, unsigned flags)
 {
-	return fsops_rename_keep(root, NULL, from, from_len, to, to_len, flags, NULL, NULL);
+	return fsops_rename_keep(root, NULL, 0, from, from_len, to, to_len, flags, NULL, NULL);
 }
 
 int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
-		      const void *from, size_t from_len, const void *to, size_t to_len,
+		      uint64_t owner, const void *from, size_t from_len, const void *to, size_t to_len,
 		      unsigned flags, uint64_t *ret_kept, struct stat *ret_st)
 {
 	struct fsops_handle *e = NULL;
@@ -1109,7 +1143,7 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 			close(kfd);
 			kfd = -1;
 		}
-		if (handle_enter(h, e, kfd, O_RDONLY, ret_kept) == 0 && ret_st)
+		if (handle_enter(h, e, kfd, O_RDONLY, owner, ret_kept) == 0 && ret_st)
 			*ret_st = st;
 	}
 	close(tdir);

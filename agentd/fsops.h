@@ -17,6 +17,9 @@
  *
  * Open files are kept in a handle table (struct fsops_handles): ids are
  * random-looking nonzero 64-bit numbers, never reused within a table's life.
+ * Each handle has an owner: the key of the client session it was opened
+ * under (session.h), or 0 for none; fsops_handles_release_owner() releases
+ * a session's handles when it ends.
  *
  * Thread safety: every function may be called from any thread concurrently
  * (the cq threads do), except that one struct fsops_upload or fsops_download
@@ -61,12 +64,19 @@ int fsops_handles_new(unsigned max, struct fsops_handles **ret);
  */
 void fsops_handles_free(struct fsops_handles *h);
 
+/**
+ * Release every handle of owner @p owner (nonzero; 0 releases nothing), as
+ * fsops_release() would each: a call using one finishes first. Returns how
+ * many were released.
+ */
+unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner);
+
 /** Number of open handles now, and the table's limit. */
 unsigned fsops_handles_count(struct fsops_handles *h);
 unsigned fsops_handles_limit(const struct fsops_handles *h);
 
 /**
- * open(2) @p path with @p flags (O_RDONLY/O_WRONLY/O_RDWR, optionally
+ * open(2) @p path, as a new handle of owner @p owner (0: none), with @p flags (O_RDONLY/O_WRONLY/O_RDWR, optionally
  * O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_NOFOLLOW, O_DIRECTORY; anything else
  * is -EINVAL) and, for a created file, permission bits @p mode (exactly,
  * umask not applied). The fd is opened O_NONBLOCK so that a FIFO cannot hang
@@ -77,9 +87,9 @@ unsigned fsops_handles_limit(const struct fsops_handles *h);
  * -EMFILE when the table is full (fsops_handles_count() ==
  * fsops_handles_limit()) or the process is out of fds.
  */
-int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const void *path,
-	       size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
-	       bool *ret_created);
+int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
+	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,
+	       struct stat *ret_st, bool *ret_created);
 
 /**
  * Open anew the file that handle @p id has open, as open(2) of its
@@ -87,12 +97,12 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, const v
  * of it was unlinked or renamed over, with @p flags (O_RDONLY/O_WRONLY/
  * O_RDWR, optionally O_TRUNC, O_APPEND; anything else is -EINVAL) and the
  * permission checks of an open. No path is resolved. On success stores the
- * new handle's id in *ret_handle and its fstat(2) in *ret_st (may be NULL).
+ * new handle's id (owner @p owner, 0: none) in *ret_handle and its fstat(2) in *ret_st (may be NULL).
  * Errors: -EBADF for an unknown id; -EMFILE as fsops_open(); else as
  * open(2) (-EACCES, -EISDIR, -ENXIO for a FIFO without a reader, ...).
  */
-int fsops_reopen(struct fsops_handles *h, uint64_t id, int flags, uint64_t *ret_handle,
-		 struct stat *ret_st);
+int fsops_reopen(struct fsops_handles *h, uint64_t owner, uint64_t id, int flags,
+		 uint64_t *ret_handle, struct stat *ret_st);
 
 /**
  * Remove handle @p id from the table and close its fd once no call is using
@@ -262,14 +272,14 @@ int fsops_rename(const struct resolve_root *root, const void *from, size_t from_
 /**
  * fsops_rename(), and when it replaces a regular file (flags 0) and @p h
  * stays at most three quarters full with it, keep that file open (read-only, or O_PATH
- * where agentd may not read it) as a new handle of @p h: its id in
+ * where agentd may not read it) as a new handle of @p h of owner @p owner: its id in
  * *ret_kept and its fstat(2) after the rename (nlink 0 if that was its last
  * name) in *ret_st; else *ret_kept is 0. The handle opens the file again
  * with fsops_reopen() and goes with fsops_release(). Errors as
  * fsops_rename(); keeping never fails it.
  */
 int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
-		      const void *from, size_t from_len, const void *to, size_t to_len,
+		      uint64_t owner, const void *from, size_t from_len, const void *to, size_t to_len,
 		      unsigned flags, uint64_t *ret_kept, struct stat *ret_st);
 
 /** linkat(2) without AT_SYMLINK_FOLLOW; lstat of the new name in *ret_st. */

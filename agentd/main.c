@@ -26,6 +26,7 @@
 #include "config.h"
 #include "exec.h"
 #include "fsops.h"
+#include "session.h"
 #include "watch.h"
 #include "wsb.h"
 
@@ -50,6 +51,8 @@ static void usage(FILE *f)
 		"      --log-level LEVEL  error, warning, notice (default), info, debug\n"
 		"      --view-limit BYTES largest file ViewFile returns (default %zu)\n"
 		"      --max-handles N    open file handles allowed (default 4096)\n"
+		"      --session-grace SECONDS  how long a client's open handles outlive its\n"
+		"                         last call or stream (default %u; 0 to 86400)\n"
 		"      --max-watches N    directories watched for the Watch stream at most\n"
 		"                         (default: the kernel's fs.inotify.max_user_watches)\n"
 		"      --max-procs N      commands running at once (default %u)\n"
@@ -61,7 +64,8 @@ static void usage(FILE *f)
 		"                         time, another when a call takes over 2 ms\n"
 		"  -h, --help             show this help\n"
 		"  -V, --version          show the version\n",
-		AGENTD_VIEW_LIMIT_DEFAULT, EXEC_MAX_PROCESSES_DEFAULT, EXEC_JOURNAL_DEFAULT,
+		AGENTD_VIEW_LIMIT_DEFAULT, SESSION_GRACE_DEFAULT_S, EXEC_MAX_PROCESSES_DEFAULT,
+		EXEC_JOURNAL_DEFAULT,
 		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000));
 }
 
@@ -229,6 +233,7 @@ struct app {
 	struct agentd ad;
 	struct rpc_server *server;
 	uv_signal_t sigterm, sigint;
+	uv_timer_t reap; /* sessions_reap() */
 	bool stopping;
 	bool stdio;
 	char *token; /* --token-file's; static storage, so the early exits
@@ -244,6 +249,8 @@ static void on_drained(void *arg)
 	exec_table_kill_all(app->ad.exec, EXEC_KILLED_SHUTDOWN);
 	uv_signal_stop(&app->sigterm);
 	uv_signal_stop(&app->sigint);
+	uv_timer_stop(&app->reap);
+	uv_close((uv_handle_t *)&app->reap, NULL);
 	uv_close((uv_handle_t *)&app->sigterm, NULL);
 	uv_close((uv_handle_t *)&app->sigint, NULL);
 	/* The server's uv_async keeps the loop alive; main() closes it. */
@@ -259,7 +266,27 @@ static void app_stop(struct app *app, const char *why)
 	/* Running calls, exec included, may finish within the grace period;
 	 * then they are cancelled, which kills their commands. */
 	watch_shutdown(svc_workspace_watcher()); /* Watch streams never end by themselves */
+	svc_workspace_shutdown();
 	rpc_server_shutdown(app->server, DRAIN_GRACE_MS, on_drained, app);
+}
+
+/* sessions_reap()'s callback: a client gone for its grace; its handles go. */
+static void session_ended(uint64_t key, const char *id, size_t len, void *arg)
+{
+	struct agentd *ad = arg;
+	unsigned n = fsops_handles_release_owner(ad->handles, key);
+
+	wsb_log(n ? WSB_LOG_NOTICE : WSB_LOG_INFO,
+		"session %.*s ended (no call or stream of it for its grace): released %u "
+		"open handle%s",
+		(int)len, id, n, n == 1 ? "" : "s");
+}
+
+static void on_reap(uv_timer_t *t)
+{
+	struct app *app = t->data;
+
+	sessions_reap(app->ad.sessions, (uint64_t)wsb_mono_ns(), session_ended, &app->ad);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -292,6 +319,7 @@ int main(int argc, char **argv)
 		{"max-procs", required_argument, NULL, 'P'},
 		{"journal-size", required_argument, NULL, 'J'},
 		{"exit-keep", required_argument, NULL, 'K'},
+		{"session-grace", required_argument, NULL, 'g'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -300,6 +328,7 @@ int main(int argc, char **argv)
 	const char *listen[MAX_LISTEN];
 	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
 	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096, max_watches = 0;
+	unsigned long long session_grace = SESSION_GRACE_DEFAULT_S, reap_ms;
 	struct exec_config exec_cfg = { .cgroups = true };
 	char *end;
 	static struct app app;
@@ -385,6 +414,18 @@ int main(int argc, char **argv)
 				threads = (int)v;
 			break;
 		}
+		case 'g':
+			errno = 0;
+			session_grace = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || optarg[0] == '-' ||
+			    session_grace > 86400) {
+				fprintf(stderr,
+					"agentd: bad number '%s' for --session-grace (0 to 86400 "
+					"seconds)\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -450,6 +491,8 @@ int main(int argc, char **argv)
 	app.ad.max_watches = (unsigned)max_watches;
 	r = fsops_handles_new(app.ad.max_handles, &app.ad.handles);
 	if (r == 0)
+		r = sessions_new(session_grace * 1000000000ULL, &app.ad.sessions);
+	if (r == 0)
 		r = exec_table_new(loop, &exec_cfg, &app.ad.exec);
 	if (r < 0) {
 		wsb_err("cannot start: %s", strerror(-r));
@@ -504,6 +547,15 @@ int main(int argc, char **argv)
 	if (app.stdio)
 		wsb_info("serving '%s' on stdin/stdout", root);
 
+	/* A session's end is noticed within a quarter of its grace (at least
+	 * 100 ms apart, at most 5 s). Unref'd: it never keeps the loop. */
+	reap_ms = session_grace * 250;
+	reap_ms = reap_ms < 100 ? 100 : reap_ms > 5000 ? 5000 : reap_ms;
+	uv_timer_init(loop, &app.reap);
+	app.reap.data = &app;
+	uv_timer_start(&app.reap, on_reap, reap_ms, reap_ms);
+	uv_unref((uv_handle_t *)&app.reap);
+
 	uv_signal_init(loop, &app.sigterm);
 	uv_signal_init(loop, &app.sigint);
 	app.sigterm.data = app.sigint.data = &app;
@@ -519,6 +571,7 @@ int main(int argc, char **argv)
 	exec_table_free(app.ad.exec);
 	uv_run(loop, UV_RUN_DEFAULT);
 	fsops_handles_free(app.ad.handles);
+	sessions_free(app.ad.sessions);
 	close(app.ad.root.fd);
 	free(app.token);
 	r = uv_loop_close(loop);

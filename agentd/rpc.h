@@ -197,4 +197,14 @@ uint64_t rpc_deadline_ms(const struct rpc_call *call);
 /** The method path of the call ("/wsbridge.v1.Workspace/Stat"). */
 const char *rpc_method_path(const struct rpc_call *call);
 
+/**
+ * The first value of request metadata @p key (lowercase: gRPC delivers keys
+ * so, per the HTTP/2 rules it follows) of @p call: its bytes (not
+ * NUL-terminated, valid until the call ends) in *ret and their number in
+ * *ret_len. Returns false when the client sent no such key. The method's
+ * thread, while the call runs.
+ */
+bool rpc_metadata(const struct rpc_call *call, const char *key, const uint8_t **ret,
+		  size_t *ret_len);
+
 #endif /* AGENTD_RPC_H */

@@ -478,6 +478,20 @@ const char *rpc_method_path(const struct rpc_call *c)
 	return c->reg ? c->reg->m->path : "(unknown method)";
 }
 
+bool rpc_metadata(const struct rpc_call *c, const char *key, const uint8_t **ret, size_t *ret_len)
+{
+	for (size_t i = 0; i < c->md.count; i++) {
+		const grpc_metadata *m = &c->md.metadata[i];
+
+		if (grpc_slice_str_cmp(m->key, key) == 0) {
+			*ret = GRPC_SLICE_START_PTR(m->value);
+			*ret_len = GRPC_SLICE_LENGTH(m->value);
+			return true;
+		}
+	}
+	return false;
+}
+
 /* ---- arrival of a call ---- */
 
 /* Constant-time check of "authorization: Bearer TOKEN" among the metadata. */

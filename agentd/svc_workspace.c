@@ -35,6 +35,7 @@
 
 #include "agentd.h"
 #include "fsops.h"
+#include "session.h"
 #include "watch.h"
 #include "wsb.h"
 #include "wsbridge.pb-c.h"
@@ -386,11 +387,50 @@ out:
 	listing_free(&top);
 }
 
-static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+/* ---- sessions (session.h) ---- */
+
+/*
+ * Hold the session that @p call names in its "wsbridge-session" metadata:
+ * its owner key in *ret_key, 0 when the call names none. Returns 0, or ends
+ * the call (INVALID_ARGUMENT for a malformed id, RESOURCE_EXHAUSTED past
+ * SESSION_MAX) and returns -1. Drop the hold with session_done(). Any thread.
+ */
+static int session_hold(struct rpc_call *call, struct agentd *ad, const char *what,
+			uint64_t *ret_key)
 {
-	const Wsbridge__V1__OpenRequest *q = (const void *)req;
+	const uint8_t *id;
+	size_t len;
+	int r;
+
+	*ret_key = 0;
+	if (!ad->sessions || !rpc_metadata(call, WSB_SESSION_MD, &id, &len))
+		return 0;
+	r = sessions_hold(ad->sessions, id, len, ret_key);
+	if (r == 0)
+		return 0;
+	if (r == -EINVAL)
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "%s: metadata '%s' must be 1 to %u ASCII letters, digits, '-' or '_'",
+			   what, WSB_SESSION_MD, WSB_SESSION_ID_MAX);
+	else if (r == -EMFILE)
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE,
+			   "%s: too many client sessions (limit %u)", what, SESSION_MAX);
+	else
+		rpc_fail_errno(call, -r, "%s", what);
+	return -1;
+}
+
+/* Drop session_hold()'s hold (key 0: none). Any thread. */
+static void session_done(struct agentd *ad, uint64_t key)
+{
+	if (key)
+		sessions_drop(ad->sessions, key, (uint64_t)wsb_mono_ns());
+}
+
+static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
+		      struct agentd *ad, uint64_t owner)
+{
 	Wsbridge__V1__OpenReply rep = WSBRIDGE__V1__OPEN_REPLY__INIT;
-	struct agentd *ad = AD(data);
 	Wsbridge__V1__Attr a;
 	uint8_t *buf = NULL;
 	struct stat st, after;
@@ -432,9 +472,9 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 		return;
 	}
 	if (q->reopen)
-		r = fsops_reopen(ad->handles, q->reopen, flags & ~O_NOFOLLOW, &id, &st);
+		r = fsops_reopen(ad->handles, owner, q->reopen, flags & ~O_NOFOLLOW, &id, &st);
 	else
-		r = fsops_open(&ad->root, ad->handles, q->path.data, q->path.len, flags,
+		r = fsops_open(&ad->root, ad->handles, owner, q->path.data, q->path.len, flags,
 			       q->mode & 07777, &id, &st, &created);
 	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
@@ -479,6 +519,17 @@ static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	}
 	rpc_reply(call, &rep.base);
 	free(buf);
+}
+
+static void do_open(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	struct agentd *ad = AD(data);
+	uint64_t owner;
+
+	if (session_hold(call, ad, "open", &owner) < 0)
+		return;
+	open_call(call, (const void *)req, ad, owner);
+	session_done(ad, owner);
 }
 
 static void do_read(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -671,11 +722,16 @@ static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *
 	unsigned flags = (q->noreplace ? RENAME_NOREPLACE : 0) | (q->exchange ? RENAME_EXCHANGE : 0);
 	struct agentd *ad = AD(data);
 	Wsbridge__V1__Attr a;
+	uint64_t owner = 0;
 	struct stat st;
 	int r;
 
-	r = fsops_rename_keep(&ad->root, q->keep_replaced ? ad->handles : NULL, q->from.data,
-			      q->from.len, q->to.data, q->to.len, flags, &rep.replaced, &st);
+	if (q->keep_replaced && session_hold(call, ad, "rename", &owner) < 0)
+		return;
+	r = fsops_rename_keep(&ad->root, q->keep_replaced ? ad->handles : NULL, owner,
+			      q->from.data, q->from.len, q->to.data, q->to.len, flags,
+			      &rep.replaced, &st);
+	session_done(ad, owner);
 	if (r < 0)
 		return fail_paths(call, r, "rename", &q->from, &q->to);
 	if (rep.replaced) {
@@ -1220,9 +1276,33 @@ _Static_assert(KIND_IS(WATCH_CHANGED, CHANGED) && KIND_IS(WATCH_CREATED, CREATED
 
 struct watch_call {
 	struct rpc_call *call;
+	struct agentd *ad;
 	const struct resolve_root *root;
-	struct watch_sub *sub;
+	struct watch_sub *sub;     /* NULL for a no_events call */
+	uint64_t session;          /* owner key held (session_hold), or 0 */
+	struct watch_call *next;   /* quiet_calls; loop thread */
 };
+
+/* The open no_events Watch calls (loop thread only): svc_workspace_shutdown()
+ * ends them. */
+static struct watch_call *quiet_calls;
+/* svc_workspace_shutdown() ran: no new no_events call (loop thread). */
+static bool quiet_stopped;
+
+/* Free @p wc, whose call has ended, dropping its session hold. Loop thread. */
+static void wc_free(struct watch_call *wc)
+{
+	if (!wc->sub) {
+		struct watch_call **pp = &quiet_calls;
+
+		while (*pp && *pp != wc)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = wc->next;
+	}
+	session_done(wc->ad, wc->session);
+	free(wc);
+}
 
 static void watch_sent(struct rpc_call *call, bool ok, void *arg);
 
@@ -1244,7 +1324,7 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 		free(ep);
 		free(a);
 		rpc_fail_errno(wc->call, ENOMEM, "watch");
-		free(wc);
+		wc_free(wc);
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -1285,7 +1365,7 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	free(a);
 	if (r < 0) {
 		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
-		free(wc);
+		wc_free(wc);
 		return r;
 	}
 	return 0;
@@ -1298,7 +1378,7 @@ static void watch_sent(struct rpc_call *call, bool ok, void *arg)
 	if (!ok) {
 		watch_unsubscribe(wc->sub);
 		rpc_finish(call, WSB_CANCELLED, ECANCELED, "watch cancelled");
-		free(wc);
+		wc_free(wc);
 		return;
 	}
 	watch_sub_done(wc->sub); /* may deliver, and may free wc on failure */
@@ -1313,16 +1393,17 @@ static void watch_end(struct watch_sub *sub, int err, void *arg)
 		rpc_finish(wc->call, WSB_OK, 0, NULL);
 	else
 		rpc_fail_errno(wc->call, -err, "watch");
-	free(wc);
+	wc_free(wc);
 }
 
 static void watch_cancel(struct rpc_call *call, void *arg)
 {
 	struct watch_call *wc = arg;
 
-	watch_unsubscribe(wc->sub);
+	if (wc->sub)
+		watch_unsubscribe(wc->sub);
 	rpc_finish(call, WSB_CANCELLED, ECANCELED, "watch cancelled");
-	free(wc);
+	wc_free(wc);
 }
 
 static const struct watch_sub_ops watch_ops = {
@@ -1330,8 +1411,55 @@ static const struct watch_sub_ops watch_ops = {
 	.end = watch_end,
 };
 
+/* rpc_send() callback of a no_events call's READY: it then waits. */
+static void quiet_sent(struct rpc_call *call, bool ok, void *arg)
+{
+	struct watch_call *wc = arg;
+
+	if (!ok) {
+		rpc_finish(call, WSB_CANCELLED, ECANCELED, "watch cancelled");
+		wc_free(wc);
+	}
+}
+
+/* A no_events Watch: READY, then nothing (it only holds its session). */
+static void watch_quiet(struct watch_call *wc)
+{
+	Wsbridge__V1__WatchBatch b = WSBRIDGE__V1__WATCH_BATCH__INIT;
+	Wsbridge__V1__WatchEvent e = WSBRIDGE__V1__WATCH_EVENT__INIT, *ep = &e;
+
+	if (quiet_stopped) { /* shutting down: nothing would end it */
+		rpc_finish(wc->call, WSB_UNAVAILABLE, ESHUTDOWN, "watch: agentd is shutting down");
+		wc_free(wc);
+		return;
+	}
+	e.kind = WSBRIDGE__V1__WATCH_EVENT__KIND__READY;
+	b.n_events = 1;
+	b.events = &ep;
+	wc->next = quiet_calls;
+	quiet_calls = wc;
+	if (rpc_send(wc->call, &b.base, quiet_sent, wc) < 0) {
+		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
+		wc_free(wc);
+		return;
+	}
+	rpc_on_cancel(wc->call, watch_cancel, wc);
+}
+
+void svc_workspace_shutdown(void)
+{
+	quiet_stopped = true;
+	while (quiet_calls) {
+		struct watch_call *wc = quiet_calls;
+
+		rpc_finish(wc->call, WSB_OK, 0, NULL);
+		wc_free(wc); /* unlinks it */
+	}
+}
+
 static void do_watch(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
+	const Wsbridge__V1__WatchRequest *q = (const void *)req;
 	struct watch_call *wc = calloc(1, sizeof(*wc));
 	int r;
 
@@ -1340,10 +1468,20 @@ static void do_watch(struct rpc_call *call, const ProtobufCMessage *req, void *d
 		return;
 	}
 	wc->call = call;
+	wc->ad = AD(data);
 	wc->root = &AD(data)->root;
+	if (session_hold(call, wc->ad, "watch", &wc->session) < 0) {
+		free(wc);
+		return;
+	}
+	if (q->no_events) {
+		watch_quiet(wc);
+		return;
+	}
 	r = ws_watcher ? watch_subscribe(ws_watcher, &watch_ops, wc, &wc->sub) : -ESHUTDOWN;
 	if (r < 0) {
-		free(wc);
+		wc->sub = NULL;
+		wc_free(wc);
 		if (r == -ESHUTDOWN)
 			rpc_finish(call, WSB_UNAVAILABLE, ESHUTDOWN, "watch: agentd is shutting down");
 		else if (r == -EMFILE)

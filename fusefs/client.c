@@ -132,7 +132,7 @@ struct wsc {
 	uint32_t timeout_ms;
 	size_t max_recv;
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
-	grpc_metadata md[1];
+	grpc_metadata md[2]; /* authorization, wsbridge-session: either may be absent */
 	size_t n_md;
 
 	/* The idle poller (see "Polling" above); only with idle_poller. */
@@ -790,6 +790,8 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 		return -EINVAL;
 	if (o->token && !token_ok(o->token))
 		return -EINVAL;
+	if (o->session && !wsb_session_id_valid(o->session, strlen(o->session)))
+		return -EINVAL;
 
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -826,10 +828,13 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 			r = -ENOMEM;
 			goto fail;
 		}
-		c->md[0].key = grpc_slice_from_static_string("authorization");
-		c->md[0].value = grpc_slice_from_copied_string(v);
+		c->md[c->n_md].key = grpc_slice_from_static_string("authorization");
+		c->md[c->n_md++].value = grpc_slice_from_copied_string(v);
 		free(v);
-		c->n_md = 1;
+	}
+	if (o->session) {
+		c->md[c->n_md].key = grpc_slice_from_static_string(WSB_SESSION_MD);
+		c->md[c->n_md++].value = grpc_slice_from_copied_string(o->session);
 	}
 	r = chan_new(c, &c->chan);
 	if (r < 0)
@@ -845,8 +850,8 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	return 0;
 
 fail:
-	if (c->n_md)
-		grpc_slice_unref(c->md[0].value);
+	for (size_t i = 0; i < c->n_md; i++)
+		grpc_slice_unref(c->md[i].value);
 	pthread_cond_destroy(&c->idle_cond);
 	pthread_mutex_destroy(&c->idle_lock);
 	grpc_shutdown();
@@ -911,8 +916,8 @@ struct wsc *wsc_free(struct wsc *c)
 		cq_destroy(c->cq[i]);
 	free(c->cq);
 	chan_put(c, c->chan);
-	if (c->n_md)
-		grpc_slice_unref(c->md[0].value);
+	for (size_t i = 0; i < c->n_md; i++)
+		grpc_slice_unref(c->md[i].value);
 	free(c->target);
 	free(c->exec_cmd);
 	pthread_mutex_destroy(&c->lock);

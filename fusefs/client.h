@@ -51,6 +51,11 @@ struct wsc_options {
 	/** Bearer token sent as "authorization: Bearer TOKEN" on every call,
 	 * or NULL. Printable ASCII only. */
 	const char *token;
+	/** Session id sent as "wsbridge-session: ID" on every call, or NULL:
+	 * agentd releases the handles opened under it once no call or stream
+	 * of it has run for its --session-grace (docs/protocol.md "Sessions").
+	 * 1 to 64 ASCII letters, digits, '-' and '_' (wsb_session_id_valid). */
+	const char *session;
 	/** Deadline of wsc_unary() calls, milliseconds; 0 = none. */
 	uint32_t timeout_ms;
 	/** Largest message accepted from the server, bytes; 0 = 64 MiB. */
@@ -97,7 +102,7 @@ struct wsc_status {
  *
  * @param o       settings; borrowed for the duration of the call
  * @param ret     on success, the new client, freed with wsc_free()
- * @return 0, -EINVAL (no target, bad token), -ENOMEM, or the errno of
+ * @return 0, -EINVAL (no target, bad token or session), -ENOMEM, or the errno of
  *         socketpair(2)/posix_spawn(3)/pthread_create(3).
  * Thread safety: any thread.
  */

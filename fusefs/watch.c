@@ -1090,7 +1090,10 @@ static int probe(struct wsfs *fs)
 
 /*
  * Subscribe and apply events until the stream ends. Returns -ENOSYS when
- * agentd has no Watch, else the stream's end (0 or -errno).
+ * agentd has no Watch, else the stream's end (0 or -errno). With -o no_watch
+ * the stream asks for no events (WatchRequest.no_events) and only holds the
+ * mount's session (docs/protocol.md "Sessions"); events an agentd sends all
+ * the same are ignored.
  */
 static int run_watch(struct wsfs *fs)
 {
@@ -1101,6 +1104,7 @@ static int run_watch(struct wsfs *fs)
 	bool live = false;
 	int r;
 
+	q.no_events = fs->cfg.no_watch;
 	/*
 	 * The stream cannot be cancelled until wsc_stream_open() returns, and
 	 * that waits (no deadline: the stream lives on) for a connection,
@@ -1133,6 +1137,11 @@ static int run_watch(struct wsfs *fs)
 				    (ProtobufCMessage **)&b, &st);
 		if (r <= 0)
 			break;
+		if (fs->cfg.no_watch) {
+			protobuf_c_message_free_unpacked(&b->base, NULL);
+			wsfs_conn_ok(fs);
+			continue;
+		}
 		/* inval_entry()/inval_inode() bump inval_seq before each
 		 * notification (replies computed across it get short
 		 * timeouts, fs.c ttl_for); a batch of own echoes only
@@ -1222,7 +1231,7 @@ static void wait_until(struct wsfs *fs, const struct timespec *until, int wake)
 static void *monitor_main(void *arg)
 {
 	struct wsfs *fs = arg;
-	bool watch_ok = !fs->cfg.no_watch, said_unimplemented = false;
+	bool watch_ok = true, said_unimplemented = false;
 	struct timespec next_reconnect = { 0, 0 }, next_watch = { 0, 0 }, next_probe = { 0, 0 };
 
 	pthread_mutex_lock(&fs->mon_lock);
@@ -1270,7 +1279,7 @@ static void *monitor_main(void *arg)
 			pthread_mutex_lock(&fs->mon_lock);
 			continue;
 		}
-		if (!fs->cfg.no_watch && !watch_ok && !before(&now, &next_watch))
+		if (!watch_ok && !before(&now, &next_watch))
 			watch_ok = true;
 		if (watch_ok) {
 			int r;
@@ -1279,7 +1288,7 @@ static void *monitor_main(void *arg)
 			r = run_watch(fs);
 			pthread_mutex_lock(&fs->mon_lock);
 			if (r == -ENOSYS) {
-				if (!said_unimplemented)
+				if (!said_unimplemented && !fs->cfg.no_watch)
 					wsb_notice("agentd has no Watch: kernel caches expire by "
 						   "their timeouts");
 				said_unimplemented = true;
@@ -1294,13 +1303,7 @@ static void *monitor_main(void *arg)
 			}
 			continue;
 		}
-		if (fs->cfg.no_watch) {
-			struct timespec t = deadline_in(3600 * 1000);
-
-			wait_until(fs, &t, WAKE_RECONNECT | WAKE_DOWN);
-		} else {
-			wait_until(fs, &next_watch, WAKE_RECONNECT | WAKE_DOWN);
-		}
+		wait_until(fs, &next_watch, WAKE_RECONNECT | WAKE_DOWN);
 	}
 	pthread_mutex_unlock(&fs->mon_lock);
 	return NULL;

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -171,6 +172,27 @@ static void usage(FILE *f)
 }
 
 /* The bearer token from @file: trailing whitespace dropped. NULL on error. */
+/* A new session id: 32 lowercase hex digits of getrandom(2) and a NUL into
+ * @p buf (33 bytes). Returns 0, or -errno (then the mount goes without one:
+ * its handles are not released if it dies). */
+static int session_id_new(char buf[33])
+{
+	unsigned char b[16];
+	ssize_t n = getrandom(b, sizeof(b), 0);
+
+	if (n != (ssize_t)sizeof(b)) {
+		int err = n < 0 ? errno : EIO;
+
+		wsb_warn("no session id (getrandom: %s): agentd keeps this mount's open files "
+			 "if it dies",
+			 strerror(err));
+		return -err;
+	}
+	for (size_t i = 0; i < sizeof(b); i++)
+		snprintf(buf + 2 * i, 3, "%02x", b[i]);
+	return 0;
+}
+
 static char *read_token(const char *file)
 {
 	char buf[4097];
@@ -272,6 +294,7 @@ int main(int argc, char **argv)
 	const char *addr = NULL, *mnt;
 	char *mnt_real = NULL;
 	char *token = NULL, *fsarg = NULL;
+	char session[33];
 	bool idle_poller;
 	char msg[600];
 	int parent_fd = -1, ret = 1, r;
@@ -439,6 +462,10 @@ int main(int argc, char **argv)
 	wo.target = addr;
 	wo.exec_cmd = o.exec_cmd;
 	wo.token = token;
+	/* One session for the mount's life, across reconnects: agentd keeps
+	 * its handles while it is gone no longer than agentd's
+	 * --session-grace (docs/protocol.md "Sessions"). */
+	wo.session = session_id_new(session) == 0 ? session : NULL;
 	wo.timeout_ms = cfg.rpc_timeout_ms;
 	wo.idle_poller = idle_poller;
 	r = wsc_connect(&wo, &client);

@@ -190,6 +190,22 @@ void wsb_log_init(const char *progname, int level)
 	log_level = level;
 }
 
+bool wsb_session_id_valid(const void *id, size_t len)
+{
+	const unsigned char *p = id;
+
+	if (len == 0 || len > WSB_SESSION_ID_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = p[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'))
+			return false;
+	}
+	return true;
+}
+
 int wsb_addr_check(const char *addr, const char **why)
 {
 	static const char *const schemes[] = { "dns:", "ipv4:", "ipv6:", "vsock:" };

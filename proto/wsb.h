@@ -47,6 +47,12 @@ enum wsb_status {
 /** Name of the trailing-metadata key that carries the errno name. */
 #define WSB_ERRNO_TRAILER "wsbridge-errno"
 
+/** Name of the request-metadata key that names the caller's session
+ * (docs/protocol.md "Sessions"). */
+#define WSB_SESSION_MD "wsbridge-session"
+/** Longest session id, bytes. */
+#define WSB_SESSION_ID_MAX 64u
+
 /**
  * Name of a gRPC status code ("NOT_FOUND"), or "UNKNOWN_STATUS" for a value
  * outside 0..16. Returns a static string.
@@ -152,6 +158,13 @@ void wsb_cond_init_mono(pthread_cond_t *cond);
  * string that says what is wrong. Any thread.
  */
 int wsb_addr_check(const char *addr, const char **why);
+
+/**
+ * Is @p id (@p len bytes) a session id as the "wsbridge-session" metadata
+ * carries it: 1 to WSB_SESSION_ID_MAX bytes of ASCII letters, digits, '-'
+ * and '_' (docs/protocol.md "Sessions")? Any thread.
+ */
+bool wsb_session_id_valid(const void *id, size_t len);
 
 /**
  * Parse a level name ("error", "warning", "notice", "info", "debug").

@@ -1636,6 +1636,120 @@ while todo:
 	assert_eq "$output" $'six open at once: ok\nheld: \'\'\nx: 299'
 }
 
+@test "sessions: the files a SIGKILLed wsfs held open close in agentd once --session-grace passes; a new mount opens as many" {
+	# wsfs names one session for its life; agentd releases the session's
+	# handles once no call or stream of it has run for the grace. Before
+	# sessions, the three stayed open until agentd exited, and with
+	# --max-handles 4 every later mount got EMFILE past one open file.
+	agentd_unix --max-handles 4 --session-grace 1 --log-level info
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	printf a >"$ROOT/a"
+	printf b >"$ROOT/b"
+	printf c >"$ROOT/c"
+	exec 5<"$MNT/a" 6<"$MNT/b" 7<"$MNT/c"
+	kill -KILL "$WSFS_PID"
+	wait_gone "$WSFS_PID" 5
+	exec 5<&- 6<&- 7<&-
+	umount_wsfs
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	run "$PY" - "$MNT" <<-'EOF'
+	import os, sys, time
+	mnt = sys.argv[1]
+	give_up, err = time.monotonic() + 10, None
+	while True:
+	    fds = []
+	    try:
+	        for name in "abcd":
+	            fds.append(os.open(mnt + "/" + name, os.O_CREAT | os.O_RDONLY, 0o644))
+	        err = None
+	    except OSError as e:
+	        err = e
+	    for fd in fds:
+	        os.close(fd)
+	    if err is None or time.monotonic() > give_up:
+	        break
+	    time.sleep(0.1)
+	print("four open at once:", err or "ok")
+	EOF
+	assert_eq "$output" "four open at once: ok"
+	run grep -c "released 3 open handles" "$AGENTD_ERR"
+	assert_eq "$output" 1
+}
+
+@test "sessions: a connection lost for less than --session-grace keeps every open file, an unlinked one too; past it, files open by name carry on and an unlinked one fails with EIO" {
+	agentd_unix --session-grace 5
+	local relay="$BATS_TEST_TMPDIR/relay" rpid
+	bg relay "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0
+	rpid=$BG_PID
+	wait_listen "unix:$relay" "$rpid"
+	wsfs_start -o "rpc_timeout=$RPC_TIMEOUT" -f "unix:$relay"
+	printf named >"$ROOT/named"
+	printf gone >"$ROOT/gone"
+	exec 5<>"$MNT/named" 6<"$MNT/gone"
+	rm "$MNT/gone"
+	# pread(2) through the descriptors this shell holds: "BYTES" or the
+	# errno's name.
+	pread_fds() {
+		"$PY" -c '
+import errno, os
+out = []
+for fd in (5, 6):
+    try:
+        out.append(os.pread(fd, 16, 0).decode())
+    except OSError as e:
+        out.append(errno.errorcode[e.errno])
+print(" ".join(out))'
+	}
+	fds_read() { [ "$(pread_fds)" = "$1" ]; }
+	relay_kill() {
+		kill -KILL -- "-$rpid"
+		wait "$rpid" 2>/dev/null || true
+	}
+	# A drop of the connection well within the grace.
+	relay_kill
+	sleep 0.5
+	bg relay2 "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0 5>&- 6<&-
+	rpid=$BG_PID
+	wait_listen "unix:$relay" "$rpid"
+	recovers "reads after a short drop" fds_read "named gone"
+	# A drop longer than the grace: agentd ends the session.
+	relay_kill
+	sleep 7
+	bg relay3 "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0 5>&- 6<&-
+	rpid=$BG_PID
+	wait_listen "unix:$relay" "$rpid"
+	recovers "the named file after a long drop" content_is "$MNT/named" named
+	run pread_fds
+	assert_eq "$output" "named EIO"
+	printf X >&5
+	exec 5>&- 6<&-
+	assert_content "$ROOT/named" Xamed
+	no_problems
+}
+
+@test "sessions: with -o no_watch the mount still holds its session (an unlinked open file reads past the grace); agentd stops at once on SIGTERM" {
+	agentd_unix --session-grace 1
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch"
+	printf gone >"$ROOT/gone"
+	exec 6<"$MNT/gone"
+	rm "$MNT/gone"
+	sleep 3
+	run "$PY" -c 'import os; print(os.pread(6, 16, 0).decode())'
+	exec 6<&-
+	assert_eq "$output" gone
+	# The stream that holds the session ends with agentd's shutdown, not
+	# after its 10 s drain.
+	local t0 ms
+	t0=$(now_ms)
+	agentd_stop
+	ms=$(($(now_ms) - t0))
+	assert_eq "$AGENTD_STATUS" 0
+	[ "$ms" -lt 5000 ] || {
+		echo "# agentd took $ms ms to stop" >&3
+		return 1
+	}
+}
+
 @test "wsfs --exec: a mount over agentd --stdio works, sees pod changes, and survives the command dying" {
 	local cmd="$AGENTD --root $ROOT --stdio" pid
 	mount_wsfs_exec "$cmd" -o "rpc_timeout=$RPC_TIMEOUT"

@@ -223,6 +223,36 @@ class Behaviour(Base):
                    lambda: self.ws.Read(pb.ReadRequest(handle=h, size=1), timeout=TIMEOUT),
                    "Read after Release")
 
+    def test_sessions(self):
+        """A malformed "wsbridge-session" fails an Open with INVALID_ARGUMENT
+        naming the metadata, and creates nothing; a Watch with no_events
+        holds a session: READY, then nothing while files change."""
+        bad = (("wsbridge-session", "no spaces"),)
+        e = self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                       lambda: self.ws.Open(pb.OpenRequest(path=b"sess", access=pb.RDWR,
+                                                           create=True, mode=0o600),
+                                            metadata=bad, timeout=TIMEOUT),
+                       "Open with a malformed session id")
+        self.assertIn("wsbridge-session", e.details())
+        self.assertFalse(os.path.exists(rp("sess")))
+        md = (("wsbridge-session", "py-1"),)
+        h = self.ws.Open(pb.OpenRequest(path=b"sess", access=pb.RDWR, create=True, mode=0o600),
+                         metadata=md, timeout=TIMEOUT).handle
+        call = self.ws.Watch(pb.WatchRequest(no_events=True), metadata=md, timeout=1.5)
+        it = iter(call)
+        try:
+            self.assertEqual([e.kind for e in next(it).events], [pb.WatchEvent.READY])
+            with open(rp("sess2"), "w") as f:
+                f.write("x")
+            with self.assertRaises(grpc.RpcError) as cm:
+                next(it)
+            self.assertEqual(cm.exception.code(), SC.DEADLINE_EXCEEDED, describe(cm.exception))
+        finally:
+            call.cancel()
+        self.assertEqual(self.ws.Read(pb.ReadRequest(handle=h, size=4), timeout=TIMEOUT).data,
+                         b"")
+        self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+
     def test_watch_folded_changes(self):
         """READY says that agentd flags the changes it folds into a CREATED
         or MOVED; a file written right after its create comes as one

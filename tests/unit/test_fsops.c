@@ -173,14 +173,14 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_handles_new(3, &h), 0);
 	assert_int_equal(fsops_handles_limit(h), 3);
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &ids[i], &st, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[i], &st, NULL), 0);
 		assert_int_not_equal(ids[i], 0);
 		assert_int_equal(st.st_size, 5);
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(ids[i], ids[j]);
 	}
 	assert_int_equal(fsops_handles_count(h), 3);
-	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &id, NULL, NULL), -EMFILE);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL), -EMFILE);
 	assert_int_equal(fsops_read(h, ids[1], 1, buf, sizeof(buf)), 4);
 	assert_memory_equal(buf, "ello", 4);
 	assert_int_equal(fsops_read(h, ids[1], 100, buf, sizeof(buf)), 0);
@@ -192,7 +192,7 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* a freed slot can be used again, with a new id */
 	created = false;
-	assert_int_equal(fsops_open(&fx->root, h, P("new"), O_RDWR | O_CREAT | O_EXCL, 0640, &id,
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("new"), O_RDWR | O_CREAT | O_EXCL, 0640, &id,
 				    &st, &created), 0);
 	assert_true(created);
 	assert_int_not_equal(id, ids[1]);
@@ -207,20 +207,20 @@ static void test_handles(void **state)
 	assert_int_equal(st.st_size, 6);
 	assert_int_equal(fsops_release(h, id), 0);
 	/* O_CREAT of an existing file opens it, and says so (mode ignored) */
-	assert_int_equal(fsops_open(&fx->root, h, P("new"), O_RDWR | O_CREAT, 0600, &id, &st,
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("new"), O_RDWR | O_CREAT, 0600, &id, &st,
 				    &created), 0);
 	assert_false(created);
 	assert_int_equal(st.st_mode & 07777, 0640);
 	assert_int_equal(st.st_size, 6);
 	assert_int_equal(fsops_release(h, id), 0);
 	/* an escape is refused and does not leak a slot */
-	assert_int_equal(fsops_open(&fx->root, h, P("abs"), O_RDONLY, 0, &id, NULL, NULL), -EXDEV);
-	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL, NULL), -EINVAL);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("abs"), O_RDONLY, 0, &id, NULL, NULL), -EXDEV);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL, NULL), -EINVAL);
 	assert_int_equal(fsops_handles_count(h), 2);
 	fsops_handles_free(h); /* closes the two still open */
 
 	/* append handles write at the end whatever the offset */
-	assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL, NULL), 0);
 	assert_int_equal(fsops_write(fx->h, id, 0, "!!", 2, &st), 2);
 	assert_int_equal(st.st_size, 7);
 	assert_int_equal(fsops_release(fx->h, id), 0);
@@ -232,6 +232,48 @@ static void test_handles(void **state)
 	}
 }
 
+/* fsops_handles_release_owner: a session's handles go, opened by path, by
+ * reopen or kept by a rename; others' stay and still read. */
+static void test_release_owner(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_handles *h;
+	uint64_t a1, a2, a3, b1, none, kept;
+	char buf[8];
+
+	assert_int_equal(fsops_handles_new(16, &h), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 7, P("f"), O_RDONLY, 0, &a1, NULL, NULL), 0);
+	assert_int_equal(fsops_reopen(h, 7, a1, O_RDONLY, &a2, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 9, P("f"), O_RDONLY, 0, &b1, NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &none, NULL, NULL), 0);
+	write_at(fx->rootdir, "k.new", "new");
+	write_at(fx->rootdir, "k", "old");
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 7, P("k.new"), P("k"), 0, &a3, NULL), 0);
+	assert_int_not_equal(a3, 0);
+	/* A reopen under another owner belongs to that one. */
+	assert_int_equal(fsops_reopen(h, 9, a3, O_RDONLY, &kept, NULL), 0);
+	assert_int_equal(fsops_handles_count(h), 6);
+
+	assert_int_equal(fsops_handles_release_owner(h, 0), 0);
+	assert_int_equal(fsops_handles_release_owner(h, 7), 3);
+	assert_int_equal(fsops_handles_count(h), 3);
+	assert_int_equal(fsops_read(h, a1, 0, buf, 1), -EBADF);
+	assert_int_equal(fsops_read(h, a2, 0, buf, 1), -EBADF);
+	assert_int_equal(fsops_read(h, a3, 0, buf, 1), -EBADF);
+	assert_int_equal(fsops_release(h, a1), -EBADF);
+	assert_int_equal(fsops_read(h, b1, 0, buf, 5), 5);
+	assert_memory_equal(buf, "hello", 5);
+	assert_int_equal(fsops_read(h, none, 1, buf, 4), 4);
+	/* The replaced file, through owner 9's reopen of the released keep. */
+	assert_int_equal(fsops_read(h, kept, 0, buf, 3), 3);
+	assert_memory_equal(buf, "old", 3);
+	assert_int_equal(fsops_handles_release_owner(h, 7), 0);
+	assert_int_equal(fsops_handles_release_owner(h, 9), 2);
+	assert_int_equal(fsops_handles_count(h), 1);
+	assert_int_equal(fsops_release(h, none), 0);
+	fsops_handles_free(h);
+}
+
 /* fsops_reopen: the handle's own file, nameless or not; flags checked. */
 static void test_reopen(void **state)
 {
@@ -240,12 +282,12 @@ static void test_reopen(void **state)
 	struct stat st, st2;
 	char buf[16];
 
-	assert_int_equal(fsops_open(&fx->root, fx->h, P("g"), O_RDWR | O_CREAT | O_EXCL, 0644, &id,
+	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("g"), O_RDWR | O_CREAT | O_EXCL, 0644, &id,
 				    &st, NULL), 0);
 	assert_int_equal(fsops_write(fx->h, id, 0, "old", 3, NULL), 3);
 	write_at(fx->rootdir, "g.new", "new");
 	assert_int_equal(fsops_rename(&fx->root, P("g.new"), P("g"), 0), 0);
-	assert_int_equal(fsops_reopen(fx->h, id, O_RDONLY, &ro, &st2), 0);
+	assert_int_equal(fsops_reopen(fx->h, 0, id, O_RDONLY, &ro, &st2), 0);
 	assert_int_not_equal(ro, id);
 	assert_int_equal(st2.st_ino, st.st_ino);
 	assert_int_equal(st2.st_nlink, 0);
@@ -254,18 +296,18 @@ static void test_reopen(void **state)
 	assert_int_equal(fsops_write(fx->h, ro, 0, "x", 1, NULL), -EBADF); /* read-only */
 	/* Through an unlink too, and O_TRUNC truncates the nameless file. */
 	assert_int_equal(fsops_unlink(&fx->root, P("g"), NULL), 0);
-	assert_int_equal(fsops_reopen(fx->h, ro, O_WRONLY | O_TRUNC | O_APPEND, &rw, &st2), 0);
+	assert_int_equal(fsops_reopen(fx->h, 0, ro, O_WRONLY | O_TRUNC | O_APPEND, &rw, &st2), 0);
 	assert_int_equal(st2.st_size, 0);
 	assert_int_equal(fsops_write(fx->h, rw, 100, "ab", 2, &st2), 2);
 	assert_int_equal(fsops_read(fx->h, id, 0, buf, sizeof(buf)), 2); /* appended at 0 */
 	assert_memory_equal(buf, "ab", 2);
 	/* Flags a reopen does not take, and handles that are not open. */
-	assert_int_equal(fsops_reopen(fx->h, id, O_RDONLY | O_CREAT, &none, NULL), -EINVAL);
-	assert_int_equal(fsops_reopen(fx->h, id, O_RDONLY | O_NOFOLLOW, &none, NULL), -EINVAL);
-	assert_int_equal(fsops_reopen(fx->h, id, O_ACCMODE, &none, NULL), -EINVAL);
-	assert_int_equal(fsops_reopen(fx->h, 0, O_RDONLY, &none, NULL), -EBADF);
+	assert_int_equal(fsops_reopen(fx->h, 0, id, O_RDONLY | O_CREAT, &none, NULL), -EINVAL);
+	assert_int_equal(fsops_reopen(fx->h, 0, id, O_RDONLY | O_NOFOLLOW, &none, NULL), -EINVAL);
+	assert_int_equal(fsops_reopen(fx->h, 0, id, O_ACCMODE, &none, NULL), -EINVAL);
+	assert_int_equal(fsops_reopen(fx->h, 0, 0, O_RDONLY, &none, NULL), -EBADF);
 	assert_int_equal(fsops_release(fx->h, rw), 0);
-	assert_int_equal(fsops_reopen(fx->h, rw, O_RDONLY, &none, NULL), -EBADF);
+	assert_int_equal(fsops_reopen(fx->h, 0, rw, O_RDONLY, &none, NULL), -EBADF);
 	assert_int_equal(fsops_handles_count(fx->h), 2);
 	assert_int_equal(fsops_release(fx->h, ro), 0);
 	assert_int_equal(fsops_release(fx->h, id), 0);
@@ -286,29 +328,29 @@ static void test_rename_keep(void **state)
 	write_at(fx->rootdir, "a.new", "new");
 	snprintf(path, sizeof(path), "%s/a", fx->rootdir);
 	assert_int_equal(stat(path, &old), 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, P("a.new"), P("a"), 0, &kept, &st), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("a.new"), P("a"), 0, &kept, &st), 0);
 	assert_int_not_equal(kept, 0);
 	assert_int_equal(st.st_ino, old.st_ino);
 	assert_int_equal(st.st_nlink, 0);
 	assert_int_equal(fsops_write(h, kept, 0, "x", 1, NULL), -EBADF); /* read-only */
-	assert_int_equal(fsops_reopen(h, kept, O_RDONLY, &ro, NULL), 0);
+	assert_int_equal(fsops_reopen(h, 0, kept, O_RDONLY, &ro, NULL), 0);
 	assert_int_equal(fsops_read(h, ro, 0, buf, sizeof(buf)), 3);
 	assert_memory_equal(buf, "old", 3);
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* Nothing replaced, a failed rename, an exchange: nothing kept. */
-	assert_int_equal(fsops_rename_keep(&fx->root, h, P("a"), P("b"), 0, &kept, NULL), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("a"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, P("nope"), P("b"), 0, &kept, NULL),
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("nope"), P("b"), 0, &kept, NULL),
 			 -ENOENT);
 	assert_int_equal(kept, 0);
 	write_at(fx->rootdir, "c", "c");
-	assert_int_equal(fsops_rename_keep(&fx->root, h, P("c"), P("b"), RENAME_EXCHANGE, &kept,
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("c"), P("b"), RENAME_EXCHANGE, &kept,
 					   NULL), 0);
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* Three of four handles open: no room kept for it. */
-	assert_int_equal(fsops_open(&fx->root, h, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL), 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, P("c"), P("b"), 0, &kept, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("c"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 3);
 	fsops_handles_free(h);
@@ -345,7 +387,7 @@ static void test_handles_concurrent_release(void **state)
 		struct race r = { .h = fx->h };
 		pthread_t t[4];
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDONLY, 0, &r.id, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDONLY, 0, &r.id, NULL, NULL), 0);
 		for (int i = 0; i < 4; i++)
 			assert_int_equal(pthread_create(&t[i], NULL, reader, &r), 0);
 		usleep(200);
@@ -442,7 +484,7 @@ static void test_setattr_symlink_nofollow(void **state)
 	{
 		uint64_t id;
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, P("f"), O_RDWR, 0, &id, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDWR, 0, &id, NULL, NULL), 0);
 		sa = (struct fsops_setattr){ .valid = FSOPS_SET_SIZE | FSOPS_SET_MODE, .size = 1,
 					     .mode = 0600, .atime = { 0, UTIME_OMIT },
 					     .mtime = { 0, UTIME_OMIT } };
@@ -480,7 +522,7 @@ static void test_create_modes(void **state)
 	{
 		uint64_t id;
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, P("d/fifo"), O_RDONLY, 0, &id, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("d/fifo"), O_RDONLY, 0, &id, NULL, NULL), 0);
 		assert_int_equal(fsops_release(fx->h, id), 0);
 	}
 	assert_int_equal(fsops_rmdir(&fx->root, P("d")), -ENOTEMPTY);
@@ -835,6 +877,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		BOTH(test_handles),
+		BOTH(test_release_owner),
 		BOTH(test_reopen),
 		BOTH(test_rename_keep),
 		BOTH(test_handles_concurrent_release),

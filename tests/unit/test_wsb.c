@@ -168,6 +168,23 @@ static void test_addr_check(void **state)
 	assert_int_equal(wsb_addr_check(NULL, &why), -EINVAL);
 }
 
+static void test_session_id(void **state)
+{
+	char id[WSB_SESSION_ID_MAX + 1];
+
+	(void)state;
+	memset(id, 'Z', sizeof(id));
+	assert_true(wsb_session_id_valid("0123456789abcdef0123456789abcdef", 32));
+	assert_true(wsb_session_id_valid("a-B_9", 5));
+	assert_true(wsb_session_id_valid(id, WSB_SESSION_ID_MAX));
+	assert_false(wsb_session_id_valid(id, WSB_SESSION_ID_MAX + 1));
+	assert_false(wsb_session_id_valid("", 0));
+	assert_false(wsb_session_id_valid("a b", 3));
+	assert_false(wsb_session_id_valid("a.b", 3));
+	assert_false(wsb_session_id_valid("a\0", 2));
+	assert_false(wsb_session_id_valid("\xff", 1));
+}
+
 static void test_time_ns(void **state)
 {
 	struct timespec ts;
@@ -228,6 +245,7 @@ int main(void)
 		cmocka_unit_test(test_codec_empty_and_garbage),
 		cmocka_unit_test(test_escape),
 		cmocka_unit_test(test_addr_check),
+		cmocka_unit_test(test_session_id),
 		cmocka_unit_test(test_time_ns),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
