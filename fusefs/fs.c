@@ -500,6 +500,8 @@ static void wb_error_set(struct node_fh *h, void *arg)
  * back if the reply cannot be delivered (the request was interrupted).
  */
 static void known_begin(struct wsfs *fs, uint64_t dir, uint64_t seq0);
+static uint64_t reply_node(fuse_req_t req, struct wsfs *fs, uint64_t id, const struct stat *st,
+			   uint64_t seq0, bool empty);
 
 /*
  * Reply with the entry (@parent, @name) -> @st; returns its nodeid, or 0
@@ -510,17 +512,25 @@ static void known_begin(struct wsfs *fs, uint64_t dir, uint64_t seq0);
 static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name,
 			    const struct stat *st, uint64_t seq0, bool empty)
 {
-	struct fuse_entry_param e;
-	struct ttl t = ttl_for(fs, seq0, st);
 	uint64_t id;
 	int r;
 
-	r = node_lookup(fs->nodes, parent, name, strlen(name), st->st_ino, st->st_mode,
+	r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), st->st_ino, st->st_mode,
 			(uint32_t)st->st_nlink, &id);
 	if (r < 0) {
 		reply_err(req, r == -ESTALE ? -ENOENT : r);
 		return 0;
 	}
+	return reply_node(req, fs, id, st, seq0, empty);
+}
+
+/* reply_entry() for node @id, already counted one lookup by node_lookup(). */
+static uint64_t reply_node(fuse_req_t req, struct wsfs *fs, uint64_t id, const struct stat *st,
+			   uint64_t seq0, bool empty)
+{
+	struct fuse_entry_param e;
+	struct ttl t = ttl_for(fs, seq0, st);
+
 	memset(&e, 0, sizeof(e));
 	e.ino = id;
 	e.attr = *st;
@@ -1039,11 +1049,11 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
 	Wsbridge__V1__StatReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs);
+	uint64_t seq0 = seq_now(fs), gen, id = 0;
 	struct stat st;
 	char *path = NULL;
 	size_t len;
-	int r;
+	int r, tries = 0;
 
 	wb_wait(fs);
 	first_request(fs);
@@ -1052,6 +1062,7 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (strlen(name) <= NAME_MAX &&
 	    node_known_has(fs->nodes, parent, name, strlen(name),
 			   watch_ttl_ns(fs)) == 0) {
+		node_unlink_since(fs->nodes, NODE_ANY, parent, name, strlen(name));
 		r = -ENOENT;
 		goto out;
 	}
@@ -1059,20 +1070,38 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (r < 0)
 		goto out;
 	q.path = bin(path, len);
+again:
+	/* An answer from before a change of names through the mount (a
+	 * rename over this name, say) must not undo that change in the node
+	 * table: ask again (node_names_gen()); a third time, take it. */
+	gen = ++tries < 3 ? node_names_gen(fs->nodes) : NODE_ANY;
 	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
+	if (r == 0) {
+		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st.st_mode,
+				(uint32_t)st.st_nlink, &id);
+		if (r == -ESTALE) {
+			reply_err(req, -ENOENT); /* the parent went */
+			goto done;
+		}
+	} else if (r == -ENOENT && node_unlink_since(fs->nodes, gen, parent, name,
+						      strlen(name)) == -EAGAIN) {
+		r = -EAGAIN;
+	}
+	if (r == -EAGAIN) {
+		free_reply(rep);
+		rep = NULL;
+		goto again;
+	}
 	if (r == -ENOENT)
 		node_known_del(fs->nodes, parent, name, strlen(name));
 out:
 	if (r == 0) {
-		reply_entry(req, fs, parent, name, &st, seq0, false);
+		reply_node(req, fs, id, &st, seq0, false);
 	} else if (r == -ENOENT) {
 		struct ttl t;
 		bool kept = false;
-
-		/* Removed in the pod: the name no longer holds what we knew. */
-		node_unlink(fs->nodes, parent, name, strlen(name));
 
 		/*
 		 * A negative dentry no node stands for: one that lasts
@@ -1099,6 +1128,7 @@ out:
 	} else {
 		reply_err(req, r);
 	}
+done:
 	free(path);
 	free_reply(rep);
 }
@@ -2067,7 +2097,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		goto out;
 	r = attr_to_stat(rep->attr, &e.attr);
 	if (r == 0)
-		r = node_lookup(fs->nodes, parent, name, strlen(name), e.attr.st_ino,
+		r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), e.attr.st_ino,
 				e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
 	if (r < 0) {
 		release_handle(fs, rep->handle);
@@ -2966,7 +2996,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				struct ttl t = ttl_for(fs, seq, st);
 				uint64_t id;
 
-				if (node_lookup(fs->nodes, ino, name, strlen(name), st->st_ino,
+				if (node_lookup(fs->nodes, NODE_ANY, ino, name, strlen(name), st->st_ino,
 						st->st_mode, (uint32_t)st->st_nlink, &id) == 0) {
 					e.ino = id;
 					e.attr_timeout = t.attr;

@@ -101,6 +101,7 @@ struct node_table {
 	uint64_t attr_clock; /* bumped by every attr_drop() and node_attr_drop_all() */
 	uint64_t attr_all;   /* attr_clock at the last node_attr_drop_all() */
 	uint64_t next_id;
+	uint64_t names_gen;  /* node_names_gen() */
 	uint64_t k0, k1; /* SipHash key */
 	struct node *root;
 	/* Kept handles of nodes freed since the last node_kept_drain(). */
@@ -629,6 +630,7 @@ int node_table_new(struct node_table **ret)
 	t->root->mode = S_IFDIR;
 	id_insert(t, t->root);
 	t->next_id = NODE_ROOT_ID + 1;
+	t->names_gen = 1;
 	*ret = t;
 	return 0;
 }
@@ -698,8 +700,18 @@ size_t node_count(struct node_table *t)
 	return n;
 }
 
-int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t len, uint64_t ino,
-		uint32_t mode, uint32_t nlink, uint64_t *ret_id)
+uint64_t node_names_gen(struct node_table *t)
+{
+	uint64_t g;
+
+	pthread_mutex_lock(&t->lock);
+	g = t->names_gen;
+	pthread_mutex_unlock(&t->lock);
+	return g;
+}
+
+int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
+		size_t len, uint64_t ino, uint32_t mode, uint32_t nlink, uint64_t *ret_id)
 {
 	struct node *p, *n = NULL, *fresh = NULL;
 	struct link *l, *nl = NULL;
@@ -715,12 +727,18 @@ int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t 
 		r = -ESTALE;
 		goto out;
 	}
+	if (since == NODE_OWN)
+		t->names_gen++;
 	l = link_find(t, parent, name, len);
 	if (l && l->node->ino == ino && l->node->mode == mode) {
 		/* The name still holds the same file. */
 		n = l->node;
 		link_to_front(l);
 		goto found;
+	}
+	if (since != NODE_OWN && since != NODE_ANY && since != t->names_gen) {
+		r = -EAGAIN; /* an answer from before a change of names */
+		goto out;
 	}
 	copy = name_dup(name, len);
 	nl = calloc(1, sizeof(*nl));
@@ -1035,7 +1053,28 @@ int node_child_path(struct node_table *t, uint64_t parent, const char *name, siz
 
 uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, size_t len)
 {
+	pthread_mutex_lock(&t->lock);
+	t->names_gen++;
+	pthread_mutex_unlock(&t->lock);
 	return child_of(t, parent, name, len, true);
+}
+
+int node_unlink_since(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
+		      size_t len)
+{
+	struct link *l;
+	int r = 0;
+
+	if (!node_name_ok(name, len))
+		return 0;
+	pthread_mutex_lock(&t->lock);
+	l = link_find(t, parent, name, len);
+	if (l && since != NODE_ANY && since != t->names_gen)
+		r = -EAGAIN;
+	else if (l)
+		unname(t, l);
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }
 
 int node_drop_first_name(struct node_table *t, uint64_t id)
@@ -1077,6 +1116,7 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 	if (!node_name_ok(oldname, oldlen) || !node_name_ok(newname, newlen))
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
+	t->names_gen++;
 	op = by_id(t, oldparent);
 	np = by_id(t, newparent);
 	if (!op || !np || !attached(t, op) || !attached(t, np)) {

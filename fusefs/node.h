@@ -155,12 +155,36 @@ void node_dir_offs(uint64_t *offs, size_t n);
  * lookup/create/mkdir/link/... reply, or a READDIRPLUS entry). A name bound
  * to a node with another server inode or type is taken from that node first.
  *
+ * @param since  NODE_OWN for a name this mount made (create, mkdir, link,
+ *               ...: moves the names generation), NODE_ANY for one that
+ *               needs no check (READDIRPLUS), or the node_names_gen() read
+ *               before agentd was asked (LOOKUP): see there.
  * @param ret_id the nodeid to give the kernel
- * @return 0; -ESTALE when @p parent is not in the table or is detached;
- *         -EINVAL for a bad name (node_name_ok()); -ENOMEM.
+ * @return 0; -EAGAIN (with @p since a generation: nothing changed, ask
+ *         again); -ESTALE when @p parent is not in the table or is
+ *         detached; -EINVAL for a bad name (node_name_ok()); -ENOMEM.
  */
-int node_lookup(struct node_table *t, uint64_t parent, const char *name, size_t len, uint64_t ino,
-		uint32_t mode, uint32_t nlink, uint64_t *ret_id);
+int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
+		size_t len, uint64_t ino, uint32_t mode, uint32_t nlink, uint64_t *ret_id);
+
+/** node_lookup()'s @p since for a change of this mount's own. */
+#define NODE_OWN 0
+/** node_lookup()'s @p since for a name learnt without a check. */
+#define NODE_ANY UINT64_MAX
+
+/**
+ * The names generation (from 1): moved, under the table's lock, by every
+ * change of names this mount makes (node_rename(), node_unlink(),
+ * node_lookup() with NODE_OWN), whether or not the table knew the names.
+ * A LOOKUP reads it before it asks agentd about a name and gives it to
+ * node_lookup() or node_unlink_since(), which refuse (-EAGAIN) to change
+ * what a name holds once it moved: agentd's answer may be from before a
+ * rename, unlink or create through the mount whose own change the table
+ * already holds, and applying it would bind the name to the file it held
+ * before (the VFS sends LOOKUP to revalidate a dentry without the
+ * directory's lock, so one can cross a RENAME of the same name).
+ */
+uint64_t node_names_gen(struct node_table *t);
 
 /**
  * FUSE forget: take back @p nlookup lookups of @p id (clamped at the count
@@ -243,8 +267,19 @@ int node_child_path(struct node_table *t, uint64_t parent, const char *name, siz
  * The name @p name in @p parent was removed (unlink, rmdir, or a lookup
  * found it gone): take it from the node bound to it, if any (which is
  * detached when that was its last name). Returns that node's id, or 0.
+ * Moves the names generation (node_names_gen()).
  */
 uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, size_t len);
+
+/**
+ * A LOOKUP found @p name in @p parent gone, by an answer asked for at names
+ * generation @p since (node_names_gen(), or NODE_ANY: no check): take the
+ * name from its node as node_unlink() does, unless it is bound and the
+ * generation moved since (-EAGAIN: nothing changed, ask again). Does not
+ * move the generation. Returns 0 or -EAGAIN.
+ */
+int node_unlink_since(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
+		      size_t len);
 
 /**
  * The path of @p id (its first name) no longer exists on the server: drop

@@ -48,7 +48,7 @@ static uint64_t add(struct node_table *t, uint64_t parent, const char *name, uin
 {
 	uint64_t id = 0;
 
-	assert_int_equal(node_lookup(t, parent, name, strlen(name), ino, mode, 1, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_OWN, parent, name, strlen(name), ino, mode, 1, &id), 0);
 	assert_true(id > NODE_ROOT_ID);
 	return id;
 }
@@ -58,7 +58,7 @@ static uint64_t add_links(struct node_table *t, uint64_t parent, const char *nam
 {
 	uint64_t id = 0;
 
-	assert_int_equal(node_lookup(t, parent, name, strlen(name), ino, REG, nlink, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_OWN, parent, name, strlen(name), ino, REG, nlink, &id), 0);
 	return id;
 }
 
@@ -139,12 +139,12 @@ static void test_names(void **state)
 	memset(big, 'n', sizeof(big));
 	assert_true(node_name_ok(big, NODE_NAME_MAX));
 	assert_false(node_name_ok(big, NODE_NAME_MAX + 1));
-	assert_int_equal(node_lookup(t, NODE_ROOT_ID, "a/b", 3, 1, REG, 1, &id), -EINVAL);
-	assert_int_equal(node_lookup(t, NODE_ROOT_ID, "..", 2, 1, REG, 1, &id), -EINVAL);
-	assert_int_equal(node_lookup(t, 4242, "x", 1, 1, REG, 1, &id), -ESTALE);
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "a/b", 3, 1, REG, 1, &id), -EINVAL);
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "..", 2, 1, REG, 1, &id), -EINVAL);
+	assert_int_equal(node_lookup(t, NODE_OWN, 4242, "x", 1, 1, REG, 1, &id), -ESTALE);
 
 	/* Bytes are kept exactly: no normalisation, no case folding. */
-	assert_int_equal(node_lookup(t, NODE_ROOT_ID, bin, sizeof(bin), 5, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, bin, sizeof(bin), 5, REG, 1, &id), 0);
 	{
 		char *p = NULL;
 		size_t len = 0;
@@ -421,8 +421,8 @@ static void test_hard_links(void **state)
 	{
 		uint64_t s1 = 0, s2 = 0;
 
-		assert_int_equal(node_lookup(t, d, "s", 1, 70, S_IFLNK, 2, &s1), 0);
-		assert_int_equal(node_lookup(t, NODE_ROOT_ID, "s2", 2, 70, S_IFLNK, 2, &s2), 0);
+		assert_int_equal(node_lookup(t, NODE_OWN, d, "s", 1, 70, S_IFLNK, 2, &s1), 0);
+		assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "s2", 2, 70, S_IFLNK, 2, &s2), 0);
 		assert_true(s1 != s2);
 		assert_path(t, s1, "d/s");
 		assert_path(t, s2, "s2");
@@ -834,6 +834,51 @@ static void test_known(void **state)
 	(void)f;
 }
 
+/* A LOOKUP's answer asked for before a change of names through the mount
+ * (rename over the name, unlink, create) cannot undo that change. */
+static void test_names_gen(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t g0, g1, x, xnew, id;
+
+	g0 = node_names_gen(t);
+	assert_int_not_equal(g0, NODE_OWN);
+	assert_int_not_equal(g0, NODE_ANY);
+	/* A lookup binds a name and does not move the generation. */
+	assert_int_equal(node_lookup(t, g0, NODE_ROOT_ID, "x", 1, 10, REG, 1, &x), 0);
+	assert_int_equal(node_names_gen(t), g0);
+	/* mv x.new x through the mount, while a LOOKUP of x is out. */
+	xnew = add(t, NODE_ROOT_ID, "x.new", 11, REG); /* own create: moves it */
+	g1 = node_names_gen(t);
+	assert_true(g1 > g0);
+	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.new", 5, NODE_ROOT_ID, "x", 1, false), 0);
+	assert_true(node_names_gen(t) > g1);
+	/* The answer from before the rename (x is inode 10) is refused... */
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 10, REG, 1, &id), -EAGAIN);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), xnew);
+	/* ...one that agrees with the table is counted; so is one without a
+	 * check, which takes the name (a third try). */
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 11, REG, 1, &id), 0);
+	assert_int_equal(id, xnew);
+	assert_int_equal(node_forget(t, id, 1), 1);
+	/* A stale ENOENT (from before the create) keeps the created name. */
+	assert_int_equal(node_unlink_since(t, g0, NODE_ROOT_ID, "x", 1), -EAGAIN);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), xnew);
+	assert_int_equal(node_unlink_since(t, node_names_gen(t), NODE_ROOT_ID, "x", 1), 0);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), 0);
+	assert_int_equal(node_unlink_since(t, g0, NODE_ROOT_ID, "x", 1), 0); /* unbound: fine */
+	/* node_unlink() moves it even for a name the table does not hold. */
+	g1 = node_names_gen(t);
+	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "nope", 4), 0);
+	assert_true(node_names_gen(t) > g1);
+	/* NODE_ANY binds whatever the generation. */
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "x", 1, 10, REG, 1, &id), 0);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), id);
+	assert_int_not_equal(id, x); /* the renamed-over node stays detached */
+	assert_int_equal(node_unlink_since(t, NODE_ANY, NODE_ROOT_ID, "x", 1), 0);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -854,6 +899,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dir_off, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_known, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_gen, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
