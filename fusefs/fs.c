@@ -944,13 +944,8 @@ static void ws_init(void *userdata, struct fuse_conn_info *conn)
 
 /* ---- readahead ---- */
 
-/*
- * The device number ("MAJ:MIN") of the mount at @mnt, from
- * /proc/self/mountinfo (proc(5): field 3, the mount point in field 5 with
- * spaces, tabs, newlines and backslashes as octal escapes); the last such
- * mount wins (the one on top). Returns 0 or -ENOENT.
- */
-static int mount_devnum(const char *mnt, char *ret, size_t size)
+int wsfs_mount_at(const char *mnt, char *dev, size_t dev_size, char *type, size_t type_size,
+		  char *src, size_t src_size)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char *line = NULL;
@@ -960,10 +955,14 @@ static int mount_devnum(const char *mnt, char *ret, size_t size)
 	if (!f)
 		return -errno;
 	while (getline(&line, &cap, f) > 0) {
-		char dev[32], point[PATH_MAX + 1], *q = point;
-		const char *p;
+		char d[32], point[PATH_MAX + 1], t[64] = "", s[PATH_MAX + 1] = "", *q = point;
+		const char *p, *sep;
 
-		if (sscanf(line, "%*s %*s %31s %*s %4096s", dev, point) != 2)
+		if (sscanf(line, "%*s %*s %31s %*s %4096s", d, point) != 2)
+			continue;
+		/* After the optional fields: " - TYPE SOURCE SUPER_OPTIONS". */
+		sep = strstr(line, " - ");
+		if (!sep || sscanf(sep + 3, "%63s %4096s", t, s) < 1)
 			continue;
 		/* Unescape \ooo in place. */
 		for (p = point; *p; p++) {
@@ -976,9 +975,15 @@ static int mount_devnum(const char *mnt, char *ret, size_t size)
 			}
 		}
 		*q = '\0';
-		if (strcmp(point, mnt) == 0 && strstr(line, " - fuse") &&
-		    snprintf(ret, size, "%s", dev) < (int)size)
-			r = 0;
+		if (strcmp(point, mnt) != 0)
+			continue;
+		if (dev)
+			snprintf(dev, dev_size, "%s", d);
+		if (type)
+			snprintf(type, type_size, "%s", t);
+		if (src)
+			snprintf(src, src_size, "%s", s);
+		r = 0;
 	}
 	free(line);
 	fclose(f);
@@ -998,14 +1003,16 @@ static int mount_devnum(const char *mnt, char *ret, size_t size)
  */
 static void readahead_tune(struct wsfs *fs)
 {
-	char dev[32], path[96], cur[32];
+	char dev[32], path[96], cur[32], type[64];
 	unsigned have = 0;
 	FILE *f;
 	int r;
 
 	if (!fs->cfg.read_ahead_kb || !fs->cfg.mountpoint)
 		return;
-	r = mount_devnum(fs->cfg.mountpoint, dev, sizeof(dev));
+	r = wsfs_mount_at(fs->cfg.mountpoint, dev, sizeof(dev), type, sizeof(type), NULL, 0);
+	if (r == 0 && strncmp(type, "fuse", 4) != 0)
+		r = -ENOENT; /* not this FUSE mount on top */
 	if (r < 0) {
 		wsb_info("readahead: %s not found in /proc/self/mountinfo", fs->cfg.mountpoint);
 		return;

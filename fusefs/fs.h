@@ -351,4 +351,16 @@ int wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len)
 /** Free what wsfs_neg_add() kept (no other call may run). */
 void wsfs_neg_free(struct wsfs *fs);
 
+/**
+ * What is mounted on top at @p mnt (an absolute path without symlinks), from
+ * /proc/self/mountinfo (proc(5): the mount point in field 5, with spaces,
+ * tabs, newlines and backslashes as octal escapes; after " - " the file
+ * system type and the source): its "MAJ:MIN" into @p dev, its type
+ * ("fuse.wsfs") into @p type and its source into @p src, each cut to its
+ * size and NUL-terminated; any of them may be NULL. Returns 0, -ENOENT when
+ * nothing is mounted there, or -errno of fopen(3). Any thread.
+ */
+int wsfs_mount_at(const char *mnt, char *dev, size_t dev_size, char *type, size_t type_size,
+		  char *src, size_t src_size);
+
 #endif /* WSFS_FS_H */

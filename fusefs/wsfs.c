@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -395,6 +396,21 @@ int main(int argc, char **argv)
 	/* For /proc/self/mountinfo (readahead); the mount point exists. */
 	mnt_real = realpath(mnt, NULL);
 	cfg.mountpoint = mnt_real;
+	/* A second wsfs on top of one would hide it and leave both running
+	 * (mount(2) stacks; fusermount3 -u then takes off the top one only). */
+	{
+		char type[64], src[PATH_MAX + 1];
+
+		if (mnt_real && wsfs_mount_at(mnt_real, NULL, 0, type, sizeof(type), src,
+					      sizeof(src)) == 0 &&
+		    strcmp(type, "fuse.wsfs") == 0) {
+			fprintf(stderr,
+				"wsfs: %s is already a wsfs mount (of %s); unmount it first: "
+				"fusermount3 -u %s\n",
+				mnt, src, mnt);
+			goto out;
+		}
+	}
 	/* No thread yet: the client is connected after the fork. */
 	r = wsfs_new(&cfg, NULL, &fs);
 	if (r < 0) {

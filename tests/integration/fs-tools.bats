@@ -297,7 +297,16 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	track_mount "$m"
 	assert_status 0
 	is_mounted "$m"
+	# A second wsfs on the same mount point is refused (mount(2) would
+	# stack it over the first, both running); the first keeps serving.
+	echo first >"$m/f"
+	run --separate-stderr "$WSFS" "$ADDR" "$m" 3>&-
+	assert_status 1
+	assert_eq "$stderr" "wsfs: $m is already a wsfs mount (of $ADDR); unmount it first: fusermount3 -u $m"
+	assert_eq "$(findmnt -n -M "$m" | wc -l)" 1 "mounts on $m"
+	assert_content "$m/f" $'first\n'
 	umount_wsfs "$m"
+	! is_mounted "$m"
 }
 
 @test "-o transform_symlinks: links the pod makes out of the workspace lead into it; without it they stay byte-exact" {
