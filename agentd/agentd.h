@@ -44,6 +44,13 @@ int svc_devagent_register(struct rpc_server *s, struct agentd *ad);
 int svc_health_register(struct rpc_server *s, struct agentd *ad);
 
 /**
+ * rpc_server_config.on_call for agentd (@p arg: struct agentd *): a call
+ * that names a session ("wsbridge-session") starts that session's grace
+ * anew (sessions_touch()). Any thread.
+ */
+void svc_session_touch(struct rpc_call *call, void *arg);
+
+/**
  * End the Watch streams opened with no_events (they end by nothing else) with
  * status OK, as watch_shutdown() ends the others. Loop thread; at shutdown.
  */

@@ -52,7 +52,7 @@ static void usage(FILE *f)
 		"      --view-limit BYTES largest file ViewFile returns (default %zu)\n"
 		"      --max-handles N    open file handles allowed (default 4096)\n"
 		"      --session-grace SECONDS  how long a client's open handles outlive its\n"
-		"                         last call or stream (default %u; 0 to 86400)\n"
+		"                         last call or stream (default %u; %u to 86400)\n"
 		"      --max-watches N    directories watched for the Watch stream at most\n"
 		"                         (default: the kernel's fs.inotify.max_user_watches)\n"
 		"      --max-procs N      commands running at once (default %u)\n"
@@ -64,7 +64,8 @@ static void usage(FILE *f)
 		"                         time, another when a call takes over 2 ms\n"
 		"  -h, --help             show this help\n"
 		"  -V, --version          show the version\n",
-		AGENTD_VIEW_LIMIT_DEFAULT, SESSION_GRACE_DEFAULT_S, EXEC_MAX_PROCESSES_DEFAULT,
+		AGENTD_VIEW_LIMIT_DEFAULT, SESSION_GRACE_DEFAULT_S, SESSION_GRACE_MIN_S,
+		EXEC_MAX_PROCESSES_DEFAULT,
 		EXEC_JOURNAL_DEFAULT,
 		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000));
 }
@@ -418,11 +419,11 @@ int main(int argc, char **argv)
 			errno = 0;
 			session_grace = strtoull(optarg, &end, 10);
 			if (errno || *end || end == optarg || optarg[0] == '-' ||
-			    session_grace > 86400) {
+			    session_grace < SESSION_GRACE_MIN_S || session_grace > 86400) {
 				fprintf(stderr,
-					"agentd: bad number '%s' for --session-grace (0 to 86400 "
+					"agentd: bad number '%s' for --session-grace (%u to 86400 "
 					"seconds)\n",
-					optarg);
+					optarg, SESSION_GRACE_MIN_S);
 				return 2;
 			}
 			break;
@@ -503,6 +504,12 @@ int main(int argc, char **argv)
 	cfg.cq_threads = threads;
 	cfg.token = app.token;
 	cfg.max_recv_bytes = MAX_RECV_BYTES;
+	/* A client gone without closing its connection ends its calls, and so
+	 * lets its session's grace start, within about the grace itself. */
+	cfg.keepalive_ms = (unsigned)(session_grace * 1000 / 2 < 30000 ? session_grace * 1000 / 2
+									 : 30000);
+	cfg.on_call = svc_session_touch;
+	cfg.on_call_arg = &app.ad;
 	r = rpc_server_new(&cfg, &app.server);
 	if (r == 0)
 		r = svc_health_register(app.server, &app.ad);
@@ -547,10 +554,9 @@ int main(int argc, char **argv)
 	if (app.stdio)
 		wsb_info("serving '%s' on stdin/stdout", root);
 
-	/* A session's end is noticed within a quarter of its grace (at least
-	 * 100 ms apart, at most 5 s). Unref'd: it never keeps the loop. */
-	reap_ms = session_grace * 250;
-	reap_ms = reap_ms < 100 ? 100 : reap_ms > 5000 ? 5000 : reap_ms;
+	/* A session's end is noticed within a quarter of its grace (at most
+	 * 5 s). Unref'd: it never keeps the loop. */
+	reap_ms = session_grace * 250 < 5000 ? session_grace * 250 : 5000;
 	uv_timer_init(loop, &app.reap);
 	app.reap.data = &app;
 	uv_timer_start(&app.reap, on_reap, reap_ms, reap_ms);

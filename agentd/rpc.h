@@ -72,6 +72,16 @@ struct rpc_server_config {
 	int cq_threads;        /**< completion-queue threads, >= 1 */
 	const char *token;     /**< bearer token every call must carry, or NULL */
 	size_t max_recv_bytes; /**< largest request message accepted, bytes */
+	/** Ping every connection after this many milliseconds without
+	 * traffic, and close one whose ping is not answered within as long
+	 * again (GRPC_ARG_KEEPALIVE_TIME_MS/_TIMEOUT_MS, gRPC's doc/keepalive.md):
+	 * a peer that vanished without closing (host gone, a partition) ends
+	 * its calls. 0: gRPC's defaults (a server pings after 2 hours). */
+	unsigned keepalive_ms;
+	/** Called for every call that arrives (authorized, decoded), before its
+	 * handler, on the thread that runs the handler; or NULL. */
+	void (*on_call)(struct rpc_call *call, void *arg);
+	void *on_call_arg;
 };
 
 /**

@@ -102,6 +102,8 @@ struct rpc_server {
 	char *token;
 	size_t token_len;
 	size_t max_recv;
+	void (*on_call)(struct rpc_call *call, void *arg);
+	void *on_call_arg;
 
 	struct rpc_reg *regs;
 	size_t nregs;
@@ -559,6 +561,8 @@ static void call_start(struct rpc_call *c)
 	/* Keep the call (and req) alive until the handler returns, even if it
 	 * ends the call first. Callbacks are covered by their batch's ref. */
 	call_ref(c);
+	if (s->on_call)
+		s->on_call(c, s->on_call_arg);
 	m->handler(c, c->req, m->data);
 	call_unref(c);
 }
@@ -890,7 +894,7 @@ static void grpc_log(gpr_log_func_args *a)
 int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 {
 	struct rpc_server *s;
-	grpc_arg args[2];
+	grpc_arg args[6];
 	grpc_channel_args chargs;
 
 	if (!cfg || !cfg->loop || cfg->cq_threads < 1)
@@ -909,6 +913,8 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 		}
 		s->token_len = strlen(s->token);
 	}
+	s->on_call = cfg->on_call;
+	s->on_call_arg = cfg->on_call_arg;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->gate_lock, NULL);
 	/* The gate's timed waits use CLOCK_MONOTONIC, like wsb_mono_ns(). */
@@ -926,6 +932,22 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
 	args[1].value.integer = s->max_recv > INT32_MAX ? INT32_MAX : (int)s->max_recv;
 	chargs.num_args = 2;
+	if (cfg->keepalive_ms) {
+		int ms = cfg->keepalive_ms > INT32_MAX ? INT32_MAX : (int)cfg->keepalive_ms;
+
+		args[2].type = args[3].type = args[4].type = args[5].type = GRPC_ARG_INTEGER;
+		args[2].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+		args[2].value.integer = ms;
+		args[3].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+		args[3].value.integer = ms;
+		/* Keep pinging while a stream is open and nothing flows (an
+		 * idle Watch): by default the pings stop after two. */
+		args[4].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
+		args[4].value.integer = 0;
+		args[5].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+		args[5].value.integer = 1;
+		chargs.num_args = 6;
+	}
 	chargs.args = args;
 	s->server = grpc_server_create(&chargs, NULL);
 	s->cq = grpc_completion_queue_create_for_next(NULL);

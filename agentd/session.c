@@ -28,6 +28,7 @@ struct sessions {
 	uint64_t next_key;       /* under lock */
 	unsigned count;          /* under lock */
 	struct session *head;    /* under lock */
+	struct session *evicted; /* pushed out, for sessions_reap(); under lock */
 };
 
 int sessions_new(uint64_t grace_ns, struct sessions **ret)
@@ -53,8 +54,44 @@ void sessions_free(struct sessions *s)
 		n = e->next;
 		free(e);
 	}
+	for (e = s->evicted; e; e = n) {
+		n = e->next;
+		free(e);
+	}
 	pthread_mutex_destroy(&s->lock);
 	free(s);
+}
+
+/* The session of @id, or NULL. Lock held. */
+static struct session *find(struct sessions *s, const void *id, size_t len)
+{
+	struct session *e;
+
+	for (e = s->head; e; e = e->next) {
+		if (e->len == len && memcmp(e->id, id, len) == 0)
+			break;
+	}
+	return e;
+}
+
+/* Move the session idle longest to the evicted list; false when every one
+ * is held. Lock held. */
+static bool evict_one(struct sessions *s)
+{
+	struct session **pp, **oldest = NULL, *e;
+
+	for (pp = &s->head; (e = *pp); pp = &e->next) {
+		if (e->holds == 0 && (!oldest || e->idle_since_ns < (*oldest)->idle_since_ns))
+			oldest = pp;
+	}
+	if (!oldest)
+		return false;
+	e = *oldest;
+	*oldest = e->next;
+	s->count--;
+	e->next = s->evicted;
+	s->evicted = e;
+	return true;
 }
 
 int sessions_hold(struct sessions *s, const void *id, size_t len, uint64_t *ret_key)
@@ -64,12 +101,9 @@ int sessions_hold(struct sessions *s, const void *id, size_t len, uint64_t *ret_
 	if (!wsb_session_id_valid(id, len))
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
-	for (e = s->head; e; e = e->next) {
-		if (e->len == len && memcmp(e->id, id, len) == 0)
-			break;
-	}
+	e = find(s, id, len);
 	if (!e) {
-		if (s->count >= SESSION_MAX || !(e = calloc(1, sizeof(*e)))) {
+		if ((s->count >= SESSION_MAX && !evict_one(s)) || !(e = calloc(1, sizeof(*e)))) {
 			bool full = s->count >= SESSION_MAX;
 
 			pthread_mutex_unlock(&s->lock);
@@ -86,6 +120,19 @@ int sessions_hold(struct sessions *s, const void *id, size_t len, uint64_t *ret_
 	*ret_key = e->key;
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+void sessions_touch(struct sessions *s, const void *id, size_t len, uint64_t now_ns)
+{
+	struct session *e;
+
+	if (!wsb_session_id_valid(id, len))
+		return;
+	pthread_mutex_lock(&s->lock);
+	e = find(s, id, len);
+	if (e && e->holds == 0 && now_ns > e->idle_since_ns)
+		e->idle_since_ns = now_ns;
+	pthread_mutex_unlock(&s->lock);
 }
 
 void sessions_drop(struct sessions *s, uint64_t key, uint64_t now_ns)
@@ -107,6 +154,8 @@ unsigned sessions_reap(struct sessions *s, uint64_t now_ns, sessions_end_fn end,
 	unsigned n = 0;
 
 	pthread_mutex_lock(&s->lock);
+	ended = s->evicted;
+	s->evicted = NULL;
 	for (pp = &s->head; (e = *pp);) {
 		if (e->holds == 0 && now_ns - e->idle_since_ns >= s->grace_ns &&
 		    now_ns >= e->idle_since_ns) {

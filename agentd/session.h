@@ -7,11 +7,13 @@
  *
  * A client names its session in the "wsbridge-session" metadata of every call
  * (docs/protocol.md "Sessions"; wsfs sends one id for its whole life). A
- * session is held while a call of it runs or a stream of it (its Watch) is
- * open; once nothing holds it for the grace period (agentd
- * --session-grace), sessions_reap() ends it and agentd releases the handles
- * opened under it. A client that comes back within the grace (a dropped
- * connection, reconnected) finds its handles as it left them.
+ * session is held while a call that makes handles of it runs or a stream of
+ * it (its Watch) is open, and every other call of it starts its grace anew
+ * (sessions_touch()); once nothing has held or touched it for the grace
+ * period (agentd --session-grace), sessions_reap() ends it and agentd
+ * releases the handles opened under it. A client that comes back within the
+ * grace (a dropped connection, reconnected) finds its handles as it left
+ * them.
  *
  * Each session gets an owner key: a nonzero 64-bit number never given to
  * another session in the registry's life. Handles carry the key of the
@@ -29,7 +31,11 @@
 
 /** Default agentd --session-grace, seconds. */
 #define SESSION_GRACE_DEFAULT_S 60u
-/** Most sessions known at once: calls under a new one past this fail. */
+/** Shortest agentd --session-grace, seconds: more than a reconnect takes. */
+#define SESSION_GRACE_MIN_S 5u
+/** Most sessions known at once. A new one past this ends the one that has
+ * been idle (not held) longest, at the next sessions_reap(); when every one
+ * is held, it is refused. */
 #define SESSION_MAX 1024u
 
 struct sessions;
@@ -50,9 +56,16 @@ void sessions_free(struct sessions *s);
  * end until sessions_drop(). Stores its owner key in *ret_key.
  *
  * @return 0; -EINVAL for an id that is not valid; -EMFILE when SESSION_MAX
- *         sessions exist and none is this one.
+ *         sessions exist, all of them held, and none is this one.
  */
 int sessions_hold(struct sessions *s, const void *id, size_t len, uint64_t *ret_key);
+
+/**
+ * A call of session @p id (@p len bytes) arrived at monotonic time
+ * @p now_ns: if the session exists and nothing holds it, its grace starts
+ * anew. Makes no session. Any thread.
+ */
+void sessions_touch(struct sessions *s, const void *id, size_t len, uint64_t now_ns);
 
 /**
  * Drop a hold sessions_hold() gave on the session of owner key @p key, at
@@ -66,10 +79,11 @@ void sessions_drop(struct sessions *s, uint64_t key, uint64_t now_ns);
 typedef void (*sessions_end_fn)(uint64_t key, const char *id, size_t len, void *arg);
 
 /**
- * End every session that nothing has held for the grace period at
- * monotonic time @p now_ns: forget it and call @p end for it (outside the
- * registry's lock: @p end may take other locks, such as the handle
- * table's). Returns the number of sessions ended.
+ * End every session that nothing has held or touched for the grace period at
+ * monotonic time @p now_ns, and every one sessions_hold() pushed out: forget
+ * it and call @p end for it (outside the registry's lock: @p end may take
+ * other locks, such as the handle table's). Returns the number of sessions
+ * ended.
  */
 unsigned sessions_reap(struct sessions *s, uint64_t now_ns, sessions_end_fn end, void *arg);
 

@@ -420,6 +420,16 @@ static int session_hold(struct rpc_call *call, struct agentd *ad, const char *wh
 	return -1;
 }
 
+void svc_session_touch(struct rpc_call *call, void *arg)
+{
+	struct agentd *ad = arg;
+	const uint8_t *id;
+	size_t len;
+
+	if (ad->sessions && rpc_metadata(call, WSB_SESSION_MD, &id, &len))
+		sessions_touch(ad->sessions, id, len, (uint64_t)wsb_mono_ns());
+}
+
 /* Drop session_hold()'s hold (key 0: none). Any thread. */
 static void session_done(struct agentd *ad, uint64_t key)
 {
@@ -1434,6 +1444,7 @@ static void watch_quiet(struct watch_call *wc)
 		return;
 	}
 	e.kind = WSBRIDGE__V1__WATCH_EVENT__KIND__READY;
+	e.no_events = true;
 	b.n_events = 1;
 	b.events = &ep;
 	wc->next = quiet_calls;

@@ -1092,14 +1092,14 @@ static int probe(struct wsfs *fs)
  * Subscribe and apply events until the stream ends. Returns -ENOSYS when
  * agentd has no Watch, else the stream's end (0 or -errno). With -o no_watch
  * the stream asks for no events (WatchRequest.no_events) and only holds the
- * mount's session (docs/protocol.md "Sessions"); events an agentd sends all
- * the same are ignored.
+ * mount's session (docs/protocol.md "Sessions"); an agentd whose READY does
+ * not say that it honours that is left at once: -EPROTONOSUPPORT.
  */
 static int run_watch(struct wsfs *fs)
 {
 	Wsbridge__V1__WatchRequest q = WSBRIDGE__V1__WATCH_REQUEST__INIT;
 	struct wsc_stream *s = NULL;
-	struct wsc_status st;
+	struct wsc_status st = {0};
 	struct watch_state ws = {0};
 	bool live = false;
 	int r;
@@ -1138,9 +1138,23 @@ static int run_watch(struct wsfs *fs)
 		if (r <= 0)
 			break;
 		if (fs->cfg.no_watch) {
+			/* The first batch is READY; from an agentd that honours
+			 * no_events it says so, and nothing follows. */
+			bool quiet = b->n_events == 1 && b->events[0] &&
+				     b->events[0]->kind == WSBRIDGE__V1__WATCH_EVENT__KIND__READY &&
+				     b->events[0]->no_events;
+
 			protobuf_c_message_free_unpacked(&b->base, NULL);
 			wsfs_conn_ok(fs);
-			continue;
+			if (quiet)
+				continue;
+			/* An agentd without it watches the whole tree for
+			 * nothing: give the stream up (it has no sessions
+			 * either). */
+			wsb_notice("agentd streams events though -o no_watch asked for none (an "
+				   "older agentd): closing the stream");
+			r = -EPROTONOSUPPORT; /* wsc_stream_free() cancels it */
+			break;
 		}
 		/* inval_entry()/inval_inode() bump inval_seq before each
 		 * notification (replies computed across it get short
@@ -1232,6 +1246,9 @@ static void *monitor_main(void *arg)
 {
 	struct wsfs *fs = arg;
 	bool watch_ok = true, said_unimplemented = false;
+	/* conn_gen when agentd streamed events to a no_events Watch (0: never):
+	 * not asked again until a reconnect (maybe a newer agentd). */
+	uint64_t no_quiet_gen = 0;
 	struct timespec next_reconnect = { 0, 0 }, next_watch = { 0, 0 }, next_probe = { 0, 0 };
 
 	pthread_mutex_lock(&fs->mon_lock);
@@ -1279,14 +1296,24 @@ static void *monitor_main(void *arg)
 			pthread_mutex_lock(&fs->mon_lock);
 			continue;
 		}
-		if (!watch_ok && !before(&now, &next_watch))
-			watch_ok = true;
+		if (!watch_ok && !before(&now, &next_watch)) {
+			if (no_quiet_gen && no_quiet_gen == atomic_load(&fs->conn_gen))
+				next_watch = deadline_in(WATCH_RETRY_MS); /* look again later */
+			else
+				watch_ok = true;
+		}
 		if (watch_ok) {
 			int r;
 
 			pthread_mutex_unlock(&fs->mon_lock);
 			r = run_watch(fs);
 			pthread_mutex_lock(&fs->mon_lock);
+			if (r == -EPROTONOSUPPORT) {
+				watch_ok = false;
+				no_quiet_gen = atomic_load(&fs->conn_gen);
+				next_watch = deadline_in(WATCH_RETRY_MS);
+				continue;
+			}
 			if (r == -ENOSYS) {
 				if (!said_unimplemented && !fs->cfg.no_watch)
 					wsb_notice("agentd has no Watch: kernel caches expire by "

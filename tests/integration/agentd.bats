@@ -55,10 +55,10 @@ teardown() {
 		assert_eq "$stderr" "agentd: bad number '$v' for --max-watches"
 	done
 
-	for v in -1 86401 1.5 x ''; do
+	for v in -1 0 4 86401 5.5 x ''; do
 		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --session-grace "$v" --listen 127.0.0.1:1
 		assert_status 2
-		assert_eq "$stderr" "agentd: bad number '$v' for --session-grace (0 to 86400 seconds)"
+		assert_eq "$stderr" "agentd: bad number '$v' for --session-grace (5 to 86400 seconds)"
 	done
 
 	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" stray-arg

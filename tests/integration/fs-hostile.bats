@@ -242,3 +242,24 @@ down() {
 	printf 'x\n' >"$MNT/made"
 	assert_content "$ROOT/made" $'x\n'
 }
+
+@test "-o no_watch on an agentd that ignores WatchRequest.no_events: wsfs closes the stream at once and does not open it again" {
+	# Such an agentd watches the whole tree (an inotify instance) and
+	# streams every event, the cost -o no_watch is there to avoid.
+	if wsb_runsc; then
+		skip "counts agentd's inotify descriptors in /proc"
+	fi
+	liar_start 1 --lie old-watch
+	wsfs_start -o rpc_timeout=2,no_watch -f "unix:$LIAR_SOCK"
+	inotify_fds() {
+		find "/proc/$AGENTD_PID/fd" -lname 'anon_inode:inotify' 2>/dev/null | wc -l
+	}
+	no_inotify() { [ "$(inotify_fds)" -eq 0 ]; }
+	poll_until 5 grep -q "older agentd): closing the stream" "$WSFS_ERR"
+	poll_until 5 no_inotify
+	echo x >"$MNT/f"
+	sleep 3
+	assert_eq "$(inotify_fds)" 0 "agentd's inotify instances 3 s later"
+	assert_eq "$(grep -c "closing the stream" "$WSFS_ERR")" 1
+	assert_content "$ROOT/f" $'x\n'
+}

@@ -1641,7 +1641,7 @@ while todo:
 	# handles once no call or stream of it has run for the grace. Before
 	# sessions, the three stayed open until agentd exited, and with
 	# --max-handles 4 every later mount got EMFILE past one open file.
-	agentd_unix --max-handles 4 --session-grace 1 --log-level info
+	agentd_unix --max-handles 4 --session-grace 5 --log-level info
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	printf a >"$ROOT/a"
 	printf b >"$ROOT/b"
@@ -1655,7 +1655,7 @@ while todo:
 	run "$PY" - "$MNT" <<-'EOF'
 	import os, sys, time
 	mnt = sys.argv[1]
-	give_up, err = time.monotonic() + 10, None
+	give_up, err = time.monotonic() + 15, None
 	while True:
 	    fds = []
 	    try:
@@ -1727,13 +1727,35 @@ print(" ".join(out))'
 	no_problems
 }
 
+@test "sessions: a wsfs killed behind a link that went silent (no close reaches agentd) loses its files within keepalive + grace" {
+	# A host that vanished, or a partition, closes nothing: agentd's
+	# keepalive pings (every half grace) find the connection dead and end
+	# its Watch. Without them, gRPC's server waits 2 hours.
+	agentd_unix --session-grace 5 --log-level info
+	local relay="$BATS_TEST_TMPDIR/relay" rpid
+	bg relay "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0
+	rpid=$BG_PID
+	wait_listen "unix:$relay" "$rpid"
+	wsfs_start -o "rpc_timeout=$RPC_TIMEOUT" -f "unix:$relay"
+	printf a >"$ROOT/a"
+	exec 5<"$MNT/a"
+	kill -STOP -- "-$rpid"
+	kill -KILL "$WSFS_PID"
+	wait_gone "$WSFS_PID" 5
+	exec 5<&-
+	released() { grep -q "released 1 open handle" "$AGENTD_ERR"; }
+	run poll_until 25 released
+	kill -CONT -- "-$rpid"
+	assert_status 0
+}
+
 @test "sessions: with -o no_watch the mount still holds its session (an unlinked open file reads past the grace); agentd stops at once on SIGTERM" {
-	agentd_unix --session-grace 1
+	agentd_unix --session-grace 5
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch"
 	printf gone >"$ROOT/gone"
 	exec 6<"$MNT/gone"
 	rm "$MNT/gone"
-	sleep 3
+	sleep 7
 	run "$PY" -c 'import os; print(os.pread(6, 16, 0).decode())'
 	exec 6<&-
 	assert_eq "$output" gone

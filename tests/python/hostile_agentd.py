@@ -23,7 +23,9 @@ While the file named by --calm exists, replies pass through untouched (the
 test's check that wsfs still works once agentd is honest again). With
 --lie KIND it tells one lie only, in every Stat of the root: "root-file" (a
 regular file), "root-owner" (owner and group (uint32_t)-1; not in the first,
-wsfs's check at mount time).
+wsfs's check at mount time); or "old-watch": it plays an agentd from before
+WatchRequest.no_events, which ignores that field (it asks agentd for a
+whole Watch and takes the no_events mark off its READY).
 
 Each reply's lies come from a generator of its own, seeded with (seed,
 method, how many calls of that method came before), so a seed gives the same
@@ -214,7 +216,7 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--calm")
-    ap.add_argument("--lie", choices=["root-file", "root-owner"])
+    ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch"])
     a = ap.parse_args()
     a.root_file = a.lie is not None
     root_stats = [0]
@@ -269,11 +271,18 @@ def main():
             call = up.unary_stream(path)
 
             def us(req, context, call=call, cls=cls, name=meth.name):
+                if a.lie == "old-watch" and name == "Watch":
+                    req = pb.WatchRequest().SerializeToString()
                 it = call(req, metadata=fwd_md(context))
                 context.add_callback(it.cancel)
                 try:
                     for data in it:
                         liar = None if a.root_file else liars.next(name)
+                        if a.lie == "old-watch" and name == "Watch":
+                            b = pb.WatchBatch.FromString(data)
+                            for e in b.events:
+                                e.no_events = False
+                            data = b.SerializeToString()
                         if not liar:
                             yield data
                             continue

@@ -241,7 +241,8 @@ class Behaviour(Base):
         call = self.ws.Watch(pb.WatchRequest(no_events=True), metadata=md, timeout=1.5)
         it = iter(call)
         try:
-            self.assertEqual([e.kind for e in next(it).events], [pb.WatchEvent.READY])
+            ready = next(it).events
+            self.assertEqual([(e.kind, e.no_events) for e in ready], [(pb.WatchEvent.READY, True)])
             with open(rp("sess2"), "w") as f:
                 f.write("x")
             with self.assertRaises(grpc.RpcError) as cm:

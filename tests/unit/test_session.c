@@ -141,26 +141,61 @@ static void test_bad_ids(void **state)
 static void test_limit(void **state)
 {
 	struct sessions *s;
+	struct ended e = {0};
 	char id[32];
-	uint64_t k, first;
+	uint64_t k, first, second;
 
 	(void)state;
-	assert_int_equal(sessions_new(SEC, &s), 0);
+	assert_int_equal(sessions_new(100 * SEC, &s), 0);
 	for (unsigned i = 0; i < SESSION_MAX; i++) {
 		snprintf(id, sizeof(id), "s%u", i);
 		assert_int_equal(sessions_hold(s, id, strlen(id), &k), 0);
 		if (i == 0)
 			first = k;
+		if (i == 1)
+			second = k;
 	}
+	/* Every one held: a new one is refused. */
 	assert_int_equal(sessions_hold(s, S("one-more"), &k), -EMFILE);
 	/* A known one still holds. */
 	assert_int_equal(sessions_hold(s, S("s0"), &k), 0);
 	assert_int_equal(k, first);
-	/* Once one ends, there is room. */
-	sessions_drop(s, first, 0);
-	sessions_drop(s, first, 0);
-	assert_int_equal(sessions_reap(s, SEC, NULL, NULL), 1);
+	/* Two idle, well within their grace: a new one pushes out the one
+	 * idle longest, which the next reap ends; the other stays. */
+	sessions_drop(s, first, 10 * SEC);
+	sessions_drop(s, first, 10 * SEC);
+	sessions_drop(s, second, 5 * SEC);
 	assert_int_equal(sessions_hold(s, S("one-more"), &k), 0);
+	assert_int_equal(sessions_count(s), SESSION_MAX);
+	assert_int_equal(sessions_reap(s, 11 * SEC, on_end, &e), 1);
+	assert_int_equal(e.key[0], second);
+	assert_string_equal(e.id[0], "s1");
+	assert_int_equal(sessions_hold(s, S("two-more"), &k), 0); /* pushes out s0 */
+	assert_int_equal(sessions_hold(s, S("three-more"), &k), -EMFILE);
+	assert_int_equal(sessions_reap(s, 12 * SEC, on_end, &e), 1);
+	assert_int_equal(e.key[1], first);
+	sessions_free(s);
+}
+
+static void test_touch(void **state)
+{
+	struct sessions *s;
+	struct ended e = {0};
+	uint64_t a;
+
+	(void)state;
+	assert_int_equal(sessions_new(10 * SEC, &s), 0);
+	sessions_touch(s, S("unknown"), 1 * SEC); /* makes none */
+	assert_int_equal(sessions_count(s), 0);
+	assert_int_equal(sessions_hold(s, S("t"), &a), 0);
+	sessions_touch(s, S("t"), 50 * SEC); /* held: nothing to restart */
+	sessions_drop(s, a, 20 * SEC);
+	sessions_touch(s, S("t"), 25 * SEC); /* a call: the grace starts again */
+	sessions_touch(s, S("t"), 24 * SEC); /* never back in time */
+	sessions_touch(s, S("t x"), 90 * SEC); /* malformed: ignored */
+	assert_int_equal(sessions_reap(s, 34 * SEC, on_end, &e), 0);
+	assert_int_equal(sessions_reap(s, 35 * SEC, on_end, &e), 1);
+	assert_int_equal(e.key[0], a);
 	sessions_free(s);
 }
 
@@ -171,6 +206,7 @@ int main(void)
 		cmocka_unit_test(test_zero_grace),
 		cmocka_unit_test(test_bad_ids),
 		cmocka_unit_test(test_limit),
+		cmocka_unit_test(test_touch),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
