@@ -305,8 +305,7 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	assert_eq "$stderr" "wsfs: $m is already a wsfs mount (of $ADDR); unmount it first: fusermount3 -u $m"
 	assert_eq "$(findmnt -n -M "$m" | wc -l)" 1 "mounts on $m"
 	assert_content "$m/f" $'first\n'
-	umount_wsfs "$m"
-	! is_mounted "$m"
+	umount_wsfs "$m" # fails while a mount is left
 }
 
 @test "-o transform_symlinks: links the pod makes out of the workspace lead into it; without it they stay byte-exact" {
