@@ -114,6 +114,7 @@ struct wsfs_dir {
 	bool have;      /* ents is a listing */
 	bool at_end;    /* a reply reached the end (ents freed by the READDIR after) */
 	uint64_t aver;  /* node_attr_ver() of the directory before it was listed */
+	uint64_t ngen;  /* node_names_gen() before it was listed */
 	uint64_t start; /* the offset the last reply began at */
 	uint64_t end;   /* the offset the last reply ended at */
 };
@@ -1073,15 +1074,18 @@ static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		r = -ENOENT;
 		goto out;
 	}
+again:
+	/* An answer from before a change of names through the mount (a
+	 * rename over this name, say, or of a directory above it) must not
+	 * undo that change in the node table: ask again, by the path the
+	 * table gives now (node_names_gen()); a third time, take it. */
+	gen = ++tries < 3 ? node_names_gen(fs->nodes) : NODE_ANY;
+	free(path);
+	path = NULL;
 	r = child_path(fs, parent, name, &path, &len);
 	if (r < 0)
 		goto out;
 	q.path = bin(path, len);
-again:
-	/* An answer from before a change of names through the mount (a
-	 * rename over this name, say) must not undo that change in the node
-	 * table: ask again (node_names_gen()); a third time, take it. */
-	gen = ++tries < 3 ? node_names_gen(fs->nodes) : NODE_ANY;
 	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
@@ -1101,7 +1105,9 @@ again:
 		rep = NULL;
 		goto again;
 	}
-	if (r == -ENOENT)
+	/* Not from an answer that may predate an own create of the name: it
+	 * would then be answered ENOENT here without asking. */
+	if (r == -ENOENT && node_names_still(fs->nodes, gen))
 		node_known_del(fs->nodes, parent, name, strlen(name));
 out:
 	if (r == 0) {
@@ -1937,9 +1943,12 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool detached = false, replaced = false;
 	char *path = NULL;
 	size_t len = 0;
-	int r;
+	uint64_t ngen;
+	int r, tries = 0;
 
 	wb_wait(fs);
+again:
+	ngen = node_names_gen(fs->nodes);
 	r = node_info(fs->nodes, ino, &info);
 	if (r == 0) {
 		r = path_of(fs, ino, &path, &len);
@@ -1993,6 +2002,17 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		mutated(fs);
 	if (q.truncate && path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	if (r == -ENOENT && !q.reopen && ++tries < 3 && !node_names_still(fs->nodes, ngen)) {
+		/* The path was the node's before an own rename (of a
+		 * directory above it) that crossed the Open: by the path the
+		 * table gives now. */
+		free(path);
+		path = NULL;
+		len = 0;
+		free_reply(rep);
+		rep = NULL;
+		goto again;
+	}
 	if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
 		/* The name was removed or replaced by a symlink in the pod
 		 * (or agentd lost the handle to reopen, or cannot): ESTALE
@@ -2613,6 +2633,7 @@ struct wsfs_pf {
 	size_t len;
 	uint64_t seq;  /* inval_seq when fetched */
 	uint64_t mgen; /* mgen when fetched */
+	uint64_t ngen; /* node_names_gen() before it was fetched */
 	int64_t at_ns; /* CLOCK_MONOTONIC when fetched */
 	struct wsfs_dirent *ents;
 	size_t n;
@@ -2679,11 +2700,11 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
 
 /*
  * Keep the prefetched listings of @rep for the opendir that may follow;
- * fetched at inval_seq @seq. Replaces an older listing of the same path,
- * else the oldest kept one.
+ * fetched at inval_seq @seq, mgen @mgen and names generation @ngen.
+ * Replaces an older listing of the same path, else the oldest kept one.
  */
 static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq,
-		       uint64_t mgen)
+		       uint64_t mgen, uint64_t ngen)
 {
 	/* At most the server's cap per reply (several replies' worth stay:
 	 * WSFS_PF_DIRS listings, the oldest replaced first). */
@@ -2713,6 +2734,7 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 		p->len = dl->path.len;
 		p->seq = seq;
 		p->mgen = mgen;
+		p->ngen = ngen;
 		p->at_ns = wsfs_now_ns();
 		pthread_mutex_lock(&fs->pf_lock);
 		slot = fs->pf_next;
@@ -2796,6 +2818,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 {
 	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
 	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
+	uint64_t ngen0 = node_names_gen(fs->nodes);
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
 	bool usable = true, eof = false;
 	size_t max = fs->cfg.max_dir_entries ? fs->cfg.max_dir_entries : WSFS_MAX_DIR_ENTRIES_DEFAULT;
@@ -2822,6 +2845,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		p->n = 0;
 		seq0 = p->seq;
 		mgen0 = p->mgen;
+		ngen0 = p->ngen;
 		pf_free(p);
 		eof = true;
 	}
@@ -2842,7 +2866,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 		usable = usable && all;
 		if (r == 0 && live && cookie == 0)
-			pf_put_all(fs, rep, seq0, mgen0);
+			pf_put_all(fs, rep, seq0, mgen0, ngen0);
 		if (rep->n_entries == 0 || rep->eof) {
 			eof = true;
 		} else {
@@ -2869,6 +2893,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		return r;
 	}
 	d->have = true;
+	d->ngen = ngen0;
 	if (usable)
 		known_from_listing(fs, ino, d, seq0, mgen0);
 	return 0;
@@ -3003,7 +3028,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				struct ttl t = ttl_for(fs, seq, st);
 				uint64_t id;
 
-				if (node_lookup(fs->nodes, NODE_ANY, ino, name, strlen(name), st->st_ino,
+				/* An entry from before an own rename in the
+				 * directory goes without its node (the kernel
+				 * looks it up when it needs it). */
+				if (node_lookup(fs->nodes, d->ngen, ino, name, strlen(name), st->st_ino,
 						st->st_mode, (uint32_t)st->st_nlink, &id) == 0) {
 					e.ino = id;
 					e.attr_timeout = t.attr;
@@ -3416,6 +3444,43 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	free_reply(rep);
 }
 
+/*
+ * Own changes of names, counted in flight from before their call to agentd
+ * until after the node table holds them (node_names_begin()), so that a
+ * LOOKUP answered meanwhile does not undo them. fs is taken before the
+ * operation: its reply frees req.
+ */
+#define NAMES_CHANGE(op, params, args)                                           \
+	static void op##_names params                                            \
+	{                                                                        \
+		struct wsfs *fs = FS(req);                                       \
+                                                                                 \
+		node_names_begin(fs->nodes);                                     \
+		op args;                                                         \
+		node_names_end(fs->nodes);                                       \
+	}
+
+NAMES_CHANGE(ws_mknod,
+	     (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev),
+	     (req, parent, name, mode, rdev))
+NAMES_CHANGE(ws_mkdir, (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode),
+	     (req, parent, name, mode))
+NAMES_CHANGE(ws_unlink, (fuse_req_t req, fuse_ino_t parent, const char *name),
+	     (req, parent, name))
+NAMES_CHANGE(ws_rmdir, (fuse_req_t req, fuse_ino_t parent, const char *name), (req, parent, name))
+NAMES_CHANGE(ws_symlink, (fuse_req_t req, const char *link, fuse_ino_t parent, const char *name),
+	     (req, link, parent, name))
+NAMES_CHANGE(ws_rename,
+	     (fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+	      const char *newname, unsigned int flags),
+	     (req, parent, name, newparent, newname, flags))
+NAMES_CHANGE(ws_link, (fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname),
+	     (req, ino, newparent, newname))
+NAMES_CHANGE(ws_create,
+	     (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+	      struct fuse_file_info *fi),
+	     (req, parent, name, mode, fi))
+
 const struct fuse_lowlevel_ops wsfs_ll_ops = {
 	.init = ws_init,
 	.lookup = ws_lookup,
@@ -3425,15 +3490,15 @@ const struct fuse_lowlevel_ops wsfs_ll_ops = {
 	.setattr = ws_setattr,
 	.access = ws_access,
 	.readlink = ws_readlink,
-	.mknod = ws_mknod,
-	.mkdir = ws_mkdir,
-	.unlink = ws_unlink,
-	.rmdir = ws_rmdir,
-	.symlink = ws_symlink,
-	.rename = ws_rename,
-	.link = ws_link,
+	.mknod = ws_mknod_names,
+	.mkdir = ws_mkdir_names,
+	.unlink = ws_unlink_names,
+	.rmdir = ws_rmdir_names,
+	.symlink = ws_symlink_names,
+	.rename = ws_rename_names,
+	.link = ws_link_names,
 	.open = ws_open,
-	.create = ws_create,
+	.create = ws_create_names,
 	.read = ws_read,
 	.write = ws_write,
 	.flush = ws_flush,

@@ -102,6 +102,7 @@ struct node_table {
 	uint64_t attr_all;   /* attr_clock at the last node_attr_drop_all() */
 	uint64_t next_id;
 	uint64_t names_gen;  /* node_names_gen() */
+	unsigned names_busy; /* own changes of names in flight (node_names_begin) */
 	uint64_t k0, k1; /* SipHash key */
 	struct node *root;
 	/* Kept handles of nodes freed since the last node_kept_drain(). */
@@ -710,6 +711,40 @@ uint64_t node_names_gen(struct node_table *t)
 	return g;
 }
 
+void node_names_begin(struct node_table *t)
+{
+	pthread_mutex_lock(&t->lock);
+	t->names_gen++;
+	t->names_busy++;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_names_end(struct node_table *t)
+{
+	pthread_mutex_lock(&t->lock);
+	t->names_gen++;
+	if (t->names_busy)
+		t->names_busy--;
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* May an answer asked for at generation @since change what a name holds?
+ * Lock held. */
+static bool names_still(struct node_table *t, uint64_t since)
+{
+	return since == NODE_ANY || (since == t->names_gen && t->names_busy == 0);
+}
+
+bool node_names_still(struct node_table *t, uint64_t since)
+{
+	bool r;
+
+	pthread_mutex_lock(&t->lock);
+	r = names_still(t, since);
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
 int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
 		size_t len, uint64_t ino, uint32_t mode, uint32_t nlink, uint64_t *ret_id)
 {
@@ -736,8 +771,10 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 		link_to_front(l);
 		goto found;
 	}
-	if (since != NODE_OWN && since != NODE_ANY && since != t->names_gen) {
-		r = -EAGAIN; /* an answer from before a change of names */
+	if (l && since != NODE_OWN && !names_still(t, since)) {
+		/* The name holds another file than the answer says, and the
+		 * answer may be from before an own change of names. */
+		r = -EAGAIN;
 		goto out;
 	}
 	copy = name_dup(name, len);
@@ -1069,7 +1106,7 @@ int node_unlink_since(struct node_table *t, uint64_t since, uint64_t parent, con
 		return 0;
 	pthread_mutex_lock(&t->lock);
 	l = link_find(t, parent, name, len);
-	if (l && since != NODE_ANY && since != t->names_gen)
+	if (!names_still(t, since))
 		r = -EAGAIN;
 	else if (l)
 		unname(t, l);

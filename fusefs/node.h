@@ -157,12 +157,14 @@ void node_dir_offs(uint64_t *offs, size_t n);
  *
  * @param since  NODE_OWN for a name this mount made (create, mkdir, link,
  *               ...: moves the names generation), NODE_ANY for one that
- *               needs no check (READDIRPLUS), or the node_names_gen() read
- *               before agentd was asked (LOOKUP): see there.
+ *               needs no check, or the node_names_gen() read before agentd
+ *               was asked (LOOKUP, a listing for READDIRPLUS): see there.
  * @param ret_id the nodeid to give the kernel
- * @return 0; -EAGAIN (with @p since a generation: nothing changed, ask
- *         again); -ESTALE when @p parent is not in the table or is
- *         detached; -EINVAL for a bad name (node_name_ok()); -ENOMEM.
+ * @return 0; -EAGAIN (with @p since a generation: the name holds another
+ *         file in the table, and names changed since or a change is in
+ *         flight; nothing changed: ask again); -ESTALE when @p parent is
+ *         not in the table or is detached; -EINVAL for a bad name
+ *         (node_name_ok()); -ENOMEM.
  */
 int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
 		size_t len, uint64_t ino, uint32_t mode, uint32_t nlink, uint64_t *ret_id);
@@ -178,13 +180,29 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
  * node_lookup() with NODE_OWN), whether or not the table knew the names.
  * A LOOKUP reads it before it asks agentd about a name and gives it to
  * node_lookup() or node_unlink_since(), which refuse (-EAGAIN) to change
- * what a name holds once it moved: agentd's answer may be from before a
- * rename, unlink or create through the mount whose own change the table
- * already holds, and applying it would bind the name to the file it held
- * before (the VFS sends LOOKUP to revalidate a dentry without the
- * directory's lock, so one can cross a RENAME of the same name).
+ * what a name holds once it moved or while an own change is in flight
+ * (node_names_begin()): agentd's answer may be from before a rename,
+ * unlink or create through the mount, and applying it would bind the name
+ * to the file it held before (the VFS sends LOOKUP to revalidate a dentry
+ * without the directory's lock, so one can cross a RENAME of the same
+ * name). A name the table does not hold is bound all the same: a wrong
+ * such binding names a file by a path agentd no longer has, which the
+ * next open finds (ESTALE: the VFS looks up again).
  */
 uint64_t node_names_gen(struct node_table *t);
+
+/**
+ * An own change of names (a RENAME, UNLINK, CREATE, ...) is about to be
+ * asked of agentd: move the generation and count it in flight until
+ * node_names_end(), which moves it again. Call end after the table holds
+ * the change (or the change failed). Any thread.
+ */
+void node_names_begin(struct node_table *t);
+void node_names_end(struct node_table *t);
+
+/** True when an answer asked for at generation @p since is still current:
+ * the generation has not moved and no own change is in flight. */
+bool node_names_still(struct node_table *t, uint64_t since);
 
 /**
  * FUSE forget: take back @p nlookup lookups of @p id (clamped at the count
@@ -274,9 +292,10 @@ uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, si
 /**
  * A LOOKUP found @p name in @p parent gone, by an answer asked for at names
  * generation @p since (node_names_gen(), or NODE_ANY: no check): take the
- * name from its node as node_unlink() does, unless it is bound and the
- * generation moved since (-EAGAIN: nothing changed, ask again). Does not
- * move the generation. Returns 0 or -EAGAIN.
+ * name from its node as node_unlink() does, unless the generation moved
+ * since or an own change is in flight, bound or not (-EAGAIN: nothing
+ * changed, ask again: the name may have been made, or its directory
+ * renamed, since). Does not move the generation. Returns 0 or -EAGAIN.
  */
 int node_unlink_since(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
 		      size_t len);

@@ -1636,6 +1636,86 @@ while todo:
 	assert_eq "$output" $'six open at once: ok\nheld: \'\'\nx: 299'
 }
 
+@test "a directory renamed around (mv A T; mv B A; mv T B) while readers open x in it through a directory fd: never ENOENT" {
+	# x is always there. A LOOKUP asks agentd by the path the node table
+	# gives; one that crossed the renames asked about the other directory,
+	# or about a name no longer there, and took a wrong answer for x:
+	# ENOENT (18 to 28 in 1,000 rounds), or the other directory's x. With
+	# entry_timeout=0 and no watch every open looks x up.
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch,entry_timeout=0"
+	run "$PY" - "$MNT" 1000 <<-'EOF'
+	import errno, os, sys, threading
+	mnt, n = sys.argv[1], int(sys.argv[2])
+	for d in ("A", "B"):
+	    os.mkdir(mnt + "/" + d)
+	    with open(mnt + "/" + d + "/x", "w") as f:
+	        f.write(d)
+	stop, bad, reads = False, {}, [0, 0]
+	def reader(k):
+	    dfd = os.open(mnt + "/A", os.O_RDONLY | os.O_DIRECTORY)
+	    while not stop:
+	        try:
+	            with open(os.open("x", os.O_RDONLY, dir_fd=dfd)) as f:
+	                if f.read() not in ("A", "B"):
+	                    bad["bytes"] = bad.get("bytes", 0) + 1
+	            reads[k] += 1
+	        except OSError as e:
+	            bad[errno.errorcode[e.errno]] = bad.get(errno.errorcode[e.errno], 0) + 1
+	    os.close(dfd)
+	ts = [threading.Thread(target=reader, args=(k,)) for k in (0, 1)]
+	for t in ts:
+	    t.start()
+	for i in range(n):
+	    os.rename(mnt + "/A", mnt + "/T")
+	    os.rename(mnt + "/B", mnt + "/A")
+	    os.rename(mnt + "/T", mnt + "/B")
+	stop = True
+	for t in ts:
+	    t.join()
+	print("bad:", bad or "none")
+	print("reads by both:", min(reads) > 0)
+	EOF
+	assert_eq "$output" $'bad: none\nreads by both: True'
+}
+
+@test "a listing read part-way across mv x_k.new x_k in its directory: the rest of it does not bind x_k to the replaced file" {
+	# READDIRPLUS hands the kernel a node per entry from the handle's
+	# listing, fetched before the renames: x_k's entry named the old file
+	# and took the name from the new one's node, which a descriptor held
+	# by O_PATH then could not open again (13 of 20 ESTALE).
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	run "$PY" - "$MNT" <<-'EOF'
+	import os, sys
+	d = sys.argv[1] + "/rdp"
+	os.mkdir(d)
+	for i in range(440):
+	    with open("%s/x_%d" % (d, i), "w") as f:
+	        f.write("old")
+	for k in range(20):
+	    with open("%s/x_%d.new" % (d, k), "w") as f:
+	        f.write("new")
+	it = os.scandir(d)
+	next(it)  # the first getdents64: part of the listing
+	held = []
+	for k in range(20):
+	    os.rename("%s/x_%d.new" % (d, k), "%s/x_%d" % (d, k))
+	    held.append(os.open("%s/x_%d" % (d, k), os.O_PATH))
+	listed = 1 + sum(1 for _ in it)
+	got = []
+	for p in held:
+	    try:
+	        with open("/proc/self/fd/%d" % p) as f:
+	            got.append(f.read())
+	    except OSError as e:
+	        got.append(os.strerror(e.errno))
+	print("listed:", listed >= 440)
+	print("reopened:", sorted(set(got)))
+	EOF
+	assert_eq "$output" $'listed: True\nreopened: [\'new\']'
+}
+
 @test "sessions: the files a SIGKILLed wsfs held open close in agentd once --session-grace passes; a new mount opens as many" {
 	# wsfs names one session for its life; agentd releases the session's
 	# handles once no call or stream of it has run for the grace. Before

@@ -866,7 +866,8 @@ static void test_names_gen(void **state)
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), xnew);
 	assert_int_equal(node_unlink_since(t, node_names_gen(t), NODE_ROOT_ID, "x", 1), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), 0);
-	assert_int_equal(node_unlink_since(t, g0, NODE_ROOT_ID, "x", 1), 0); /* unbound: fine */
+	/* Unbound, but the answer is old: it may predate a create. */
+	assert_int_equal(node_unlink_since(t, g0, NODE_ROOT_ID, "x", 1), -EAGAIN);
 	/* node_unlink() moves it even for a name the table does not hold. */
 	g1 = node_names_gen(t);
 	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "nope", 4), 0);
@@ -877,6 +878,25 @@ static void test_names_gen(void **state)
 	assert_int_not_equal(id, x); /* the renamed-over node stays detached */
 	assert_int_equal(node_unlink_since(t, NODE_ANY, NODE_ROOT_ID, "x", 1), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), 0);
+
+	/* An own change in flight: a conflicting answer is refused even at
+	 * the current generation, until the change ended and moved it. */
+	add(t, NODE_ROOT_ID, "y", 20, REG);
+	node_names_begin(t);
+	g1 = node_names_gen(t);
+	assert_false(node_names_still(t, g1));
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, REG, 1, &id), -EAGAIN);
+	assert_int_equal(node_unlink_since(t, g1, NODE_ROOT_ID, "y", 1), -EAGAIN);
+	/* One that agrees, or binds a name the table does not hold, is taken. */
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 20, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "z", 1, 30, REG, 1, &id), 0);
+	node_names_end(t);
+	assert_true(node_names_gen(t) > g1);
+	g1 = node_names_gen(t);
+	assert_true(node_names_still(t, g1));
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, REG, 1, &id), 0);
+	assert_int_equal(node_unlink_since(t, g1, NODE_ROOT_ID, "z", 1), 0);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "z", 1), 0);
 }
 
 int main(void)
