@@ -418,8 +418,8 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 }
 
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
-	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle, struct stat *ret_st,
-	       bool *ret_created)
+	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,
+	       struct stat *ret_st, bool *ret_created)
 {
 	const int allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NOFOLLOW |
 			    O_DIRECTORY;

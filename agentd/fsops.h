@@ -76,16 +76,17 @@ unsigned fsops_handles_count(struct fsops_handles *h);
 unsigned fsops_handles_limit(const struct fsops_handles *h);
 
 /**
- * open(2) @p path, as a new handle of owner @p owner (0: none), with @p flags (O_RDONLY/O_WRONLY/O_RDWR, optionally
- * O_CREAT, O_EXCL, O_TRUNC, O_APPEND, O_NOFOLLOW, O_DIRECTORY; anything else
- * is -EINVAL) and, for a created file, permission bits @p mode (exactly,
- * umask not applied). The fd is opened O_NONBLOCK so that a FIFO cannot hang
- * the calling thread. On success stores a new handle id in *ret_handle and
- * the fstat(2) of the file in *ret_st (may be NULL), and in *ret_created
- * (may be NULL) whether this call created the file (O_CREAT without O_EXCL
- * opens an existing one: false). Errors: as open(2); -EXDEV (escape);
- * -EMFILE when the table is full (fsops_handles_count() ==
- * fsops_handles_limit()) or the process is out of fds.
+ * open(2) @p path, as a new handle of owner @p owner (0: none), with @p flags
+ * (O_RDONLY/O_WRONLY/O_RDWR, optionally O_CREAT, O_EXCL, O_TRUNC, O_APPEND,
+ * O_NOFOLLOW, O_DIRECTORY; anything else is -EINVAL) and, for a created file,
+ * permission bits @p mode (exactly, umask not applied). The fd is opened
+ * O_NONBLOCK so that a FIFO cannot hang the calling thread. On success stores
+ * a new handle id in *ret_handle and the fstat(2) of the file in *ret_st (may
+ * be NULL), and in *ret_created (may be NULL) whether this call created the
+ * file (O_CREAT without O_EXCL opens an existing one: false). Errors: as
+ * open(2); -EXDEV (escape); -EMFILE when the table is full
+ * (fsops_handles_count() == fsops_handles_limit()) or the process is out of
+ * fds.
  */
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
 	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,
@@ -97,7 +98,8 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_
  * of it was unlinked or renamed over, with @p flags (O_RDONLY/O_WRONLY/
  * O_RDWR, optionally O_TRUNC, O_APPEND; anything else is -EINVAL) and the
  * permission checks of an open. No path is resolved. On success stores the
- * new handle's id (owner @p owner, 0: none) in *ret_handle and its fstat(2) in *ret_st (may be NULL).
+ * new handle's id (owner @p owner, 0: none) in *ret_handle and its
+ * fstat(2) in *ret_st (may be NULL).
  * Errors: -EBADF for an unknown id; -EMFILE as fsops_open(); else as
  * open(2) (-EACCES, -EISDIR, -ENXIO for a FIFO without a reader, ...).
  */

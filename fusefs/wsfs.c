@@ -172,7 +172,6 @@ static void usage(FILE *f)
 		"fstab: ADDR MOUNTPOINT fuse.wsfs noauto,_netdev,token_file=FILE 0 0\n");
 }
 
-/* The bearer token from @file: trailing whitespace dropped. NULL on error. */
 /* A new session id: 32 lowercase hex digits of getrandom(2) and a NUL into
  * @p buf (33 bytes). Returns 0, or -errno (then the mount goes without one:
  * its handles are not released if it dies). */
@@ -194,6 +193,7 @@ static int session_id_new(char buf[33])
 	return 0;
 }
 
+/* The bearer token from @file: trailing whitespace dropped. NULL on error. */
 static char *read_token(const char *file)
 {
 	char buf[4097];
