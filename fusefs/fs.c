@@ -1052,6 +1052,10 @@ static void first_request(struct wsfs *fs)
 
 /* ---- lookup / forget / getattr ---- */
 
+/* Longest a LOOKUP or OPEN whose answer crossed an own change of names
+ * waits for it to end before it asks again, ms (node_names_wait()). */
+#define NAMES_WAIT_MS 200
+
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct wsfs *fs = FS(req);
@@ -1079,7 +1083,7 @@ again:
 	 * rename over this name, say, or of a directory above it) must not
 	 * undo that change in the node table: ask again, by the path the
 	 * table gives now (node_names_gen()); a third time, take it. */
-	gen = ++tries < 3 ? node_names_gen(fs->nodes) : NODE_ANY;
+	gen = ++tries < 3 ? node_names_gen(fs->nodes, parent) : NODE_ANY;
 	free(path);
 	path = NULL;
 	r = child_path(fs, parent, name, &path, &len);
@@ -1103,11 +1107,12 @@ again:
 	if (r == -EAGAIN) {
 		free_reply(rep);
 		rep = NULL;
+		node_names_wait(fs->nodes, parent, NAMES_WAIT_MS);
 		goto again;
 	}
 	/* Not from an answer that may predate an own create of the name: it
 	 * would then be answered ENOENT here without asking. */
-	if (r == -ENOENT && node_names_still(fs->nodes, gen))
+	if (r == -ENOENT && gen != NODE_ANY && node_names_still(fs->nodes, parent, gen))
 		node_known_del(fs->nodes, parent, name, strlen(name));
 out:
 	if (r == 0) {
@@ -1948,7 +1953,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	wb_wait(fs);
 again:
-	ngen = node_names_gen(fs->nodes);
+	ngen = node_names_gen(fs->nodes, 0);
 	r = node_info(fs->nodes, ino, &info);
 	if (r == 0) {
 		r = path_of(fs, ino, &path, &len);
@@ -2002,7 +2007,7 @@ again:
 		mutated(fs);
 	if (q.truncate && path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-	if (r == -ENOENT && !q.reopen && ++tries < 3 && !node_names_still(fs->nodes, ngen)) {
+	if (r == -ENOENT && !q.reopen && ++tries < 3 && !node_names_still(fs->nodes, 0, ngen)) {
 		/* The path was the node's before an own rename (of a
 		 * directory above it) that crossed the Open: by the path the
 		 * table gives now. */
@@ -2011,6 +2016,7 @@ again:
 		len = 0;
 		free_reply(rep);
 		rep = NULL;
+		node_names_wait(fs->nodes, 0, NAMES_WAIT_MS);
 		goto again;
 	}
 	if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
@@ -2633,7 +2639,6 @@ struct wsfs_pf {
 	size_t len;
 	uint64_t seq;  /* inval_seq when fetched */
 	uint64_t mgen; /* mgen when fetched */
-	uint64_t ngen; /* node_names_gen() before it was fetched */
 	int64_t at_ns; /* CLOCK_MONOTONIC when fetched */
 	struct wsfs_dirent *ents;
 	size_t n;
@@ -2700,11 +2705,11 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
 
 /*
  * Keep the prefetched listings of @rep for the opendir that may follow;
- * fetched at inval_seq @seq, mgen @mgen and names generation @ngen.
- * Replaces an older listing of the same path, else the oldest kept one.
+ * fetched at inval_seq @seq and mgen @mgen. Replaces an older listing of
+ * the same path, else the oldest kept one.
  */
 static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq,
-		       uint64_t mgen, uint64_t ngen)
+		       uint64_t mgen)
 {
 	/* At most the server's cap per reply (several replies' worth stay:
 	 * WSFS_PF_DIRS listings, the oldest replaced first). */
@@ -2734,7 +2739,6 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 		p->len = dl->path.len;
 		p->seq = seq;
 		p->mgen = mgen;
-		p->ngen = ngen;
 		p->at_ns = wsfs_now_ns();
 		pthread_mutex_lock(&fs->pf_lock);
 		slot = fs->pf_next;
@@ -2818,7 +2822,9 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 {
 	Wsbridge__V1__ReadDirRequest q = WSBRIDGE__V1__READ_DIR_REQUEST__INIT;
 	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen);
-	uint64_t ngen0 = node_names_gen(fs->nodes);
+	/* A prefetched listing is taken only while mgen has not moved (no own
+	 * change ended since it was fetched): this one stands for it too. */
+	uint64_t ngen0 = node_names_gen(fs->nodes, ino);
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
 	bool usable = true, eof = false;
 	size_t max = fs->cfg.max_dir_entries ? fs->cfg.max_dir_entries : WSFS_MAX_DIR_ENTRIES_DEFAULT;
@@ -2845,7 +2851,6 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		p->n = 0;
 		seq0 = p->seq;
 		mgen0 = p->mgen;
-		ngen0 = p->ngen;
 		pf_free(p);
 		eof = true;
 	}
@@ -2866,7 +2871,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 		usable = usable && all;
 		if (r == 0 && live && cookie == 0)
-			pf_put_all(fs, rep, seq0, mgen0, ngen0);
+			pf_put_all(fs, rep, seq0, mgen0);
 		if (rep->n_entries == 0 || rep->eof) {
 			eof = true;
 		} else {
@@ -3445,41 +3450,62 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 }
 
 /*
- * Own changes of names, counted in flight from before their call to agentd
- * until after the node table holds them (node_names_begin()), so that a
- * LOOKUP answered meanwhile does not undo them. fs is taken before the
- * operation: its reply frees req.
+ * Own changes of names, counted in flight in their directory from before
+ * their call to agentd until after the node table holds them
+ * (node_names_begin()), so that a LOOKUP answered meanwhile does not undo
+ * them. fs is taken before the operation: its reply frees req.
  */
-#define NAMES_CHANGE(op, params, args)                                           \
+#define NAMES_CHANGE(op, dir, params, args)                                      \
 	static void op##_names params                                            \
 	{                                                                        \
 		struct wsfs *fs = FS(req);                                       \
                                                                                  \
-		node_names_begin(fs->nodes);                                     \
+		node_names_begin(fs->nodes, dir, false);                         \
 		op args;                                                         \
-		node_names_end(fs->nodes);                                       \
+		node_names_end(fs->nodes, dir, false);                           \
 	}
 
-NAMES_CHANGE(ws_mknod,
+NAMES_CHANGE(ws_mknod, parent,
 	     (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev),
 	     (req, parent, name, mode, rdev))
-NAMES_CHANGE(ws_mkdir, (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode),
+NAMES_CHANGE(ws_mkdir, parent, (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode),
 	     (req, parent, name, mode))
-NAMES_CHANGE(ws_unlink, (fuse_req_t req, fuse_ino_t parent, const char *name),
+NAMES_CHANGE(ws_unlink, parent, (fuse_req_t req, fuse_ino_t parent, const char *name),
 	     (req, parent, name))
-NAMES_CHANGE(ws_rmdir, (fuse_req_t req, fuse_ino_t parent, const char *name), (req, parent, name))
-NAMES_CHANGE(ws_symlink, (fuse_req_t req, const char *link, fuse_ino_t parent, const char *name),
+NAMES_CHANGE(ws_rmdir, parent, (fuse_req_t req, fuse_ino_t parent, const char *name),
+	     (req, parent, name))
+NAMES_CHANGE(ws_symlink, parent,
+	     (fuse_req_t req, const char *link, fuse_ino_t parent, const char *name),
 	     (req, link, parent, name))
-NAMES_CHANGE(ws_rename,
-	     (fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-	      const char *newname, unsigned int flags),
-	     (req, parent, name, newparent, newname, flags))
-NAMES_CHANGE(ws_link, (fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname),
+NAMES_CHANGE(ws_link, newparent,
+	     (fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname),
 	     (req, ino, newparent, newname))
-NAMES_CHANGE(ws_create,
+NAMES_CHANGE(ws_create, parent,
 	     (fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	      struct fuse_file_info *fi),
 	     (req, parent, name, mode, fi))
+
+/* A rename changes names in both directories, and when it moves a
+ * directory (or a name the table does not hold), the paths below it. */
+static void ws_rename_names(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	struct wsfs *fs = FS(req);
+	uint64_t src = node_child(fs->nodes, parent, name, strlen(name));
+	uint64_t dst = node_child(fs->nodes, newparent, newname, strlen(newname));
+	struct node_info info;
+	bool move = !src || node_info(fs->nodes, src, &info) < 0 || S_ISDIR(info.mode) ||
+		    ((flags & RENAME_EXCHANGE) && dst &&
+		     (node_info(fs->nodes, dst, &info) < 0 || S_ISDIR(info.mode)));
+
+	node_names_begin(fs->nodes, parent, move);
+	if (newparent != parent)
+		node_names_begin(fs->nodes, newparent, false);
+	ws_rename(req, parent, name, newparent, newname, flags);
+	if (newparent != parent)
+		node_names_end(fs->nodes, newparent, false);
+	node_names_end(fs->nodes, parent, move);
+}
 
 const struct fuse_lowlevel_ops wsfs_ll_ops = {
 	.init = ws_init,

@@ -56,6 +56,10 @@ struct node {
 	/* agentd's handle of the file, kept when a rename through this mount
 	 * replaced its last name (node_keep()); 0 = none. */
 	uint64_t kept;
+	/* As a directory: own changes of its names made (ngen) and in flight
+	 * (nbusy); node_names_gen(). */
+	uint64_t ngen;
+	unsigned nbusy;
 	struct node *id_next;
 	struct node *ino_next;
 };
@@ -101,8 +105,11 @@ struct node_table {
 	uint64_t attr_clock; /* bumped by every attr_drop() and node_attr_drop_all() */
 	uint64_t attr_all;   /* attr_clock at the last node_attr_drop_all() */
 	uint64_t next_id;
-	uint64_t names_gen;  /* node_names_gen() */
-	unsigned names_busy; /* own changes of names in flight (node_names_begin) */
+	/* Own renames of directories made and in flight: they change the
+	 * paths of everything below (node_names_gen()). */
+	uint64_t move_gen;
+	unsigned move_busy;
+	pthread_cond_t names_cond; /* a change in flight ended (CLOCK_MONOTONIC) */
 	uint64_t k0, k1; /* SipHash key */
 	struct node *root;
 	/* Kept handles of nodes freed since the last node_kept_drain(). */
@@ -626,12 +633,20 @@ int node_table_new(struct node_table **ret)
 	t->k0 = key[0];
 	t->k1 = key[1];
 	pthread_mutex_init(&t->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&t->names_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	t->root->id = NODE_ROOT_ID;
 	t->root->nlookup = 1;
 	t->root->mode = S_IFDIR;
 	id_insert(t, t->root);
 	t->next_id = NODE_ROOT_ID + 1;
-	t->names_gen = 1;
+	t->move_gen = 1;
 	*ret = t;
 	return 0;
 }
@@ -673,6 +688,7 @@ void node_table_free(struct node_table *t)
 	free(t->by_ino);
 	free(t->by_name);
 	pthread_mutex_destroy(&t->lock);
+	pthread_cond_destroy(&t->names_cond);
 	free(t);
 }
 
@@ -701,46 +717,92 @@ size_t node_count(struct node_table *t)
 	return n;
 }
 
-uint64_t node_names_gen(struct node_table *t)
+/* node_names_gen() of directory @p (NULL: the moves alone). Lock held. */
+static uint64_t names_gen(struct node_table *t, const struct node *p)
+{
+	return (p ? p->ngen : 0) + t->move_gen;
+}
+
+uint64_t node_names_gen(struct node_table *t, uint64_t dir)
 {
 	uint64_t g;
 
 	pthread_mutex_lock(&t->lock);
-	g = t->names_gen;
+	g = names_gen(t, dir ? by_id(t, dir) : NULL);
 	pthread_mutex_unlock(&t->lock);
 	return g;
 }
 
-void node_names_begin(struct node_table *t)
+/* begin (@d 1) or end (@d -1) an own change in @dir. */
+static void names_fence(struct node_table *t, uint64_t dir, bool move, int d)
 {
+	struct node *p;
+
 	pthread_mutex_lock(&t->lock);
-	t->names_gen++;
-	t->names_busy++;
+	p = by_id(t, dir);
+	if (p) {
+		p->ngen++;
+		if (d > 0)
+			p->nbusy++;
+		else if (p->nbusy)
+			p->nbusy--;
+	}
+	if (move) {
+		t->move_gen++;
+		if (d > 0)
+			t->move_busy++;
+		else if (t->move_busy)
+			t->move_busy--;
+	}
+	if (d < 0)
+		pthread_cond_broadcast(&t->names_cond);
 	pthread_mutex_unlock(&t->lock);
 }
 
-void node_names_end(struct node_table *t)
+void node_names_wait(struct node_table *t, uint64_t dir, unsigned ms)
 {
+	struct timespec until;
+	struct node *p;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_nsec -= 1000000000;
+		until.tv_sec++;
+	}
 	pthread_mutex_lock(&t->lock);
-	t->names_gen++;
-	if (t->names_busy)
-		t->names_busy--;
+	while (((p = dir ? by_id(t, dir) : NULL) && p->nbusy) || t->move_busy) {
+		if (pthread_cond_timedwait(&t->names_cond, &t->lock, &until) != 0)
+			break;
+	}
 	pthread_mutex_unlock(&t->lock);
 }
 
-/* May an answer asked for at generation @since change what a name holds?
- * Lock held. */
-static bool names_still(struct node_table *t, uint64_t since)
+void node_names_begin(struct node_table *t, uint64_t dir, bool move)
 {
-	return since == NODE_ANY || (since == t->names_gen && t->names_busy == 0);
+	names_fence(t, dir, move, 1);
 }
 
-bool node_names_still(struct node_table *t, uint64_t since)
+void node_names_end(struct node_table *t, uint64_t dir, bool move)
+{
+	names_fence(t, dir, move, -1);
+}
+
+/* May an answer about a name in directory @p (NULL: the moves alone),
+ * asked for at @since, change what the table holds? Lock held. */
+static bool names_still(struct node_table *t, const struct node *p, uint64_t since)
+{
+	return since == NODE_ANY || (since == names_gen(t, p) && !(p && p->nbusy) &&
+				     !t->move_busy);
+}
+
+bool node_names_still(struct node_table *t, uint64_t dir, uint64_t since)
 {
 	bool r;
 
 	pthread_mutex_lock(&t->lock);
-	r = names_still(t, since);
+	r = names_still(t, dir ? by_id(t, dir) : NULL, since);
 	pthread_mutex_unlock(&t->lock);
 	return r;
 }
@@ -763,7 +825,7 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 		goto out;
 	}
 	if (since == NODE_OWN)
-		t->names_gen++;
+		p->ngen++;
 	l = link_find(t, parent, name, len);
 	if (l && l->node->ino == ino && l->node->mode == mode) {
 		/* The name still holds the same file. */
@@ -771,7 +833,7 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 		link_to_front(l);
 		goto found;
 	}
-	if (l && since != NODE_OWN && !names_still(t, since)) {
+	if (l && since != NODE_OWN && !names_still(t, p, since)) {
 		/* The name holds another file than the answer says, and the
 		 * answer may be from before an own change of names. */
 		r = -EAGAIN;
@@ -1090,8 +1152,12 @@ int node_child_path(struct node_table *t, uint64_t parent, const char *name, siz
 
 uint64_t node_unlink(struct node_table *t, uint64_t parent, const char *name, size_t len)
 {
+	struct node *p;
+
 	pthread_mutex_lock(&t->lock);
-	t->names_gen++;
+	p = by_id(t, parent);
+	if (p)
+		p->ngen++;
 	pthread_mutex_unlock(&t->lock);
 	return child_of(t, parent, name, len, true);
 }
@@ -1106,7 +1172,7 @@ int node_unlink_since(struct node_table *t, uint64_t since, uint64_t parent, con
 		return 0;
 	pthread_mutex_lock(&t->lock);
 	l = link_find(t, parent, name, len);
-	if (!names_still(t, since))
+	if (!names_still(t, by_id(t, parent), since))
 		r = -EAGAIN;
 	else if (l)
 		unname(t, l);
@@ -1153,9 +1219,16 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 	if (!node_name_ok(oldname, oldlen) || !node_name_ok(newname, newlen))
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
-	t->names_gen++;
 	op = by_id(t, oldparent);
 	np = by_id(t, newparent);
+	if (op)
+		op->ngen++;
+	if (np)
+		np->ngen++;
+	src = op ? link_find(t, oldparent, oldname, oldlen) : NULL;
+	dst = np ? link_find(t, newparent, newname, newlen) : NULL;
+	if (!src || S_ISDIR(src->node->mode) || (exchange && dst && S_ISDIR(dst->node->mode)))
+		t->move_gen++; /* the paths below a directory change */
 	if (!op || !np || !attached(t, op) || !attached(t, np)) {
 		r = -ESTALE;
 		goto out;

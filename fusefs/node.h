@@ -175,34 +175,48 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 #define NODE_ANY UINT64_MAX
 
 /**
- * The names generation (from 1): moved, under the table's lock, by every
- * change of names this mount makes (node_rename(), node_unlink(),
- * node_lookup() with NODE_OWN), whether or not the table knew the names.
- * A LOOKUP reads it before it asks agentd about a name and gives it to
- * node_lookup() or node_unlink_since(), which refuse (-EAGAIN) to change
- * what a name holds once it moved or while an own change is in flight
- * (node_names_begin()): agentd's answer may be from before a rename,
- * unlink or create through the mount, and applying it would bind the name
- * to the file it held before (the VFS sends LOOKUP to revalidate a dentry
- * without the directory's lock, so one can cross a RENAME of the same
- * name). A name the table does not hold is bound all the same: a wrong
- * such binding names a file by a path agentd no longer has, which the
- * next open finds (ESTALE: the VFS looks up again).
+ * The names generation of directory @p dir (a nodeid; 0: of renames of
+ * directories alone): a number moved, under the table's lock, by every
+ * change of names this mount makes in @p dir (node_rename(),
+ * node_unlink(), node_lookup() with NODE_OWN, node_names_begin/end()),
+ * whether or not the table knew the names, and by every own rename of a
+ * directory anywhere (it changes the paths below it). A LOOKUP reads it
+ * before it asks agentd about a name and gives it to node_lookup() or
+ * node_unlink_since(), which refuse (-EAGAIN) to apply an answer that
+ * disagrees with the table once it moved or while an own change in @p dir
+ * (or a directory rename) is in flight: agentd's answer may be from before
+ * a rename, unlink or create through the mount, and applying it would bind
+ * the name to the file it held before (the VFS sends LOOKUP to revalidate
+ * a dentry without the directory's lock, so one can cross a RENAME of the
+ * same name). Per directory, so that writers elsewhere cost a lookup
+ * nothing. Never NODE_OWN or NODE_ANY.
  */
-uint64_t node_names_gen(struct node_table *t);
+uint64_t node_names_gen(struct node_table *t, uint64_t dir);
 
 /**
- * An own change of names (a RENAME, UNLINK, CREATE, ...) is about to be
- * asked of agentd: move the generation and count it in flight until
- * node_names_end(), which moves it again. Call end after the table holds
+ * An own change of names in directory @p dir (a RENAME, UNLINK, CREATE,
+ * ...; @p move: a rename of a directory, or of a name the table does not
+ * hold) is about to be asked of agentd: move @p dir's generation (and the
+ * moves') and count the change in flight until node_names_end() with the
+ * same arguments, which moves them again. Call end after the table holds
  * the change (or the change failed). Any thread.
  */
-void node_names_begin(struct node_table *t);
-void node_names_end(struct node_table *t);
+void node_names_begin(struct node_table *t, uint64_t dir, bool move);
+void node_names_end(struct node_table *t, uint64_t dir, bool move);
 
-/** True when an answer asked for at generation @p since is still current:
- * the generation has not moved and no own change is in flight. */
-bool node_names_still(struct node_table *t, uint64_t since);
+/**
+ * Wait until no own change in @p dir (0: none but directory renames) and
+ * no rename of a directory is in flight, at most @p ms milliseconds: an
+ * answer refused while one was is asked again after it (its thread may be
+ * descheduled between agentd's answer and the table's update). Any thread
+ * but one inside such a change.
+ */
+void node_names_wait(struct node_table *t, uint64_t dir, unsigned ms);
+
+/** True when an answer about a name in @p dir (0: a path, checked against
+ * directory renames alone) asked for at generation @p since is still
+ * current: nothing moved and no own change there is in flight. */
+bool node_names_still(struct node_table *t, uint64_t dir, uint64_t since);
 
 /**
  * FUSE forget: take back @p nlookup lookups of @p id (clamped at the count

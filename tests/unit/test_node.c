@@ -841,18 +841,18 @@ static void test_names_gen(void **state)
 	struct node_table *t = *state;
 	uint64_t g0, g1, x, xnew, id;
 
-	g0 = node_names_gen(t);
+	g0 = node_names_gen(t, NODE_ROOT_ID);
 	assert_int_not_equal(g0, NODE_OWN);
 	assert_int_not_equal(g0, NODE_ANY);
 	/* A lookup binds a name and does not move the generation. */
 	assert_int_equal(node_lookup(t, g0, NODE_ROOT_ID, "x", 1, 10, REG, 1, &x), 0);
-	assert_int_equal(node_names_gen(t), g0);
+	assert_int_equal(node_names_gen(t, NODE_ROOT_ID), g0);
 	/* mv x.new x through the mount, while a LOOKUP of x is out. */
 	xnew = add(t, NODE_ROOT_ID, "x.new", 11, REG); /* own create: moves it */
-	g1 = node_names_gen(t);
+	g1 = node_names_gen(t, NODE_ROOT_ID);
 	assert_true(g1 > g0);
 	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.new", 5, NODE_ROOT_ID, "x", 1, false), 0);
-	assert_true(node_names_gen(t) > g1);
+	assert_true(node_names_gen(t, NODE_ROOT_ID) > g1);
 	/* The answer from before the rename (x is inode 10) is refused... */
 	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 10, REG, 1, &id), -EAGAIN);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), xnew);
@@ -864,14 +864,14 @@ static void test_names_gen(void **state)
 	/* A stale ENOENT (from before the create) keeps the created name. */
 	assert_int_equal(node_unlink_since(t, g0, NODE_ROOT_ID, "x", 1), -EAGAIN);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), xnew);
-	assert_int_equal(node_unlink_since(t, node_names_gen(t), NODE_ROOT_ID, "x", 1), 0);
+	assert_int_equal(node_unlink_since(t, node_names_gen(t, NODE_ROOT_ID), NODE_ROOT_ID, "x", 1), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), 0);
 	/* Unbound, but the answer is old: it may predate a create. */
 	assert_int_equal(node_unlink_since(t, g0, NODE_ROOT_ID, "x", 1), -EAGAIN);
 	/* node_unlink() moves it even for a name the table does not hold. */
-	g1 = node_names_gen(t);
+	g1 = node_names_gen(t, NODE_ROOT_ID);
 	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "nope", 4), 0);
-	assert_true(node_names_gen(t) > g1);
+	assert_true(node_names_gen(t, NODE_ROOT_ID) > g1);
 	/* NODE_ANY binds whatever the generation. */
 	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "x", 1, 10, REG, 1, &id), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), id);
@@ -882,21 +882,47 @@ static void test_names_gen(void **state)
 	/* An own change in flight: a conflicting answer is refused even at
 	 * the current generation, until the change ended and moved it. */
 	add(t, NODE_ROOT_ID, "y", 20, REG);
-	node_names_begin(t);
-	g1 = node_names_gen(t);
-	assert_false(node_names_still(t, g1));
+	node_names_begin(t, NODE_ROOT_ID, false);
+	g1 = node_names_gen(t, NODE_ROOT_ID);
+	assert_false(node_names_still(t, NODE_ROOT_ID, g1));
 	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, REG, 1, &id), -EAGAIN);
 	assert_int_equal(node_unlink_since(t, g1, NODE_ROOT_ID, "y", 1), -EAGAIN);
 	/* One that agrees, or binds a name the table does not hold, is taken. */
 	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 20, REG, 1, &id), 0);
 	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "z", 1, 30, REG, 1, &id), 0);
-	node_names_end(t);
-	assert_true(node_names_gen(t) > g1);
-	g1 = node_names_gen(t);
-	assert_true(node_names_still(t, g1));
+	node_names_end(t, NODE_ROOT_ID, false);
+	assert_true(node_names_gen(t, NODE_ROOT_ID) > g1);
+	g1 = node_names_gen(t, NODE_ROOT_ID);
+	assert_true(node_names_still(t, NODE_ROOT_ID, g1));
 	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, REG, 1, &id), 0);
 	assert_int_equal(node_unlink_since(t, g1, NODE_ROOT_ID, "z", 1), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "z", 1), 0);
+
+	/* Changes in another directory leave this one's answers alone... */
+	{
+		uint64_t d = add(t, NODE_ROOT_ID, "d", 40, S_IFDIR), e = add(t, NODE_ROOT_ID, "e", 41, S_IFDIR);
+
+		g1 = node_names_gen(t, NODE_ROOT_ID);
+		add(t, d, "f", 42, REG);
+		assert_int_not_equal(node_unlink(t, d, "f", 1), 0);
+		node_names_begin(t, d, false);
+		assert_true(node_names_still(t, NODE_ROOT_ID, g1));
+		node_names_end(t, d, false);
+		assert_int_equal(node_names_gen(t, NODE_ROOT_ID), g1);
+		/* ...a rename of a file between two of them too; one of a
+		 * directory moves every path below it: every directory's. */
+		add(t, d, "g", 43, REG);
+		assert_int_equal(node_rename(t, d, "g", 1, e, "g", 1, false), 0);
+		assert_int_equal(node_names_gen(t, NODE_ROOT_ID), g1);
+		g1 = node_names_gen(t, 0);
+		assert_int_equal(node_rename(t, NODE_ROOT_ID, "e", 1, d, "e", 1, false), 0);
+		assert_false(node_names_still(t, 0, g1));
+		assert_true(node_names_gen(t, e) > g1);
+		g1 = node_names_gen(t, 0);
+		node_names_begin(t, d, true);
+		assert_false(node_names_still(t, 0, g1)); /* moved, and in flight */
+		node_names_end(t, d, true);
+	}
 }
 
 int main(void)
