@@ -925,6 +925,15 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["wsctl.bats: a time past 2262 (ext4 keeps them) is reported as the latest the wire holds, 2262-04-11"]="gVisor keeps times as int64 nanoseconds itself: its stat(2) already shows a 2300 date as 1715"
 	# Runtime.
 	["fs-tools.bats: git: init, add 2000 files, commit, status, checkout, gc, fsck, three rounds"]="170 s on the ptrace platform; G4 and A2 run git on the mount too"
+	# wsfs's own races and sessions, 10-60 s each on the ptrace platform:
+	# the plain and sanitizer runs cover them; the SIGKILL session test
+	# and G2's O_PATH reopen run here.
+	["fs-cases.bats: G2: readers that hold x by O_PATH and open it by /proc/self/fd while mv x.new x runs 1,000 times never get ESTALE"]="wsfs's lookup race, 50 s on the ptrace platform; the plain runs cover it"
+	["fs-remote.bats: a directory renamed around (mv A T; mv B A; mv T B) while readers open x in it through a directory fd: never ENOENT"]="wsfs's lookup race, tens of seconds on the ptrace platform; the plain runs cover it"
+	["fs-remote.bats: a listing read part-way across mv x_k.new x_k in its directory: the rest of it does not bind x_k to the replaced file"]="wsfs's READDIRPLUS check; the plain runs cover it"
+	["fs-remote.bats: sessions: a connection lost for less than --session-grace keeps every open file, an unlinked one too; past it, files open by name carry on and an unlinked one fails with EIO"]="waits out a session grace (15 s); the SIGKILL session test runs here"
+	["fs-remote.bats: sessions: a wsfs killed behind a link that went silent (no close reaches agentd) loses its files within keepalive + grace"]="waits out keepalive and a session grace; the SIGKILL session test runs here"
+	["fs-remote.bats: sessions: with -o no_watch the mount still holds its session (an unlinked open file reads past the grace); agentd stops at once on SIGTERM"]="waits out a session grace; the SIGKILL session test runs here"
 )
 
 # Under WSB_RUNSC, skip an excluded test before its setup runs. bats 1.8
