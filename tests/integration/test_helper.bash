@@ -946,6 +946,18 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: sessions: a connection lost for less than --session-grace keeps every open file, an unlinked one too; past it, files open by name carry on and an unlinked one fails with EIO"]="waits out a session grace (15 s); the SIGKILL session test runs here"
 	["fs-remote.bats: sessions: a wsfs killed behind a link that went silent (no close reaches agentd) loses its files within keepalive + grace"]="waits out keepalive and a session grace; the SIGKILL session test runs here"
 	["fs-remote.bats: sessions: with -o no_watch the mount still holds its session (an unlinked open file reads past the grace); agentd stops at once on SIGTERM"]="waits out a session grace; the SIGKILL session test runs here"
+	# wsfs's own logic (interrupts, reconnects, write-behind, its options):
+	# what agentd does in them is what the tests kept here do, at 10-60 s
+	# each on the ptrace platform; the plain and sanitizer runs cover them.
+	["fs-cases.bats: G4: git init, add, commit, status, gc, many times in a row, no EINTR"]="wsfs's interrupt handling, 56 s on the ptrace platform; A2 runs git on the mount here"
+	["fs-tools.bats: 8 concurrent writers: own files and one shared O_APPEND log, every line whole"]="40 s on the ptrace platform; A1 and A3 append through the mount here"
+	["fs-remote.bats: C1: agentd stopped during a stream of 1 MiB writes: a write or the close fails with EIO/ENOTCONN within the bound; after SIGCONT the mount works"]="wsfs's deadlines; C1 with agentd killed and restarted runs here"
+	["fs-remote.bats: C1: agentd stopped (SIGSTOP): calls fail within the bound, never hang; after SIGCONT the mount works"]="wsfs's deadlines; C1 with agentd killed and restarted runs here"
+	["fs-remote.bats: C1: agentd restarted twice on a unix socket; wsfs exits 0 on unmount"]="wsfs's reconnects; C1 with agentd killed and restarted runs here"
+	["fs-remote.bats: write-behind: two handles writing over each other's bytes land in the pod in the order they were made"]="wsfs's write-behind ordering; the other write-behind tests run here"
+	["fs-remote.bats: write-behind: on a link that carries 1 MiB well within rpc_timeout, 16 MiB written behind do not time out"]="wsfs's write-behind deadlines over a slowed link; the other write-behind tests run here"
+	["fs-remote.bats: a directory past -o max_dir_entries fails to list with EFBIG and a message; one at the limit lists"]="wsfs's option; listings run here in every fs suite"
+	["transfer.bats: round trip over TCP: 1 GiB sparse stays sparse"]="the same file over a unix socket runs here (the transport is the host relay's)"
 )
 
 # Under WSB_RUNSC, skip an excluded test before its setup runs. bats 1.8
