@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "node.h"
+#include "wsb.h"
 
 struct node;
 
@@ -439,15 +440,6 @@ static void link_move(struct node_table *t, struct link *l, struct node *p, char
 
 /* ---- known directory listings (table lock held) ---- */
 
-/* CLOCK_MONOTONIC now, ns (node.c stands alone: no wsfs_now_ns here). */
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static uint64_t kname_key(const void *e)
 {
 	return ((const struct kname *)e)->hash;
@@ -761,16 +753,9 @@ static void names_fence(struct node_table *t, uint64_t dir, bool move, int d)
 
 void node_names_wait(struct node_table *t, uint64_t dir, unsigned ms)
 {
-	struct timespec until;
+	struct timespec until = wsb_deadline(CLOCK_MONOTONIC, ms);
 	struct node *p;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_nsec -= 1000000000;
-		until.tv_sec++;
-	}
 	pthread_mutex_lock(&t->lock);
 	while (((p = dir ? by_id(t, dir) : NULL) && p->nbusy) || t->move_busy) {
 		if (pthread_cond_timedwait(&t->names_cond, &t->lock, &until) != 0)
@@ -1722,7 +1707,7 @@ int node_known_begin(struct node_table *t, uint64_t dir, const atomic_uint_fast6
 	if (r == 0) {
 		known_drop(t, n);
 		n->known = true;
-		n->known_since = now_ns();
+		n->known_since = wsb_mono_ns();
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;
@@ -1785,7 +1770,7 @@ void node_known_drop_all(struct node_table *t)
 int node_known_has(struct node_table *t, uint64_t dir, const char *name, size_t len,
 		   int64_t max_age_ns)
 {
-	int64_t now = now_ns();
+	int64_t now = wsb_mono_ns();
 	struct node *n;
 	int r = -1;
 

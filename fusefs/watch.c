@@ -345,7 +345,6 @@ static void links_unknown(struct wsfs *fs)
 
 /* ---- own changes ---- */
 
-static struct timespec deadline_in(unsigned ms);
 
 /* Attributes compared to tell an own change's echo from the pod's change. */
 struct self_attr {
@@ -613,7 +612,7 @@ static bool self_match_wait(struct wsfs *fs, const ProtobufCBinaryData *path, un
 	size_t len = path->len;
 	uint64_t h = self_hash(p, len);
 	int64_t now = wsfs_now_ns();
-	struct timespec until = deadline_in(WSFS_SELF_WAIT_MS);
+	struct timespec until = wsb_deadline(CLOCK_MONOTONIC, WSFS_SELF_WAIT_MS);
 	struct wsfs_self *e;
 	bool hit = false;
 
@@ -1211,20 +1210,6 @@ out:
 	return r;
 }
 
-static struct timespec deadline_in(unsigned ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_nsec -= 1000000000;
-		ts.tv_sec++;
-	}
-	return ts;
-}
-
 static bool before(const struct timespec *a, const struct timespec *b)
 {
 	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
@@ -1275,7 +1260,7 @@ static void *monitor_main(void *arg)
 					 strerror(-r));
 			}
 			pthread_mutex_lock(&fs->mon_lock);
-			next_reconnect = deadline_in(RECONNECT_MIN_MS);
+			next_reconnect = wsb_deadline(CLOCK_MONOTONIC, RECONNECT_MIN_MS);
 			next_probe = now; /* at once */
 			continue;
 		}
@@ -1287,7 +1272,7 @@ static void *monitor_main(void *arg)
 			pthread_mutex_unlock(&fs->mon_lock);
 			(void)probe(fs);
 			pthread_mutex_lock(&fs->mon_lock);
-			next_probe = deadline_in(WSFS_PROBE_MS);
+			next_probe = wsb_deadline(CLOCK_MONOTONIC, WSFS_PROBE_MS);
 			continue;
 		}
 		if (fs->n_pending) {
@@ -1298,7 +1283,7 @@ static void *monitor_main(void *arg)
 		}
 		if (!watch_ok && !before(&now, &next_watch)) {
 			if (no_quiet_gen && no_quiet_gen == atomic_load(&fs->conn_gen))
-				next_watch = deadline_in(WATCH_RETRY_MS); /* look again later */
+				next_watch = wsb_deadline(CLOCK_MONOTONIC, WATCH_RETRY_MS); /* look again later */
 			else
 				watch_ok = true;
 		}
@@ -1311,7 +1296,7 @@ static void *monitor_main(void *arg)
 			if (r == -EPROTONOSUPPORT) {
 				watch_ok = false;
 				no_quiet_gen = atomic_load(&fs->conn_gen);
-				next_watch = deadline_in(WATCH_RETRY_MS);
+				next_watch = wsb_deadline(CLOCK_MONOTONIC, WATCH_RETRY_MS);
 				continue;
 			}
 			if (r == -ENOSYS) {
@@ -1320,11 +1305,11 @@ static void *monitor_main(void *arg)
 						   "their timeouts");
 				said_unimplemented = true;
 				watch_ok = false;
-				next_watch = deadline_in(WATCH_UNIMPLEMENTED_RETRY_MS);
+				next_watch = wsb_deadline(CLOCK_MONOTONIC, WATCH_UNIMPLEMENTED_RETRY_MS);
 				continue;
 			}
 			if (!fs->stopping) {
-				struct timespec t = deadline_in(WATCH_RETRY_MS);
+				struct timespec t = wsb_deadline(CLOCK_MONOTONIC, WATCH_RETRY_MS);
 
 				wait_until(fs, &t, WAKE_RECONNECT | WAKE_DOWN);
 			}
@@ -1393,17 +1378,10 @@ int wsfs_monitor_start(struct wsfs *fs)
 
 int wsfs_monitor_stop(struct wsfs *fs, unsigned ms)
 {
-	struct timespec until;
+	/* pthread_timedjoin_np() takes a CLOCK_REALTIME deadline. */
+	struct timespec until = wsb_deadline(CLOCK_REALTIME, ms);
 	int r;
 
-	/* pthread_timedjoin_np() takes a CLOCK_REALTIME deadline. */
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_nsec -= 1000000000;
-		until.tv_sec++;
-	}
 	/* The request threads, the only ones that queue, have ended. */
 	pthread_mutex_lock(&fs->nq_lock);
 	fs->nq_stop = true;

@@ -344,6 +344,20 @@ int64_t wsb_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+struct timespec wsb_deadline(clockid_t clock, unsigned ms)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_nsec -= 1000000000;
+		ts.tv_sec++;
+	}
+	return ts;
+}
+
 int64_t wsb_ns_of_ts(const struct timespec *ts)
 {
 	/* Normalized first (nsec in [0, 10^9)), and for a negative second

@@ -125,6 +125,15 @@ void wsb_malloc_tune(void);
 int64_t wsb_mono_ns(void);
 
 /**
+ * The time on @p clock @p ms milliseconds from now, as the absolute
+ * deadlines of pthread_cond_timedwait(3) (CLOCK_MONOTONIC for a condition
+ * variable made with pthread_condattr_setclock(3)) and
+ * pthread_timedjoin_np(3) (CLOCK_REALTIME) take them. tv_nsec is in
+ * [0, 10^9) (they fail with EINVAL otherwise). Any thread.
+ */
+struct timespec wsb_deadline(clockid_t clock, unsigned ms);
+
+/**
  * @p ts as nanoseconds (tv_sec * 10^9 + tv_nsec), saturated to INT64_MIN or
  * INT64_MAX where it does not fit: an int64 of nanoseconds spans 1677-09-21
  * to 2262-04-11, and times outside come from files (ext4 keeps years up to

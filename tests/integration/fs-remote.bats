@@ -1465,6 +1465,16 @@ recovers() {
 	fi
 }
 
+# relay_up NAME PATH BYTES_PER_S: tests/python/slowlink.py listening on
+# unix:PATH in front of agentd's $SOCK, carrying at most BYTES_PER_S from
+# wsfs to agentd (0: no limit), started as `bg NAME` without the test's fds 5 and 6 (files it
+# holds open on the mount); its pid: RELAY_PID.
+relay_up() {
+	bg "$1" "$PY" "$PYTESTS/slowlink.py" "$2" "$SOCK" "$3" 5>&- 6<&-
+	RELAY_PID=$BG_PID
+	wait_listen "unix:$2" "$RELAY_PID"
+}
+
 @test "C1: a name the mount was told is missing, made in the POD while the watch was down, shows once it is back" {
 	up
 	touch "$ROOT/probe"
@@ -1760,10 +1770,8 @@ while todo:
 @test "sessions: a connection lost for less than --session-grace keeps every open file, an unlinked one too; past it, files open by name carry on and an unlinked one fails with EIO" {
 	skip_sanitized "waits out graces or loops: the plain run covers it"
 	agentd_unix --session-grace 5
-	local relay="$BATS_TEST_TMPDIR/relay" rpid
-	bg relay "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0
-	rpid=$BG_PID
-	wait_listen "unix:$relay" "$rpid"
+	local relay="$BATS_TEST_TMPDIR/relay"
+	relay_up relay "$relay" 0
 	wsfs_start -o "rpc_timeout=$RPC_TIMEOUT" -f "unix:$relay"
 	printf named >"$ROOT/named"
 	printf gone >"$ROOT/gone"
@@ -1784,22 +1792,18 @@ print(" ".join(out))'
 	}
 	fds_read() { [ "$(pread_fds)" = "$1" ]; }
 	relay_kill() {
-		kill -KILL -- "-$rpid"
-		wait "$rpid" 2>/dev/null || true
+		kill -KILL -- "-$RELAY_PID"
+		wait "$RELAY_PID" 2>/dev/null || true
 	}
 	# A drop of the connection well within the grace.
 	relay_kill
 	sleep 0.5
-	bg relay2 "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0 5>&- 6<&-
-	rpid=$BG_PID
-	wait_listen "unix:$relay" "$rpid"
+	relay_up relay2 "$relay" 0
 	recovers "reads after a short drop" fds_read "named gone"
 	# A drop longer than the grace: agentd ends the session.
 	relay_kill
 	sleep 7
-	bg relay3 "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0 5>&- 6<&-
-	rpid=$BG_PID
-	wait_listen "unix:$relay" "$rpid"
+	relay_up relay3 "$relay" 0
 	recovers "the named file after a long drop" content_is "$MNT/named" named
 	run pread_fds
 	assert_eq "$output" "named EIO"
@@ -1815,20 +1819,18 @@ print(" ".join(out))'
 	# keepalive pings (every half grace) find the connection dead and end
 	# its Watch. Without them, gRPC's server waits 2 hours.
 	agentd_unix --session-grace 5 --log-level info
-	local relay="$BATS_TEST_TMPDIR/relay" rpid
-	bg relay "$PY" "$PYTESTS/slowlink.py" "$relay" "$SOCK" 0
-	rpid=$BG_PID
-	wait_listen "unix:$relay" "$rpid"
+	local relay="$BATS_TEST_TMPDIR/relay"
+	relay_up relay "$relay" 0
 	wsfs_start -o "rpc_timeout=$RPC_TIMEOUT" -f "unix:$relay"
 	printf a >"$ROOT/a"
 	exec 5<"$MNT/a"
-	kill -STOP -- "-$rpid"
+	kill -STOP -- "-$RELAY_PID"
 	kill -KILL "$WSFS_PID"
 	wait_gone "$WSFS_PID" 5
 	exec 5<&-
 	released() { grep -q "released 1 open handle" "$AGENTD_ERR"; }
 	run poll_until 25 released
-	kill -CONT -- "-$rpid"
+	kill -CONT -- "-$RELAY_PID"
 	assert_status 0
 }
 
@@ -1961,8 +1963,7 @@ with_eio() {
 	# 1 MiB Write takes 0.26 s, eight together 2.1 s, so each deadline
 	# must count the writes ahead of it (they failed with EIO when it
 	# did not).
-	bg slowlink "$PY" "$PYTESTS/slowlink.py" "$BATS_TEST_TMPDIR/slow" "$SOCK" 4000000
-	wait_listen "unix:$BATS_TEST_TMPDIR/slow" "$BG_PID"
+	relay_up slowlink "$BATS_TEST_TMPDIR/slow" 4000000
 	wsfs_start -o rpc_timeout=1,write_behind=8 -f "unix:$BATS_TEST_TMPDIR/slow"
 	head -c 16777216 /dev/urandom >"$BATS_TEST_TMPDIR/data"
 	run dd if="$BATS_TEST_TMPDIR/data" of="$MNT/f" bs=1M conv=fsync

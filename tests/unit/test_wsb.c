@@ -234,6 +234,35 @@ static void test_time_ns(void **state)
 	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
 }
 
+/* wsb_deadline: @ms from now on the clock given, tv_nsec normalized (a
+ * deadline with tv_nsec >= 10^9 makes pthread_cond_timedwait EINVAL). */
+static int64_t clock_ns(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return wsb_ns_of_ts(&ts);
+}
+
+static void test_deadline(void **state)
+{
+	static const clockid_t clocks[] = {CLOCK_MONOTONIC, CLOCK_REALTIME};
+	static const unsigned ms[] = {0, 1, 999, 1000, 1999, 86400000};
+	(void)state;
+	for (size_t c = 0; c < 2; c++) {
+		for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
+			int64_t before = clock_ns(clocks[c]), after, at;
+			struct timespec d = wsb_deadline(clocks[c], ms[i]);
+
+			after = clock_ns(clocks[c]);
+			at = wsb_ns_of_ts(&d);
+			assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000);
+			assert_true(at >= before + (int64_t)ms[i] * 1000000);
+			assert_true(at <= after + (int64_t)ms[i] * 1000000);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -247,6 +276,7 @@ int main(void)
 		cmocka_unit_test(test_addr_check),
 		cmocka_unit_test(test_session_id),
 		cmocka_unit_test(test_time_ns),
+		cmocka_unit_test(test_deadline),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
