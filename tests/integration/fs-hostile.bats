@@ -14,9 +14,22 @@ load test_helper
 
 BATS_TEST_TIMEOUT=${BATS_TEST_TIMEOUT:-600}
 
-# The liar's seeds, two per test by default (about 15 s each); give more for
-# a longer hunt, e.g. WSB_HOSTILE_SEEDS="$(seq 100 140)".
+# The liar's seeds (about 15-25 s each): by default one per test in a plain
+# build and another in a sanitizer build, so that CI's two runs try two
+# each; give more for a longer hunt, e.g. WSB_HOSTILE_SEEDS="$(seq 100 140)".
 SEEDS=${WSB_HOSTILE_SEEDS:-}
+
+# seeds PLAIN SANITIZED: $SEEDS if given, else PLAIN or, in a sanitizer
+# build, SANITIZED.
+seeds() {
+	if [ -n "$SEEDS" ]; then
+		echo "$SEEDS"
+	elif wsb_sanitized; then
+		echo "$2"
+	else
+		echo "$1"
+	fi
+}
 
 setup() {
 	need_wsfs
@@ -207,7 +220,7 @@ down() {
 
 @test "a lying agentd (replies corrupted at random, 5% of fields) cannot crash wsfs or hang the mount" {
 	local s
-	for s in ${SEEDS:-1 2}; do
+	for s in $(seeds 1 2); do
 		survives "$s" 0.05
 		down
 	done
@@ -215,7 +228,7 @@ down() {
 
 @test "a lying agentd (30% of fields, made-up Watch batches) cannot crash wsfs or hang the mount" {
 	local s
-	for s in ${SEEDS:-11 12}; do
+	for s in $(seeds 11 12); do
 		survives "$s" 0.3
 		down
 	done

@@ -436,14 +436,20 @@ wsfs_wait_exit() {
 	wait "$WSFS_PID" 2>/dev/null || WSFS_STATUS=$?
 }
 
-# skip_sanitized REASON: skip a test when the binaries under test are a
-# sanitizer build (meson -Db_sanitize=..., as .ci/run's second run), for
-# one whose time goes on waits and loops that the plain run covers; CI must
-# stay within its time. Read from the build's own options: ASAN_OPTIONS
-# cannot tell, as this file sets it for every test.
+# wsb_sanitized: true when the binaries under test are a sanitizer build
+# (meson -Db_sanitize=..., as .ci/run's second run). Read from the build's
+# own options: ASAN_OPTIONS cannot tell, as this file sets it for every
+# test.
+wsb_sanitized() {
+	grep -Eq '"name": "b_sanitize", "value": "[a-z,]*(address|undefined)' \
+		"$WSB_BUILD/meson-info/intro-buildoptions.json" 2>/dev/null
+}
+
+# skip_sanitized REASON: skip a test in a sanitizer build, for one whose
+# time goes on waits and loops that the plain run covers; CI must stay
+# within its time.
 skip_sanitized() {
-	if grep -Eq '"name": "b_sanitize", "value": "[a-z,]*(address|undefined)' \
-		"$WSB_BUILD/meson-info/intro-buildoptions.json" 2>/dev/null; then
+	if wsb_sanitized; then
 		skip "sanitizer run: $1"
 	fi
 }
