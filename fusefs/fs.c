@@ -1791,23 +1791,25 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 			mutated(fs);
 		}
 	}
+	if (r == 0 && rep->replaced) {
+		struct stat st;
+
+		/* Before node_rename() detaches it: an OPEN of the node finds
+		 * either its name (which holds the new file now: the OPEN
+		 * turns to the kept handle) or the handle, never neither (an
+		 * O_PATH descriptor's /proc/self/fd link got ESTALE, which
+		 * the VFS cannot cure by looking up again). Not kept when the
+		 * node went meanwhile (the kernel held it no more) or is not
+		 * the file agentd kept (the pod replaced it just before). */
+		if (attr_to_stat(rep->replaced_attr, &st) < 0 ||
+		    node_keep(fs->nodes, victim, st.st_ino, rep->replaced) < 0)
+			release_handle(fs, rep->replaced);
+	}
 	if (r == 0 && node_rename(fs->nodes, parent, name, strlen(name), newparent, newname,
 				  strlen(newname), flags & RENAME_EXCHANGE) < 0) {
 		/* Keep the table honest: forget both names; lookups rebind. */
 		node_unlink(fs->nodes, parent, name, strlen(name));
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
-	}
-	if (r == 0 && rep->replaced) {
-		struct stat st;
-
-		/* An OPEN racing the rename finds it from here on (until
-		 * then: ESTALE, and the VFS looks up once more). Not kept
-		 * when the node went with the rename (the kernel held it no
-		 * more), kept another name, or is not the file agentd kept
-		 * (the pod replaced it just before). */
-		if (attr_to_stat(rep->replaced_attr, &st) < 0 ||
-		    node_keep(fs->nodes, victim, st.st_ino, rep->replaced) < 0)
-			release_handle(fs, rep->replaced);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
 	free_reply(rep);
@@ -1936,6 +1938,51 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	return 0;
 }
 
+/*
+ * An OPEN that fails with ESTALE makes the VFS repeat the open(2) once, with
+ * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
+ * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
+ * thread @tid (fuse_req_ctx()->pid) was told so; stale_retry() says whether
+ * an OPEN of @tid is that retry (within WSFS_STALE_NS) and forgets it. The
+ * oldest of WSFS_STALE_MAX threads is forgotten first. Any thread.
+ */
+static void stale_told(struct wsfs *fs, pid_t tid)
+{
+	int64_t now = wsfs_now_ns();
+	size_t k, use = 0;
+
+	pthread_mutex_lock(&fs->stale_lock);
+	for (k = 0; k < WSFS_STALE_MAX; k++) {
+		if (fs->stale[k].tid == tid) {
+			use = k;
+			break;
+		}
+		if (fs->stale[k].at_ns < fs->stale[use].at_ns)
+			use = k;
+	}
+	fs->stale[use].tid = tid;
+	fs->stale[use].at_ns = now;
+	pthread_mutex_unlock(&fs->stale_lock);
+}
+
+static bool stale_retry(struct wsfs *fs, pid_t tid)
+{
+	int64_t now = wsfs_now_ns();
+	bool r = false;
+
+	pthread_mutex_lock(&fs->stale_lock);
+	for (size_t k = 0; k < WSFS_STALE_MAX; k++) {
+		if (fs->stale[k].tid == tid) {
+			r = now - fs->stale[k].at_ns < WSFS_STALE_NS;
+			fs->stale[k].tid = 0;
+			fs->stale[k].at_ns = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fs->stale_lock);
+	return r;
+}
+
 static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -2049,14 +2096,23 @@ again:
 		r = -ESTALE; /* another kind of file under this name now */
 	} else if (r == 0 && info.ino && info.ino != st.st_ino) {
 		/*
-		 * The name was replaced (rename over it) after the kernel looked
-		 * it up. open(2) gets the file the name holds now, as on a
-		 * local file system; but the kernel's inode still has the old
-		 * file's size and pages, so this open bypasses the page cache
-		 * (FOPEN_DIRECT_IO) rather than serve a clamped or stale read.
-		 * (ESTALE would make the VFS look up once more, which a writer
-		 * renaming in a loop defeats.) file_opened() sets it.
+		 * The name was replaced (a rename over it in the pod) after the
+		 * kernel looked it up: open(2) must get the file the name holds
+		 * now, as on a local file system, but the kernel's inode is the
+		 * old file's (its st_ino, size and pages). ESTALE, the first
+		 * time: the VFS looks the names up again and opens the new
+		 * file's own inode, page cache and mmap(2) included. A writer
+		 * renaming in a loop can beat that retry too; then the retry
+		 * opens the file on the old inode, bypassing its pages
+		 * (FOPEN_DIRECT_IO, set by file_opened()) rather than fail or
+		 * serve clamped or stale bytes (a MAP_SHARED mmap(2) of it
+		 * fails with ENODEV).
 		 */
+		if (!stale_retry(fs, fuse_req_ctx(req)->pid)) {
+			release_handle(fs, rep->handle);
+			r = -ESTALE;
+			goto out;
+		}
 		replaced = true;
 	}
 	if (r == 0)
@@ -2082,6 +2138,8 @@ again:
 		}
 	}
 out:
+	if (r == -ESTALE)
+		stale_told(fs, fuse_req_ctx(req)->pid);
 	if (r < 0) {
 		reply_err(req, r);
 	} else if (fuse_reply_open(req, fi) == -ENOENT) {
@@ -3571,6 +3629,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->mon_lock, NULL);
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
+	pthread_mutex_init(&fs->stale_lock, NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
 	pthread_mutex_init(&fs->wb_lock, NULL);
 	pthread_cond_init(&fs->wb_cond, NULL);
@@ -3604,6 +3663,7 @@ void wsfs_free(struct wsfs *fs)
 	pthread_mutex_destroy(&fs->self_lock);
 	wsfs_neg_free(fs);
 	pthread_mutex_destroy(&fs->neg_lock);
+	pthread_mutex_destroy(&fs->stale_lock);
 	pthread_cond_destroy(&fs->self_cond);
 	if (!fs->client) {
 		node_table_free(fs->nodes);

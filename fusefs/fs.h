@@ -42,6 +42,10 @@
 #define WSFS_WRITE_BEHIND_MAX 64u
 /** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
 #define WSFS_NQ_MAX 64
+/** Threads remembered as told ESTALE by an OPEN (fs.c stale_*). */
+#define WSFS_STALE_MAX 16
+/** How long such a thread's retry is looked for, nanoseconds. */
+#define WSFS_STALE_NS 1000000000LL
 
 /** wsfs settings (wsfs.c fills them from -o options). */
 struct wsfs_config {
@@ -218,6 +222,14 @@ struct wsfs {
 	pthread_mutex_t neg_lock;
 	struct wsfs_neg *neg; /**< ring of WSFS_NEG_MAX slots once allocated */
 	size_t neg_head, n_neg;
+
+	/* Threads an OPEN told ESTALE, whose open(2) the VFS repeats once
+	 * (fs.c stale_*); protected by stale_lock (a leaf lock). */
+	pthread_mutex_t stale_lock;
+	struct wsfs_stale {
+		pid_t tid;     /**< 0: a free slot */
+		int64_t at_ns; /**< wsfs_now_ns() when told */
+	} stale[WSFS_STALE_MAX];
 };
 
 /** Most handles kept for a later Release (the rest are agentd's to leak). */

@@ -625,14 +625,7 @@ int node_table_new(struct node_table **ret)
 	t->k0 = key[0];
 	t->k1 = key[1];
 	pthread_mutex_init(&t->lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&t->names_cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	wsb_cond_init_mono(&t->names_cond);
 	t->root->id = NODE_ROOT_ID;
 	t->root->nlookup = 1;
 	t->root->mode = S_IFDIR;
@@ -1064,7 +1057,7 @@ int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (!(n && n != t->root && !n->links && !S_ISDIR(n->mode) && n->ino == ino && !n->kept)) {
+	if (!(n && n != t->root && !S_ISDIR(n->mode) && n->ino == ino && !n->kept)) {
 		/* A LOOKUP that raced the rename (the kernel's revalidation
 		 * takes no directory lock) saw the new file under the name and
 		 * detached the node the kernel holds: find it by its inode. */

@@ -258,13 +258,15 @@ int node_link_inside(const char *dir, size_t dir_len, const char *target, char *
 uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, size_t len);
 
 /**
- * Give the detached non-directory @p id, of server inode @p ino, the agentd
- * handle @p handle (nonzero) of its file, kept open when a rename through
- * the mount replaced its last name (RenameRequest.keep_replaced): the
- * kernel may still open the node (open(2) that looked the name up just
- * before; /proc/PID/fd/N of an O_PATH descriptor), and the handle opens
- * the same file again, as a local file system would. The table owns the
- * handle from then on: when the node is freed it goes to
+ * Give the non-directory @p id, of server inode @p ino, the agentd handle
+ * @p handle (nonzero) of its file, kept open when a rename through the
+ * mount replaced its name (RenameRequest.keep_replaced): the kernel may
+ * still open the node (open(2) that looked the name up just before;
+ * /proc/PID/fd/N of an O_PATH descriptor), and the handle opens the same
+ * file again, as a local file system would. Called before node_rename()
+ * detaches the node, so that no open finds it without a name and without
+ * the handle; a node a LOOKUP bound again meanwhile keeps it too. The
+ * table owns the handle from then on: when the node is freed it goes to
  * node_kept_drain(). When @p id is no such node (a LOOKUP racing the
  * rename detached another node of @p ino), the first detached node of
  * @p ino without one gets it (a walk of the table). Returns 0; -ESTALE

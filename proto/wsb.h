@@ -127,7 +127,7 @@ int64_t wsb_mono_ns(void);
 /**
  * The time on @p clock @p ms milliseconds from now, as the absolute
  * deadlines of pthread_cond_timedwait(3) (CLOCK_MONOTONIC for a condition
- * variable made with pthread_condattr_setclock(3)) and
+ * variable made by wsb_cond_init_mono()) and
  * pthread_timedjoin_np(3) (CLOCK_REALTIME) take them. tv_nsec is in
  * [0, 10^9) (they fail with EINVAL otherwise). Any thread.
  */

@@ -964,6 +964,30 @@ PY
 	[ -e "$MNT/t/a/b/new" ]
 }
 
+@test "R1: an open of a name the POD replaced after the mount looked it up opens the new file on its own inode: st_ino, size, MAP_SHARED mmap" {
+	agentd_unix
+	# No watch and long timeouts: the kernel keeps x bound to the old
+	# file, as it does for the moment before a pod's change reaches it.
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch,entry_timeout=60,attr_timeout=60"
+	printf old >"$ROOT/x"
+	assert_content "$MNT/x" old
+	printf 'new!' >"$ROOT/x.new"
+	mv "$ROOT/x.new" "$ROOT/x"
+	# The inode number agentd sees (gVisor's gofer numbers its own).
+	local ino
+	ino=$("$WSCTL" -a "$ADDR" stat x | sed -n 's/^ *Inode: //p')
+	[ -n "$ino" ]
+	run "$PY" - "$MNT/x" "$ino" <<-'EOF'
+	import mmap, os, sys
+	fd = os.open(sys.argv[1], os.O_RDONLY)
+	st = os.fstat(fd)
+	m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+	print(st.st_ino == int(sys.argv[2]), st.st_size, m[:].decode(), os.read(fd, 16).decode())
+	EOF
+	assert_status 0
+	assert_eq "$output" "True 4 new! new!"
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	# Changes made in the pod (pod_run: inside agentd's sandbox under

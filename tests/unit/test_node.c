@@ -264,15 +264,15 @@ static void test_kept(void **state)
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), x);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "nope", 4), 0);
 	assert_int_equal(node_child(t, 999999, "x", 1), 0);
-	/* Still named: nothing to keep. */
-	assert_int_equal(node_keep(t, x, 2, 77), -ESTALE);
-	/* mv x.lock x through the mount. */
-	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.lock", 6, NODE_ROOT_ID, "x", 1, false), 0);
-	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), lock);
+	/* mv x.lock x through the mount: x gets the handle while still
+	 * named, then the rename detaches it. */
 	assert_int_equal(node_keep(t, x, 99, 77), -ESTALE); /* another inode */
 	assert_int_equal(node_keep(t, x, 2, 0), -EINVAL);
 	assert_int_equal(node_keep(t, x, 2, 77), 0);
 	assert_int_equal(node_keep(t, x, 2, 78), -ESTALE); /* keeps one */
+	assert_int_equal(node_kept(t, x), 77);
+	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.lock", 6, NODE_ROOT_ID, "x", 1, false), 0);
+	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), lock);
 	assert_int_equal(node_kept(t, x), 77);
 	assert_int_equal(node_kept(t, lock), 0);
 	/* Nothing to release while the node lives, then its handle. */
