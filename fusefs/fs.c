@@ -1771,7 +1771,8 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		q.exchange = flags & RENAME_EXCHANGE;
 		/* A file this rename replaces stays openable through its node
 		 * for as long as the kernel holds it (node_keep()). */
-		victim = q.exchange ? 0 : node_child(fs->nodes, newparent, newname, strlen(newname));
+		if (!q.exchange && !q.noreplace)
+			victim = node_child(fs->nodes, newparent, newname, strlen(newname));
 		q.keep_replaced = victim != 0;
 		{
 			unsigned both = WSFS_SELF_MOVED_FROM | WSFS_SELF_MOVED_TO;
@@ -1810,6 +1811,15 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		/* Keep the table honest: forget both names; lookups rebind. */
 		node_unlink(fs->nodes, parent, name, strlen(name));
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
+	}
+	if (r == 0 && rep->replaced) {
+		/* A replaced file with another name (a hard link) is opened
+		 * and asked for by that name, which may come to hold another
+		 * file: the handle would serve the old one. */
+		uint64_t h = node_unkeep_named(fs->nodes, victim);
+
+		if (h)
+			release_handle(fs, h);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, true) : 0);
 	free_reply(rep);
@@ -1942,15 +1952,20 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
  * An OPEN that fails with ESTALE makes the VFS repeat the open(2) once, with
  * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
  * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
- * thread @tid (fuse_req_ctx()->pid) was told so; stale_retry() says whether
- * an OPEN of @tid is that retry (within WSFS_STALE_NS) and forgets it. The
- * oldest of WSFS_STALE_MAX threads is forgotten first. Any thread.
+ * thread @tid (fuse_req_ctx()->pid) was told so; stale_retry(), called once
+ * at the start of every OPEN and CREATE, says whether this one is that
+ * retry (within WSFS_STALE_NS) and forgets the record either way. The
+ * oldest of WSFS_STALE_MAX threads is forgotten first. tid 0 (an opener
+ * outside the mount's pid namespace) is never recorded: its OPENs count as
+ * retries. Any thread.
  */
 static void stale_told(struct wsfs *fs, pid_t tid)
 {
 	int64_t now = wsfs_now_ns();
 	size_t k, use = 0;
 
+	if (tid == 0)
+		return;
 	pthread_mutex_lock(&fs->stale_lock);
 	for (k = 0; k < WSFS_STALE_MAX; k++) {
 		if (fs->stale[k].tid == tid) {
@@ -1970,6 +1985,8 @@ static bool stale_retry(struct wsfs *fs, pid_t tid)
 	int64_t now = wsfs_now_ns();
 	bool r = false;
 
+	if (tid == 0)
+		return true;
 	pthread_mutex_lock(&fs->stale_lock);
 	for (size_t k = 0; k < WSFS_STALE_MAX; k++) {
 		if (fs->stale[k].tid == tid) {
@@ -1997,6 +2014,8 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	size_t len = 0;
 	uint64_t ngen;
 	int r, tries = 0;
+	/* The VFS's repeat of an open this thread was told ESTALE for. */
+	bool retry = stale_retry(fs, fuse_req_ctx(req)->pid);
 
 	wb_wait(fs);
 again:
@@ -2106,9 +2125,13 @@ again:
 		 * opens the file on the old inode, bypassing its pages
 		 * (FOPEN_DIRECT_IO, set by file_opened()) rather than fail or
 		 * serve clamped or stale bytes (a MAP_SHARED mmap(2) of it
-		 * fails with ENODEV).
+		 * fails with ENODEV). Not with O_TRUNC, which agentd has
+		 * applied to the new file already: a second one on the retry
+		 * could wipe what the pod wrote in between, and a caller that
+		 * does not retry (overlayfs, fanotify, nfsd open by dentry)
+		 * would fail with the file truncated.
 		 */
-		if (!stale_retry(fs, fuse_req_ctx(req)->pid)) {
+		if (!retry && !q.truncate) {
 			release_handle(fs, rep->handle);
 			r = -ESTALE;
 			goto out;
@@ -2163,6 +2186,8 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	size_t len;
 	int r;
 
+	/* An O_CREAT open ws_open told ESTALE may come back as a CREATE. */
+	(void)stale_retry(fs, fuse_req_ctx(req)->pid);
 	wb_wait(fs);
 	memset(&e, 0, sizeof(e));
 	r = child_path(fs, parent, name, &path, &len);

@@ -1092,6 +1092,21 @@ uint64_t node_kept(struct node_table *t, uint64_t id)
 	return h;
 }
 
+uint64_t node_unkeep_named(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	uint64_t h = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->links && n->kept) {
+		h = n->kept;
+		n->kept = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return h;
+}
+
 size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all)
 {
 	size_t n = 0;

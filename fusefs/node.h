@@ -284,6 +284,15 @@ int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle);
 uint64_t node_kept(struct node_table *t, uint64_t id);
 
 /**
+ * When node @p id is bound to a name (a hard link of a file a rename
+ * replaced; node_keep() runs before node_rename() detaches the node), take
+ * its kept handle back: the name may come to hold another file, and opens
+ * and GETATTRs of the node go by name. Returns the handle, which the
+ * caller releases with agentd, or 0 (none, or the node is detached).
+ */
+uint64_t node_unkeep_named(struct node_table *t, uint64_t id);
+
+/**
  * Take up to @p max kept handles whose nodes were freed into @p ids (all
  * nodes' when @p all: at unmount); the caller releases them with agentd.
  * Returns how many.

@@ -964,28 +964,64 @@ PY
 	[ -e "$MNT/t/a/b/new" ]
 }
 
-@test "R1: an open of a name the POD replaced after the mount looked it up opens the new file on its own inode: st_ino, size, MAP_SHARED mmap" {
+@test "R1: an open of a name the POD replaced after the mount looked it up opens the new file on its own inode: st_ino, size, MAP_SHARED mmap; a hard link's other name, O_TRUNC" {
 	agentd_unix
-	# No watch and long timeouts: the kernel keeps x bound to the old
-	# file, as it does for the moment before a pod's change reaches it.
+	# No watch and long timeouts: the kernel keeps each name bound to the
+	# old file, as it does for the moment before a pod's change reaches it.
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch,entry_timeout=60,attr_timeout=60"
 	printf old >"$ROOT/x"
 	assert_content "$MNT/x" old
-	printf 'new!' >"$ROOT/x.new"
-	mv "$ROOT/x.new" "$ROOT/x"
+	# Three in a row from one thread (the first open's retry must not
+	# make the next one take the old inode). Each replaced file keeps a
+	# name in the pod, so that no inode number is used again.
+	run "$PY" - "$MNT" "$ROOT" <<-'EOF'
+	import mmap, os, sys
+	mnt, root = sys.argv[1:3]
+	inos = []
+	for i in range(3):
+	    os.link(root + "/x", root + "/was%d" % i)
+	    with open(root + "/x.new", "w") as f:
+	        f.write("new%d" % i)
+	    os.rename(root + "/x.new", root + "/x")
+	    fd = os.open(mnt + "/x", os.O_RDONLY)
+	    st = os.fstat(fd)
+	    try:
+	        m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+	        data = m[:].decode()
+	        m.close()
+	    except OSError as e:
+	        data = "mmap: " + os.strerror(e.errno)
+	    os.close(fd)
+	    inos.append(st.st_ino)
+	    print(st.st_size, data)
+	print("distinct inodes:", len(set(inos)) == 3, inos[-1])
+	EOF
+	assert_status 0
 	# The inode number agentd sees (gVisor's gofer numbers its own).
 	local ino
 	ino=$("$WSCTL" -a "$ADDR" stat x | sed -n 's/^ *Inode: //p')
 	[ -n "$ino" ]
-	run "$PY" - "$MNT/x" "$ino" <<-'EOF'
-	import mmap, os, sys
-	fd = os.open(sys.argv[1], os.O_RDONLY)
-	st = os.fstat(fd)
-	m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
-	print(st.st_ino == int(sys.argv[2]), st.st_size, m[:].decode(), os.read(fd, 16).decode())
-	EOF
-	assert_status 0
-	assert_eq "$output" "True 4 new! new!"
+	assert_eq "$output" "4 new0
+4 new1
+4 new2
+distinct inodes: True $ino"
+	# O_TRUNC truncates the file the name holds now, once.
+	printf 'pod text' >"$ROOT/x.new"
+	mv "$ROOT/x.new" "$ROOT/x"
+	printf t >"$MNT/x"
+	assert_content "$ROOT/x" t
+	# A hard link: the mount's rename over one name leaves the file its
+	# other name; when the pod replaces that one, it opens the new file.
+	printf old >"$ROOT/a"
+	ln "$ROOT/a" "$ROOT/b"
+	assert_content "$MNT/a" old
+	assert_content "$MNT/b" old
+	printf z >"$MNT/z"
+	mv "$MNT/z" "$MNT/a"
+	printf newb >"$ROOT/b.new"
+	mv "$ROOT/b.new" "$ROOT/b"
+	assert_content "$MNT/b" newb
+	assert_eq "$(stat -c %s "$MNT/b")" 4 "size of b"
 }
 
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {

@@ -273,6 +273,7 @@ static void test_kept(void **state)
 	assert_int_equal(node_kept(t, x), 77);
 	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.lock", 6, NODE_ROOT_ID, "x", 1, false), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), lock);
+	assert_int_equal(node_unkeep_named(t, x), 0); /* detached: keeps it */
 	assert_int_equal(node_kept(t, x), 77);
 	assert_int_equal(node_kept(t, lock), 0);
 	/* Nothing to release while the node lives, then its handle. */
@@ -285,6 +286,23 @@ static void test_kept(void **state)
 	assert_int_equal(ids[0], 77);
 	assert_int_equal(node_kept_drain(t, ids, 8, false), 0);
 	assert_int_equal(node_kept(t, x), 0);
+
+	/* A replaced file with another name (hard link): the rename leaves
+	 * it bound, and the handle is taken back. */
+	{
+		uint64_t a = add_links(t, NODE_ROOT_ID, "ha", 20, 2), b, z;
+
+		b = add_links(t, NODE_ROOT_ID, "hb", 20, 2);
+		assert_int_equal(a, b);
+		z = add(t, NODE_ROOT_ID, "hz", 21, REG);
+		assert_int_equal(node_keep(t, a, 20, 85), 0);
+		assert_int_equal(node_rename(t, NODE_ROOT_ID, "hz", 2, NODE_ROOT_ID, "ha", 2, false), 0);
+		assert_int_equal(node_child(t, NODE_ROOT_ID, "ha", 2), z);
+		assert_int_equal(node_child(t, NODE_ROOT_ID, "hb", 2), a);
+		assert_int_equal(node_unkeep_named(t, a), 85);
+		assert_int_equal(node_kept(t, a), 0);
+		assert_int_equal(node_unkeep_named(t, a), 0);
+	}
 
 	/* Directories keep none; unmount takes every live node's. */
 	d = add(t, NODE_ROOT_ID, "d", 4, DIR_);
