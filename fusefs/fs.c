@@ -1952,7 +1952,9 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
  * An OPEN that fails with ESTALE makes the VFS repeat the open(2) once, with
  * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
  * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
- * thread @tid (fuse_req_ctx()->pid) was told so; stale_retry(), called once
+ * thread @tid (fuse_req_ctx()->pid) was told so because the name it opened
+ * holds another file now (only then: a retry that ends in a LOOKUP's
+ * ENOENT sends no OPEN to take the record); stale_retry(), called once
  * at the start of every OPEN and CREATE, says whether this one is that
  * retry (within WSFS_STALE_NS) and forgets the record either way. The
  * oldest of WSFS_STALE_MAX threads is forgotten first. tid 0 (an opener
@@ -2133,6 +2135,7 @@ again:
 		 */
 		if (!retry && !q.truncate) {
 			release_handle(fs, rep->handle);
+			stale_told(fs, fuse_req_ctx(req)->pid);
 			r = -ESTALE;
 			goto out;
 		}
@@ -2161,8 +2164,6 @@ again:
 		}
 	}
 out:
-	if (r == -ESTALE)
-		stale_told(fs, fuse_req_ctx(req)->pid);
 	if (r < 0) {
 		reply_err(req, r);
 	} else if (fuse_reply_open(req, fi) == -ENOENT) {

@@ -42,8 +42,9 @@
 #define WSFS_WRITE_BEHIND_MAX 64u
 /** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
 #define WSFS_NQ_MAX 64
-/** Threads remembered as told ESTALE by an OPEN (fs.c stale_*). */
-#define WSFS_STALE_MAX 16
+/** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
+ * that many at once, the oldest one's retry is told ESTALE again. */
+#define WSFS_STALE_MAX 64
 /** How long such a thread's retry is looked for, nanoseconds. */
 #define WSFS_STALE_NS 1000000000LL
 

@@ -970,13 +970,21 @@ PY
 	# old file, as it does for the moment before a pod's change reaches it.
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch,entry_timeout=60,attr_timeout=60"
 	printf old >"$ROOT/x"
+	printf gone >"$ROOT/g"
 	assert_content "$MNT/x" old
+	assert_content "$MNT/g" gone
 	# Three in a row from one thread (the first open's retry must not
-	# make the next one take the old inode). Each replaced file keeps a
-	# name in the pod, so that no inode number is used again.
+	# make the next one take the old inode), after an open of a name the
+	# pod removed (ENOENT). Each replaced file keeps a name in the pod, so
+	# that no inode number is used again.
 	run "$PY" - "$MNT" "$ROOT" <<-'EOF'
 	import mmap, os, sys
 	mnt, root = sys.argv[1:3]
+	os.unlink(root + "/g")
+	try:
+	    os.open(mnt + "/g", os.O_RDONLY)
+	except FileNotFoundError:
+	    pass
 	inos = []
 	for i in range(3):
 	    os.link(root + "/x", root + "/was%d" % i)
