@@ -85,6 +85,18 @@ struct wsfs_file {
 	uint64_t ra_seq, ra_mgen; /* inval_seq and mgen before the Open */
 	int64_t ra_at_ns;         /* CLOCK_MONOTONIC of the Open */
 	struct wsfs_file *prev, *next; /* fs_files list */
+	bool created; /* this open made the file (so agentd's user owns it) */
+	/* A SETATTR written behind (sab_*), under fs->sab_lock: the fields of
+	 * SetAttrRequest.valid it sets, their values, the times (ns since the
+	 * epoch; sab_atime/sab_mtime: set), the nodeid it came for, whether it
+	 * waits in fs->sab_head's list and whether a thread is sending one. */
+	uint32_t sab_valid;
+	uint32_t sab_mode, sab_uid, sab_gid;
+	bool sab_atime, sab_mtime;
+	int64_t sab_atime_ns, sab_mtime_ns;
+	fuse_ino_t sab_id;
+	bool sab_listed, sab_sending;
+	struct wsfs_file *sab_next;
 };
 
 /* One name of a directory listing. */
@@ -401,7 +413,7 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
 
 /* Wait until every write replied to before this call has reached agentd
  * or failed. Any FUSE request thread; returns at once with none in flight. */
-static void wb_wait(struct wsfs *fs)
+static void wb_wait_writes(struct wsfs *fs)
 {
 	unsigned n = fs->cfg.write_behind;
 	uint64_t upto;
@@ -491,6 +503,20 @@ static void wb_error_set(struct node_fh *h, void *arg)
 	int none = 0;
 
 	atomic_compare_exchange_strong(&f->wb_err, &none, *(const int *)arg);
+}
+
+static void sab_drain(struct wsfs *fs);
+
+/*
+ * What every request but GETATTR, SETATTR and a written-behind WRITE does
+ * first: wait for the writes (wb_wait_writes()) and send the SETATTRs
+ * (sab_drain()) replied to before it came, so that whatever it reads or
+ * changes in agentd comes after them. Any FUSE request thread.
+ */
+static void wb_wait(struct wsfs *fs)
+{
+	wb_wait_writes(fs);
+	sab_drain(fs);
 }
 
 /* ---- entries ---- */
@@ -1387,9 +1413,15 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int r;
 
-	wb_wait(fs);
+	/* Not sab_drain() first: what a SETATTR kept behind gave is own_attr(). */
+	wb_wait_writes(fs);
 	first_request(fs);
-	if ((own_attr(fs, ino, &st) || attr_kept(fs, ino, &st)) && attr_fits(fs, ino, &st) == 0) {
+	if (own_attr(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
+		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		return;
+	}
+	sab_drain(fs);
+	if (attr_kept(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
@@ -1428,6 +1460,235 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
 		fuse_reply_err(req, S_ISDIR(st.st_mode) || (st.st_mode & 0111) ? 0 : EACCES);
 }
 
+/* ---- setattr-behind ----
+ *
+ * tar -p, cp -a and install(1) set a file's times, owner and mode after
+ * writing it, one call each (utimensat, fchown, fchmod: three SETATTRs,
+ * each a round trip), and then close it. A SETATTR that cannot fail in
+ * agentd is replied to at once with the attributes it gives, and kept on
+ * the open file merged with the ones after it; the merged change goes to
+ * agentd as one SetAttr before any other request (wb_wait()), so FLUSH
+ * (close(2)) returns only once it is in the pod (close-to-open) and
+ * reports its error, as it reports a failed write-behind. "Cannot fail"
+ * (chmod(2), chown(2), utimensat(2): EPERM unless the caller owns the
+ * file): a regular file with one link that this mount created through a
+ * handle still open for writing, so owned by agentd's user; attributes
+ * this mount knows as its own last call left them with nothing since
+ * (own_attr()); a chown that changes neither owner nor group; times given
+ * outright (UTIME_NOW is the pod's clock's); no set-user-ID or
+ * set-group-ID bit before or after (a chown clears them, so the order of
+ * a chown and a chmod would matter). The kernel is told the new mode,
+ * owner and times at once and the host's clock as ctime, which the
+ * SetAttr's reply replaces (the kernel's copy is dropped then).
+ * GETATTR answers from those attributes (own_attr()) without sending.
+ */
+
+/* node_fh_each(): the first file of the node that this mount created and
+ * holds open for writing, into *@arg, with a reference (the table's lock
+ * is held, so its count is this callback's to raise: node_fh_ref()). */
+static void sab_pick(struct node_fh *h, void *arg)
+{
+	struct wsfs_file *f = (struct wsfs_file *)h, **ret = arg;
+
+	if (*ret || !f->created || f->access == WSBRIDGE__V1__ACCESS__RDONLY)
+		return;
+	h->refs++;
+	*ret = f;
+}
+
+/*
+ * Keep the SETATTR of @to_set from @attr for node @ino behind, if it cannot
+ * fail (above): then *@st is what the kernel is to be told and true is
+ * returned; false: send it now. The caller has waited for the writes
+ * before it (wb_wait_writes()). Any FUSE request thread.
+ */
+static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, int to_set,
+		      struct stat *st)
+{
+	const int can = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+			FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;
+	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen);
+	struct wsfs_file *f = NULL;
+	mode_t mode;
+	bool put = false;
+	struct timespec now;
+
+	if (!fs->cfg.setattr_behind || !to_set || (to_set & ~can) ||
+	    !own_attr(fs, ino, st) || !S_ISREG(st->st_mode) || st->st_nlink != 1)
+		return false;
+	mode = to_set & FUSE_SET_ATTR_MODE ? attr->st_mode & 07777 : st->st_mode & 07777;
+	if (((st->st_mode | mode) & (S_ISUID | S_ISGID)) ||
+	    ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != st->st_uid) ||
+	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != st->st_gid))
+		return false;
+	node_fh_each(fs->nodes, ino, sab_pick, &f);
+	if (!f)
+		return false;
+
+	pthread_mutex_lock(&fs->sab_lock);
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		f->sab_valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
+		f->sab_mode = mode;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		f->sab_valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__UID;
+		f->sab_uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		f->sab_valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__GID;
+		f->sab_gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_ATIME) {
+		f->sab_atime = true;
+		f->sab_atime_ns = wsb_ns_of_ts(&attr->st_atim);
+	}
+	if (to_set & FUSE_SET_ATTR_MTIME) {
+		f->sab_mtime = true;
+		f->sab_mtime_ns = wsb_ns_of_ts(&attr->st_mtim);
+	}
+	f->sab_id = ino;
+	if (f->sab_listed || f->sab_sending)
+		put = true; /* the list's reference is there already */
+	else
+		atomic_fetch_add(&fs->sab_n, 1);
+	if (!f->sab_listed) {
+		f->sab_listed = true;
+		f->sab_next = NULL;
+		if (fs->sab_tail)
+			fs->sab_tail->sab_next = f;
+		else
+			fs->sab_head = f;
+		fs->sab_tail = f;
+	}
+	pthread_mutex_unlock(&fs->sab_lock);
+	if (put)
+		file_put(fs, f);
+
+	st->st_mode = (st->st_mode & S_IFMT) | mode;
+	if (to_set & FUSE_SET_ATTR_ATIME)
+		st->st_atim = attr->st_atim;
+	if (to_set & FUSE_SET_ATTR_MTIME)
+		st->st_mtim = attr->st_mtim;
+	clock_gettime(CLOCK_REALTIME, &now);
+	st->st_ctim = now;
+	/* What GETATTR answers until the SetAttr's reply replaces it. */
+	own_keep(fs, ino, st, gen0, mutated(fs), oseq0);
+	return true;
+}
+
+/* Send @f's SetAttr kept behind: @q holds its fields, @id is the node. */
+static void sab_send(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id,
+		     Wsbridge__V1__SetAttrRequest *q)
+{
+	Wsbridge__V1__AttrReply *rep = NULL;
+	struct hslot s = { f, &q->handle };
+	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
+	char *path = NULL;
+	size_t len = 0;
+	struct stat st;
+	int r;
+
+	if (path_of(fs, id, &path, &len) == 0)
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	r = file_rpc(fs, &s, 1, M("SetAttr"), &q->base, &wsbridge__v1__attr_reply__descriptor,
+		     &rep);
+	gen = mutated(fs);
+	if (path)
+		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	if (r == 0)
+		r = attr_to_stat(rep->attr, &st);
+	if (r == 0 && !S_ISREG(st.st_mode))
+		r = -EIO; /* a handle's file keeps its kind: a broken agentd */
+	own_keep(fs, id, r == 0 ? &st : NULL, gen0, gen, oseq0);
+	if (r < 0) {
+		int e = errno_out(r, false);
+
+		wb_error_set(&f->link, &e);
+		node_fh_each(fs->nodes, id, wb_error_set, &e);
+		wsb_warn("a setattr (mode, owner or times), replied to before agentd answered, "
+			 "failed: %s; each descriptor's next write, fsync or close reports it",
+			 strerror(e));
+	}
+	/* The kernel keeps what sab_defer() told it (the host's ctime; all of
+	 * it after a failure) for the attribute timeout: it asks again. */
+	if (fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, id, -1, 0);
+	free(path);
+	free_reply(rep);
+}
+
+/*
+ * Send every SETATTR kept behind (sab_defer()) and wait for those other
+ * threads are sending: on return, agentd has each one that was replied
+ * to before this call. Any thread; returns at once with none.
+ */
+static void sab_drain(struct wsfs *fs)
+{
+	if (atomic_load(&fs->sab_n) == 0)
+		return;
+	pthread_mutex_lock(&fs->sab_lock);
+	while (atomic_load(&fs->sab_n) > 0) {
+		Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+		Wsbridge__V1__TimeSpec at = WSBRIDGE__V1__TIME_SPEC__INIT;
+		Wsbridge__V1__TimeSpec mt = WSBRIDGE__V1__TIME_SPEC__INIT;
+		struct wsfs_file *f, **pp;
+		fuse_ino_t id;
+		bool put;
+
+		/* The first one waiting that nobody is sending. */
+		for (pp = &fs->sab_head; *pp && (*pp)->sab_sending; pp = &(*pp)->sab_next)
+			;
+		f = *pp;
+		if (!f) {
+			pthread_cond_wait(&fs->sab_cond, &fs->sab_lock);
+			continue;
+		}
+		*pp = f->sab_next;
+		if (fs->sab_tail == f) {
+			struct wsfs_file *t = fs->sab_head;
+
+			while (t && t->sab_next)
+				t = t->sab_next;
+			fs->sab_tail = t;
+		}
+		f->sab_next = NULL;
+		f->sab_listed = false;
+		f->sab_sending = true;
+		q.valid = f->sab_valid;
+		q.mode = f->sab_mode;
+		q.uid = f->sab_uid;
+		q.gid = f->sab_gid;
+		if (f->sab_atime) {
+			at.how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
+			at.ns = f->sab_atime_ns;
+			q.atime = &at;
+		}
+		if (f->sab_mtime) {
+			mt.how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
+			mt.ns = f->sab_mtime_ns;
+			q.mtime = &mt;
+		}
+		id = f->sab_id;
+		f->sab_valid = 0;
+		f->sab_atime = f->sab_mtime = false;
+		pthread_mutex_unlock(&fs->sab_lock);
+
+		sab_send(fs, f, id, &q);
+
+		pthread_mutex_lock(&fs->sab_lock);
+		f->sab_sending = false;
+		put = !f->sab_listed; /* else kept behind again meanwhile */
+		if (put)
+			atomic_fetch_sub(&fs->sab_n, 1);
+		pthread_cond_broadcast(&fs->sab_cond);
+		pthread_mutex_unlock(&fs->sab_lock);
+		if (put)
+			file_put(fs, f);
+		pthread_mutex_lock(&fs->sab_lock);
+	}
+	pthread_mutex_unlock(&fs->sab_lock);
+}
+
 /* ---- setattr ---- */
 
 /*
@@ -1462,7 +1723,12 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	size_t len;
 	int r;
 
-	wb_wait(fs);
+	wb_wait_writes(fs);
+	if (sab_defer(fs, ino, attr, to_set, &st)) {
+		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		return;
+	}
+	sab_drain(fs);
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
 		q.mode = attr->st_mode & 07777;
@@ -2227,6 +2493,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		node_forget(fs->nodes, id, 1);
 		goto out;
 	}
+	file_of(fi)->created = !rep->existed;
 	{
 		struct ttl t = ttl_for(fs, seq0, &e.attr);
 
@@ -2473,6 +2740,9 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	/* A SETATTR kept behind goes first: a write after utimensat(2) sets
+	 * mtime anew, and one after chmod u+s clears the bit. */
+	sab_drain(fs);
 	if (!fi->writepage) {
 		int e = wb_error(f, false);
 
@@ -3659,9 +3929,12 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->pf_lock, NULL);
 	pthread_mutex_init(&fs->wb_lock, NULL);
 	pthread_cond_init(&fs->wb_cond, NULL);
+	pthread_mutex_init(&fs->sab_lock, NULL);
+	pthread_cond_init(&fs->sab_cond, NULL);
 	pthread_mutex_init(&fs->nq_lock, NULL);
 	pthread_cond_init(&fs->nq_cond, NULL);
 	atomic_init(&fs->wb_n, 0);
+	atomic_init(&fs->sab_n, 0);
 	fs->wb_seq = 1;
 	if (fs->cfg.write_behind > WSFS_WRITE_BEHIND_MAX)
 		fs->cfg.write_behind = WSFS_WRITE_BEHIND_MAX;
@@ -3678,11 +3951,19 @@ void wsfs_free(struct wsfs *fs)
 
 	if (!fs)
 		return;
+	/* SETATTRs kept behind on files the unmount left open (no FLUSH
+	 * came), before the locks and tables they use go. The session is
+	 * gone: no kernel to tell. */
+	fs->se = NULL;
+	if (fs->client)
+		sab_drain(fs);
 	for (size_t k = 0; k < WSFS_PF_DIRS; k++)
 		pf_free(fs->pf[k]);
 	pthread_mutex_destroy(&fs->pf_lock);
 	pthread_mutex_destroy(&fs->wb_lock);
 	pthread_cond_destroy(&fs->wb_cond);
+	pthread_mutex_destroy(&fs->sab_lock);
+	pthread_cond_destroy(&fs->sab_cond);
 	pthread_mutex_destroy(&fs->nq_lock);
 	pthread_cond_destroy(&fs->nq_cond);
 	wsfs_self_free(fs);

@@ -80,6 +80,11 @@ struct wsfs_config {
 	 * 0 = every write(2) waits for agentd. Each holds one FUSE worker
 	 * thread while it runs. */
 	unsigned write_behind;
+	/** Reply at once to a SETATTR of a file this mount created and holds
+	 * open for writing, and send it merged with the next ones before any
+	 * other request (fs.c "Setattr-behind"; -o setattr_behind=0 turns it
+	 * off). */
+	bool setattr_behind;
 	/** The mount point, absolute and canonical (for /proc/self/mountinfo);
 	 * borrowed, outlives the wsfs; NULL = unknown. */
 	const char *mountpoint;
@@ -201,6 +206,14 @@ struct wsfs {
 	struct wsfs_wb {
 		uint64_t seq, ino, off, end;
 	} wb[WSFS_WRITE_BEHIND_MAX];
+
+	/* Files with a SETATTR replied to before agentd had it (fs.c sab_*):
+	 * a FIFO of the ones waiting, protected by sab_lock (a leaf lock). */
+	pthread_mutex_t sab_lock;
+	pthread_cond_t sab_cond;
+	/** Files waiting or being sent; read without sab_lock as a hint. */
+	atomic_uint sab_n;
+	struct wsfs_file *sab_head, *sab_tail;
 
 	/* Nodes whose pages are to be dropped off the request threads
 	 * (watch.c wsfs_inval_pages_later); protected by nq_lock. */

@@ -50,6 +50,7 @@ struct opts {
 	unsigned read_ahead_kb;
 	unsigned max_dir_entries;
 	unsigned write_behind;
+	unsigned setattr_behind;
 	int foreground;
 	int single;
 	int clone_fd;
@@ -75,6 +76,7 @@ static const struct fuse_opt spec[] = {
 	OPT("read_ahead_kb=%u", read_ahead_kb, 0),
 	OPT("max_dir_entries=%u", max_dir_entries, 0),
 	OPT("write_behind=%u", write_behind, 0),
+	OPT("setattr_behind=%u", setattr_behind, 0),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
 	OPT("--token-file %s", token_file, 0),
@@ -165,6 +167,9 @@ static void usage(FILE *f)
 		"  -o write_behind=N      writes of up to 1 MiB each that write(2) may\n"
 		"                         return before agentd has (close and fsync wait\n"
 		"                         and report their errors; default 4, 0 = none)\n"
+		"  -o setattr_behind=0|1  chmod, chown and utimes of a file wsfs created and\n"
+		"                         holds open for writing reach agentd merged, by\n"
+		"                         its close (close reports their errors; default 1)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
@@ -285,6 +290,7 @@ int main(int argc, char **argv)
 		.read_ahead_kb = 4096,
 		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
 		.write_behind = WSFS_WRITE_BEHIND_DEFAULT,
+		.setattr_behind = 1,
 	};
 	struct wsc_options wo = { 0 };
 	struct wsfs_config cfg;
@@ -364,6 +370,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: write_behind wants 0..%u\n", WSFS_WRITE_BEHIND_MAX);
 		goto out;
 	}
+	if (o.setattr_behind > 1) {
+		fprintf(stderr, "wsfs: setattr_behind wants 0 or 1\n");
+		goto out;
+	}
 	if (!o.token_file) {
 		const char *e = getenv("WSBRIDGE_TOKEN_FILE");
 
@@ -393,6 +403,7 @@ int main(int argc, char **argv)
 	cfg.read_ahead_kb = o.read_ahead_kb;
 	cfg.max_dir_entries = o.max_dir_entries;
 	cfg.write_behind = o.write_behind;
+	cfg.setattr_behind = o.setattr_behind != 0;
 	/* For /proc/self/mountinfo (readahead); the mount point exists. */
 	mnt_real = realpath(mnt, NULL);
 	cfg.mountpoint = mnt_real;

@@ -939,6 +939,7 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: write-behind: when agentd fails some writes of a 16 MiB write(2) (EIO injected), a writer that retries short counts gets the error or the pod has every byte"]="injects EIO into agentd's pwrite64 with strace; under gVisor the writes are the sandbox kernel's"
 	["fs-remote.bats: write-behind: a write agentd fails (EIO injected) fails fsync of every descriptor open on the file"]="injects EIO into agentd's pwrite64 with strace; under gVisor the writes are the sandbox kernel's"
 	["fs-remote.bats: write-behind: a failed write over cached pages: a descriptor open all along reads what the pod has"]="injects EIO into agentd's pwrite64 with strace; under gVisor the writes are the sandbox kernel's"
+	["fs-remote.bats: setattr-behind: a chmod agentd fails (EIO injected) after it returned fails close with EIO; the mount then shows the pod's mode"]="injects EIO into agentd's fchmod with strace; under gVisor the calls are the sandbox kernel's"
 	["fs-remote.bats: A1/R1: appends from the mount and from the pod interleave whole"]="appends from the host race the sandbox's O_APPEND (gVisor computes the append offset itself)"
 	["wsctl.bats: a time past 2262 (ext4 keeps them) is reported as the latest the wire holds, 2262-04-11"]="gVisor keeps times as int64 nanoseconds itself: its stat(2) already shows a 2300 date as 1715"
 	# Runtime.
