@@ -85,7 +85,10 @@ struct wsfs_file {
 	uint64_t ra_seq, ra_mgen; /* inval_seq and mgen before the Open */
 	int64_t ra_at_ns;         /* CLOCK_MONOTONIC of the Open */
 	struct wsfs_file *prev, *next; /* fs_files list */
-	bool created; /* this open made the file (so agentd's user owns it) */
+	bool created;      /* this open made the file */
+	uint32_t owner;    /* its st_uid then: agentd's user */
+	bool closing;      /* a FLUSH or RELEASE came: keep nothing behind; under fs->sab_lock */
+	atomic_int sab_err; /* errno of a SetAttr sent behind that failed, not yet reported */
 	/* A SETATTR written behind (sab_*), under fs->sab_lock: the fields of
 	 * SetAttrRequest.valid it sets, their values, the times (ns since the
 	 * epoch; sab_atime/sab_mtime: set), the nodeid it came for, whether it
@@ -493,7 +496,24 @@ static void wb_end(struct wsfs *fs, uint64_t seq)
  */
 static int wb_error(struct wsfs_file *f, bool take)
 {
-	return take ? atomic_exchange(&f->wb_err, 0) : atomic_load(&f->wb_err);
+	int e, s;
+
+	if (!take)
+		return atomic_load(&f->wb_err);
+	/* flush and fsync also report a SETATTR kept behind that failed
+	 * (sab_send()), which fails no write. */
+	e = atomic_exchange(&f->wb_err, 0);
+	s = atomic_exchange(&f->sab_err, 0);
+	return e ? e : s;
+}
+
+/* Give open file @h the setattr-behind error *@arg unless it has one. */
+static void sab_error_set(struct node_fh *h, void *arg)
+{
+	struct wsfs_file *f = (struct wsfs_file *)h;
+	int none = 0;
+
+	atomic_compare_exchange_strong(&f->sab_err, &none, *(const int *)arg);
 }
 
 /* Give open file @h the write-behind error *@arg unless it has one. */
@@ -1469,10 +1489,12 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
  * the open file merged with the ones after it; the merged change goes to
  * agentd as one SetAttr before any other request (wb_wait()), so FLUSH
  * (close(2)) returns only once it is in the pod (close-to-open) and
- * reports its error, as it reports a failed write-behind. "Cannot fail"
- * (chmod(2), chown(2), utimensat(2): EPERM unless the caller owns the
- * file): a regular file with one link that this mount created through a
- * handle still open for writing, so owned by agentd's user; attributes
+ * reports its error, as fsync does (a write does not fail for it).
+ * "Cannot fail" (chmod(2), chown(2), utimensat(2): EPERM unless the
+ * caller owns the file): a regular file with one link that this mount
+ * created through a handle still open for writing (no FLUSH or RELEASE
+ * of it yet: a change after close(2) returned goes at once) and still
+ * owned by the user that created it, agentd's; attributes
  * this mount knows as its own last call left them with nothing since
  * (own_attr()); a chown that changes neither owner nor group; times given
  * outright (UTIME_NOW is the pod's clock's); no set-user-ID or
@@ -1483,37 +1505,55 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
  * GETATTR answers from those attributes (own_attr()) without sending.
  */
 
-/* node_fh_each(): the first file of the node that this mount created and
- * holds open for writing, into *@arg, with a reference (the table's lock
- * is held, so its count is this callback's to raise: node_fh_ref()). */
+struct sab_pick {
+	uint32_t uid;        /* the file's owner now */
+	struct wsfs_file *f; /* out, referenced; NULL: none */
+};
+
+/* node_fh_each(): the first file of the node that this mount created
+ * (owned by agentd's user: still @arg's uid) and holds open for writing,
+ * into @arg, with a reference (the table's lock is held, so its count is
+ * this callback's to raise: node_fh_ref()). */
 static void sab_pick(struct node_fh *h, void *arg)
 {
-	struct wsfs_file *f = (struct wsfs_file *)h, **ret = arg;
+	struct wsfs_file *f = (struct wsfs_file *)h;
+	struct sab_pick *p = arg;
 
-	if (*ret || !f->created || f->access == WSBRIDGE__V1__ACCESS__RDONLY)
+	if (p->f || !f->created || f->owner != p->uid ||
+	    f->access == WSBRIDGE__V1__ACCESS__RDONLY)
 		return;
 	h->refs++;
-	*ret = f;
+	p->f = f;
+}
+
+/* A time the wire carries as it is (wsb_ns_of_ts() saturates past 2262). */
+static bool sab_time_fits(const struct timespec *ts)
+{
+	return ts->tv_sec > -9000000000LL && ts->tv_sec < 9000000000LL;
 }
 
 /*
  * Keep the SETATTR of @to_set from @attr for node @ino behind, if it cannot
- * fail (above): then *@st is what the kernel is to be told and true is
- * returned; false: send it now. The caller has waited for the writes
+ * fail (above): then *@st is what the kernel is to be told, *@taken0 the
+ * count of changes sab_drain() had taken then (for sab_told()), and true
+ * is returned; false: send it now. The caller has waited for the writes
  * before it (wb_wait_writes()). Any FUSE request thread.
  */
 static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, int to_set,
-		      struct stat *st)
+		      struct stat *st, uint64_t *taken0)
 {
 	const int can = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
 			FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;
 	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen);
-	struct wsfs_file *f = NULL;
+	struct sab_pick pick = { 0 };
+	struct wsfs_file *f;
 	mode_t mode;
 	bool put = false;
 	struct timespec now;
 
 	if (!fs->cfg.setattr_behind || !to_set || (to_set & ~can) ||
+	    ((to_set & FUSE_SET_ATTR_ATIME) && !sab_time_fits(&attr->st_atim)) ||
+	    ((to_set & FUSE_SET_ATTR_MTIME) && !sab_time_fits(&attr->st_mtim)) ||
 	    !own_attr(fs, ino, st) || !S_ISREG(st->st_mode) || st->st_nlink != 1)
 		return false;
 	mode = to_set & FUSE_SET_ATTR_MODE ? attr->st_mode & 07777 : st->st_mode & 07777;
@@ -1521,11 +1561,21 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	    ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != st->st_uid) ||
 	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != st->st_gid))
 		return false;
-	node_fh_each(fs->nodes, ino, sab_pick, &f);
+	pick.uid = (uint32_t)st->st_uid;
+	node_fh_each(fs->nodes, ino, sab_pick, &pick);
+	f = pick.f;
 	if (!f)
 		return false;
 
 	pthread_mutex_lock(&fs->sab_lock);
+	if (f->closing) {
+		/* A change after close(2) (install's chmod by name) must not
+		 * wait for a request that may never come: sent at once. */
+		pthread_mutex_unlock(&fs->sab_lock);
+		file_put(fs, f);
+		return false;
+	}
+	*taken0 = fs->sab_taken;
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		f->sab_valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
 		f->sab_mode = mode;
@@ -1576,13 +1626,18 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	return true;
 }
 
-/* Send @f's SetAttr kept behind: @q holds its fields, @id is the node. */
+/*
+ * Send @f's SetAttr kept behind: @q holds its fields, @id is the node;
+ * @gen0 and @oseq0 (own_keep()) were read when it was taken, under
+ * sab_lock, so that a change kept behind after it makes own_keep() forget
+ * this reply, which lacks that change.
+ */
 static void sab_send(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id,
-		     Wsbridge__V1__SetAttrRequest *q)
+		     Wsbridge__V1__SetAttrRequest *q, uint64_t gen0, uint64_t oseq0)
 {
 	Wsbridge__V1__AttrReply *rep = NULL;
 	struct hslot s = { f, &q->handle };
-	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
+	uint64_t gen;
 	char *path = NULL;
 	size_t len = 0;
 	struct stat st;
@@ -1603,10 +1658,10 @@ static void sab_send(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id,
 	if (r < 0) {
 		int e = errno_out(r, false);
 
-		wb_error_set(&f->link, &e);
-		node_fh_each(fs->nodes, id, wb_error_set, &e);
+		sab_error_set(&f->link, &e);
+		node_fh_each(fs->nodes, id, sab_error_set, &e);
 		wsb_warn("a setattr (mode, owner or times), replied to before agentd answered, "
-			 "failed: %s; each descriptor's next write, fsync or close reports it",
+			 "failed: %s; each descriptor's next fsync or close reports it",
 			 strerror(e));
 	}
 	/* The kernel keeps what sab_defer() told it (the host's ctime; all of
@@ -1632,6 +1687,7 @@ static void sab_drain(struct wsfs *fs)
 		Wsbridge__V1__TimeSpec at = WSBRIDGE__V1__TIME_SPEC__INIT;
 		Wsbridge__V1__TimeSpec mt = WSBRIDGE__V1__TIME_SPEC__INIT;
 		struct wsfs_file *f, **pp;
+		uint64_t gen0, oseq0;
 		fuse_ino_t id;
 		bool put;
 
@@ -1671,9 +1727,12 @@ static void sab_drain(struct wsfs *fs)
 		id = f->sab_id;
 		f->sab_valid = 0;
 		f->sab_atime = f->sab_mtime = false;
+		fs->sab_taken++;
+		gen0 = atomic_load(&fs->mgen);
+		oseq0 = own_seq(fs);
 		pthread_mutex_unlock(&fs->sab_lock);
 
-		sab_send(fs, f, id, &q);
+		sab_send(fs, f, id, &q, gen0, oseq0);
 
 		pthread_mutex_lock(&fs->sab_lock);
 		f->sab_sending = false;
@@ -1686,6 +1745,38 @@ static void sab_drain(struct wsfs *fs)
 			file_put(fs, f);
 		pthread_mutex_lock(&fs->sab_lock);
 	}
+	pthread_mutex_unlock(&fs->sab_lock);
+}
+
+/*
+ * After the reply to a SETATTR that sab_defer() kept behind when
+ * sab_drain() had taken @taken0 changes: if it has taken more since, the
+ * change may have reached agentd, and the kernel's attributes been dropped
+ * (sab_send()), before the kernel got that reply, which it then keeps:
+ * drop them again. Any FUSE request thread.
+ */
+static void sab_told(struct wsfs *fs, fuse_ino_t ino, uint64_t taken0)
+{
+	bool moved;
+
+	pthread_mutex_lock(&fs->sab_lock);
+	moved = fs->sab_taken != taken0;
+	pthread_mutex_unlock(&fs->sab_lock);
+	if (moved && fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+}
+
+/*
+ * A FLUSH or RELEASE of @f came: nothing more is kept behind on it (a
+ * change made after close(2) returned would wait for a later request, or
+ * be lost with @f). Then the caller sends what is (wb_wait()).
+ */
+static void sab_closing(struct wsfs *fs, struct wsfs_file *f)
+{
+	if (!f)
+		return;
+	pthread_mutex_lock(&fs->sab_lock);
+	f->closing = true;
 	pthread_mutex_unlock(&fs->sab_lock);
 }
 
@@ -1718,14 +1809,16 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct wsfs_file *f = NULL;
 	struct node_info info;
 	uint64_t seq0 = seq_now(fs), oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
+	uint64_t taken0;
 	struct stat st;
 	char *path = NULL;
 	size_t len;
 	int r;
 
 	wb_wait_writes(fs);
-	if (sab_defer(fs, ino, attr, to_set, &st)) {
+	if (sab_defer(fs, ino, attr, to_set, &st, &taken0)) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		sab_told(fs, ino, taken0);
 		return;
 	}
 	sab_drain(fs);
@@ -2494,6 +2587,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		goto out;
 	}
 	file_of(fi)->created = !rep->existed;
+	file_of(fi)->owner = (uint32_t)e.attr.st_uid;
 	{
 		struct ttl t = ttl_for(fs, seq0, &e.attr);
 
@@ -2732,6 +2826,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct stat st;
 	bool have_st = false;
 	uint64_t oseq0, gen0, gen, wseq = 0;
+	bool sab_none;
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
@@ -2775,6 +2870,10 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	oseq0 = own_seq(fs);
 	gen0 = atomic_load(&fs->mgen);
+	/* A SETATTR kept behind since the drain above (an mmap writeback
+	 * holds no lock against one): this reply would lack it. One kept
+	 * after gen0 moves mgen itself. */
+	sab_none = atomic_load(&fs->sab_n) == 0;
 	/* Detached (unlinked) files have no path and no echo to expect. */
 	if (path_of(fs, ino, &path, &len) == 0)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
@@ -2812,7 +2911,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
 		free(path);
 	}
-	own_keep(fs, ino, r == 0 && have_st && done == size ? &st : NULL, gen0, gen, oseq0);
+	own_keep(fs, ino, r == 0 && have_st && done == size && sab_none ? &st : NULL, gen0, gen,
+		 oseq0);
 	if ((f->direct_io && !fi->writepage) || (behind && r < 0)) {
 		/* Not through the kernel's pages (O_APPEND, file_opened()), or
 		 * pages agentd lacks: the next open must not keep them. */
@@ -2859,6 +2959,7 @@ static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* Nothing is buffered here once the writes in flight have ended;
 	 * close(2) reports the first that failed. */
 	(void)ino;
+	sab_closing(fs, f);
 	wb_wait(fs);
 	fuse_reply_err(req, f ? wb_error(f, true) : 0);
 }
@@ -2871,6 +2972,7 @@ static void ws_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	char *path = NULL;
 	size_t len = 0;
 
+	sab_closing(fs, f);
 	wb_wait(fs); /* before the Close, and before @f goes */
 	fuse_reply_err(req, 0);
 	if (!f)

@@ -214,6 +214,8 @@ struct wsfs {
 	/** Files waiting or being sent; read without sab_lock as a hint. */
 	atomic_uint sab_n;
 	struct wsfs_file *sab_head, *sab_tail;
+	/** Changes sab_drain() has taken to send, ever. */
+	uint64_t sab_taken;
 
 	/* Nodes whose pages are to be dropped off the request threads
 	 * (watch.c wsfs_inval_pages_later); protected by nq_lock. */

@@ -10,6 +10,9 @@ prints what it found, exits non-zero on a difference.
          chmod, times and chmod again (the last must win). fstat on the
          mount shows each change at once; right after close the pod's file
          has the mode, owner, size and mtime the mount showed.
+  closed N files each created, written and closed, then chmod'ed and
+         their times set by name (install(1)): the pod has both as soon
+         as each call returned (nothing is kept behind after close).
   eio    N files created, written and chmod'ed 0600 while agentd fails
          every fchmod(2) (the caller injects EIO): a chmod kept behind
          returns and close fails with EIO ("eN: close: EIO"), the pod's
@@ -73,6 +76,24 @@ def order(mnt, root, n):
     return 1 if bad else 0
 
 
+def closed(mnt, root, n):
+    bad = 0
+    for i in range(n):
+        name = "c%d" % i
+        with open(os.path.join(mnt, name), "wb") as f:
+            f.write(b"x\n")
+        # install(1), `cat > f; chmod +x f`: by name, after close(2).
+        os.chmod(os.path.join(mnt, name), 0o751)
+        os.utime(os.path.join(mnt, name), ns=(T1, T1))
+        pod = os.lstat(os.path.join(root, name))
+        if stat.S_IMODE(pod.st_mode) != 0o751 or pod.st_mtime_ns != T1:
+            print("%s: the pod has mode %o mtime %d right after chmod and utime returned"
+                  % (name, stat.S_IMODE(pod.st_mode), pod.st_mtime_ns))
+            bad += 1
+    print("closed: %d files, %d differences" % (n, bad))
+    return 1 if bad else 0
+
+
 def eio(mnt, root, n):
     bad = 0
     for i in range(n):
@@ -112,6 +133,8 @@ def main():
         return order(mnt, root, n)
     if check == "eio":
         return eio(mnt, root, n)
+    if check == "closed":
+        return closed(mnt, root, n)
     print("unknown check", check)
     return 2
 
