@@ -1482,9 +1482,9 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
 
 /* ---- setattr-behind ----
  *
- * tar -p, cp -a and install(1) set a file's times, owner and mode after
- * writing it, one call each (utimensat, fchown, fchmod: three SETATTRs,
- * each a round trip), and then close it. A SETATTR that cannot fail in
+ * tar -p and cp -a set a file's times, owner and mode after writing it,
+ * one call each (utimensat, fchown, fchmod: three SETATTRs, each a round
+ * trip), and then close it. A SETATTR that cannot fail in
  * agentd is replied to at once with the attributes it gives, and kept on
  * the open file merged with the ones after it; the merged change goes to
  * agentd as one SetAttr before any other request (wb_wait()), so FLUSH
@@ -1569,7 +1569,7 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 
 	pthread_mutex_lock(&fs->sab_lock);
 	if (f->closing) {
-		/* A change after close(2) (install's chmod by name) must not
+		/* A change after close(2) (install(1)'s chmod by name) must not
 		 * wait for a request that may never come: sent at once. */
 		pthread_mutex_unlock(&fs->sab_lock);
 		file_put(fs, f);
