@@ -60,23 +60,26 @@ struct opts {
 	int help;
 	int version;
 	int bad;
+	int bad_value; /* a number option's value did not parse: said so */
 };
 
-enum { KEY_DEBUG, KEY_HELP, KEY_VERSION };
+enum { KEY_DEBUG, KEY_HELP, KEY_VERSION, KEY_NUM };
 
 #define OPT(t, f, v) { t, offsetof(struct opts, f), v }
 
 static const struct fuse_opt spec[] = {
-	OPT("entry_timeout=%lf", entry_timeout, 0),
-	OPT("attr_timeout=%lf", attr_timeout, 0),
-	OPT("negative_timeout=%lf", negative_timeout, 0),
-	OPT("watch_timeout=%lf", watch_timeout, 0),
-	OPT("rpc_timeout=%lf", rpc_timeout, 0),
-	OPT("max_threads=%u", max_threads, 0),
-	OPT("read_ahead_kb=%u", read_ahead_kb, 0),
-	OPT("max_dir_entries=%u", max_dir_entries, 0),
-	OPT("write_behind=%u", write_behind, 0),
-	OPT("setattr_behind=%u", setattr_behind, 0),
+	/* Numbers: num_opt() reads the whole value (fuse_opt's %u and %lf
+	 * are sscanf's, which take "4k" for 4 and "0x1" for 0). */
+	FUSE_OPT_KEY("entry_timeout=", KEY_NUM),
+	FUSE_OPT_KEY("attr_timeout=", KEY_NUM),
+	FUSE_OPT_KEY("negative_timeout=", KEY_NUM),
+	FUSE_OPT_KEY("watch_timeout=", KEY_NUM),
+	FUSE_OPT_KEY("rpc_timeout=", KEY_NUM),
+	FUSE_OPT_KEY("max_threads=", KEY_NUM),
+	FUSE_OPT_KEY("read_ahead_kb=", KEY_NUM),
+	FUSE_OPT_KEY("max_dir_entries=", KEY_NUM),
+	FUSE_OPT_KEY("write_behind=", KEY_NUM),
+	FUSE_OPT_KEY("setattr_behind=", KEY_NUM),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
 	OPT("--token-file %s", token_file, 0),
@@ -96,6 +99,77 @@ static const struct fuse_opt spec[] = {
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END
 };
+
+/* The options num_opt() reads: a double (seconds) or an unsigned. */
+static const struct num_opt {
+	const char *name;
+	size_t off;
+	bool real;
+} num_opts[] = {
+	{ "entry_timeout", offsetof(struct opts, entry_timeout), true },
+	{ "attr_timeout", offsetof(struct opts, attr_timeout), true },
+	{ "negative_timeout", offsetof(struct opts, negative_timeout), true },
+	{ "watch_timeout", offsetof(struct opts, watch_timeout), true },
+	{ "rpc_timeout", offsetof(struct opts, rpc_timeout), true },
+	{ "max_threads", offsetof(struct opts, max_threads), false },
+	{ "read_ahead_kb", offsetof(struct opts, read_ahead_kb), false },
+	{ "max_dir_entries", offsetof(struct opts, max_dir_entries), false },
+	{ "write_behind", offsetof(struct opts, write_behind), false },
+	{ "setattr_behind", offsetof(struct opts, setattr_behind), false },
+};
+
+/*
+ * Set the option NAME=VALUE that @arg holds (one of num_opts) in @o: VALUE
+ * must be decimal digits (with one '.' for seconds), nothing else: no
+ * sign, space, exponent, hex or unit, and within range of its type.
+ * Returns 0, or -1 after a message on stderr.
+ */
+static int num_opt(struct opts *o, const char *arg)
+{
+	const char *eq = strchr(arg, '='), *v = eq ? eq + 1 : "";
+	size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg), digits = strspn(v, "0123456789");
+
+	for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++) {
+		const struct num_opt *n = &num_opts[i];
+		char *at = (char *)o + n->off;
+		char *end;
+
+		if (strlen(n->name) != nlen || memcmp(n->name, arg, nlen) != 0)
+			continue;
+		errno = 0;
+		if (n->real) {
+			size_t frac = v[digits] == '.' ? strspn(v + digits + 1, "0123456789") : 0;
+			bool dot = v[digits] == '.';
+			double d;
+
+			if ((digits || frac) && v[digits + dot + frac] == '\0') {
+				d = strtod(v, &end);
+				if (!*end && errno == 0) {
+					memcpy(at, &d, sizeof(d));
+					return 0;
+				}
+			}
+			fprintf(stderr, "wsfs: %s wants seconds (like 1 or 0.5), not '%s'\n",
+				n->name, v);
+		} else {
+			unsigned long u;
+
+			if (digits && !v[digits]) {
+				u = strtoul(v, &end, 10);
+				if (errno == 0 && u <= UINT_MAX) {
+					unsigned x = (unsigned)u;
+
+					memcpy(at, &x, sizeof(x));
+					return 0;
+				}
+			}
+			fprintf(stderr, "wsfs: %s wants a whole number, not '%s'\n", n->name, v);
+		}
+		return -1;
+	}
+	fprintf(stderr, "wsfs: unknown option '%s'\n", arg);
+	return -1;
+}
 
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
@@ -123,6 +197,10 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		return 0;
 	case KEY_VERSION:
 		o->version = 1;
+		return 0;
+	case KEY_NUM:
+		if (num_opt(o, arg) < 0)
+			o->bad_value = 1;
 		return 0;
 	default:
 		return 1; /* for fuse_session_new */
@@ -309,7 +387,13 @@ int main(int argc, char **argv)
 	wsb_malloc_tune(); /* before any thread: see wsb.h */
 	signal(SIGPIPE, SIG_IGN);
 	wsb_log_init("wsfs", WSB_LOG_NOTICE);
-	if (fuse_opt_parse(&args, &o, spec, opt_proc) < 0 || o.bad) {
+	if (fuse_opt_parse(&args, &o, spec, opt_proc) < 0) {
+		usage(stderr);
+		goto out;
+	}
+	if (o.bad_value)
+		goto out; /* num_opt() said which and why */
+	if (o.bad) {
 		usage(stderr);
 		goto out;
 	}

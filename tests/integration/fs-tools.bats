@@ -276,14 +276,19 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	assert_eq "$(cat "/sys/class/bdi/$dev/read_ahead_kb")" 2048 "read_ahead_kb=2048"
 }
 
-@test "wsfs refuses options out of range with a message, and mounts nothing" {
+@test "wsfs refuses options out of range or not numbers with a one-line message, and mounts nothing" {
 	local m="$BATS_TEST_TMPDIR/m2" o
 	mkdir -p "$m"
 	for o in read_ahead_kb=1048577 max_threads=0 rpc_timeout=0.01 max_dir_entries=0 \
-		max_dir_entries=67108865 write_behind=65; do
+		max_dir_entries=67108865 write_behind=65 setattr_behind=2 \
+		setattr_behind=1x write_behind=4k max_threads=' 4' setattr_behind=yes \
+		setattr_behind= rpc_timeout=0x1 entry_timeout=inf attr_timeout=1e3 \
+		max_threads=99999999999; do
 		run --separate-stderr "$WSFS" -f -o "$o" "$ADDR" "$m"
 		assert_status 1
 		assert_contains "$stderr" "${o%%=*} wants"
+		# One line that says which and why, not the usage after it.
+		assert_eq "$(wc -l <<<"$stderr")" 1
 		! is_mounted "$m"
 	done
 	for o in 127.0.0.1:99999 127.0.0.1; do
