@@ -18,9 +18,9 @@
  * fails with EIO from then on if not.
  *
  * Caching: no writeback cache; a write(2) through the kernel's pages may
- * return before agentd has it (write-behind, below), but flush (close) and
- * fsync wait for it; kernel entry/attribute timeouts, longer
- * while the watch stream is live; FOPEN_KEEP_CACHE only when the file's
+ * return before agentd has it (write-behind, below; small ones gathered
+ * into one, "Write gathering"), but flush (close) and fsync wait for it;
+ * kernel entry/attribute timeouts, longer while the watch stream is live; FOPEN_KEEP_CACHE only when the file's
  * (ino, size, mtime) are what this mount saw last. POSIX and BSD locks are
  * not implemented, so the kernel keeps them locally (per mount).
  *
@@ -92,14 +92,17 @@ struct wsfs_file {
 	/* A SETATTR written behind (sab_*), under fs->sab_lock: the fields of
 	 * SetAttrRequest.valid it sets, their values, the times (ns since the
 	 * epoch; sab_atime/sab_mtime: set), the nodeid it came for, whether it
-	 * waits in fs->sab_head's list and whether a thread is sending one. */
+	 * waits in fs->sab_list and whether a thread is sending one. */
 	uint32_t sab_valid;
 	uint32_t sab_mode, sab_uid, sab_gid;
 	bool sab_atime, sab_mtime;
 	int64_t sab_atime_ns, sab_mtime_ns;
 	fuse_ino_t sab_id;
 	bool sab_listed, sab_sending;
-	struct wsfs_file *sab_next;
+	TAILQ_ENTRY(wsfs_file) sab_entry;
+	/* The run of gathered writes the next WRITE may join (fs.c "Write
+	 * gathering"), or NULL; under fs->gb_lock. */
+	struct wsfs_gather *g;
 };
 
 /* One name of a directory listing. */
@@ -414,6 +417,8 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * leaf lock; the waits are bounded by the writes' RPC deadlines.
  */
 
+static void gb_flush(struct wsfs *fs);
+
 /* Wait until every write replied to before this call has reached agentd
  * or failed. Any FUSE request thread; returns at once with none in flight. */
 static void wb_wait_writes(struct wsfs *fs)
@@ -421,6 +426,8 @@ static void wb_wait_writes(struct wsfs *fs)
 	unsigned n = fs->cfg.write_behind;
 	uint64_t upto;
 
+	/* Gathered writes (below) are writes behind not yet sent. */
+	gb_flush(fs);
 	if (atomic_load(&fs->wb_n) == 0)
 		return;
 	pthread_mutex_lock(&fs->wb_lock);
@@ -1603,12 +1610,7 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 		atomic_fetch_add(&fs->sab_n, 1);
 	if (!f->sab_listed) {
 		f->sab_listed = true;
-		f->sab_next = NULL;
-		if (fs->sab_tail)
-			fs->sab_tail->sab_next = f;
-		else
-			fs->sab_head = f;
-		fs->sab_tail = f;
+		TAILQ_INSERT_TAIL(&fs->sab_list, f, sab_entry);
 	}
 	pthread_mutex_unlock(&fs->sab_lock);
 	if (put)
@@ -1686,28 +1688,20 @@ static void sab_drain(struct wsfs *fs)
 		Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
 		Wsbridge__V1__TimeSpec at = WSBRIDGE__V1__TIME_SPEC__INIT;
 		Wsbridge__V1__TimeSpec mt = WSBRIDGE__V1__TIME_SPEC__INIT;
-		struct wsfs_file *f, **pp;
+		struct wsfs_file *f;
 		uint64_t gen0, oseq0;
 		fuse_ino_t id;
 		bool put;
 
 		/* The first one waiting that nobody is sending. */
-		for (pp = &fs->sab_head; *pp && (*pp)->sab_sending; pp = &(*pp)->sab_next)
-			;
-		f = *pp;
+		TAILQ_FOREACH(f, &fs->sab_list, sab_entry)
+			if (!f->sab_sending)
+				break;
 		if (!f) {
 			pthread_cond_wait(&fs->sab_cond, &fs->sab_lock);
 			continue;
 		}
-		*pp = f->sab_next;
-		if (fs->sab_tail == f) {
-			struct wsfs_file *t = fs->sab_head;
-
-			while (t && t->sab_next)
-				t = t->sab_next;
-			fs->sab_tail = t;
-		}
-		f->sab_next = NULL;
+		TAILQ_REMOVE(&fs->sab_list, f, sab_entry);
 		f->sab_listed = false;
 		f->sab_sending = true;
 		q.valid = f->sab_valid;
@@ -2811,84 +2805,46 @@ static int write_pos(struct wsfs *fs, struct wsfs_file *f, Wsbridge__V1__WriteRe
 	return r;
 }
 
-static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+/*
+ * Send bytes [@off, @off + @size) of @buf, written through open file @f of
+ * node @ino, to agentd: Write RPCs of up to CHUNK_MAX bytes each, with
+ * @timeout_ms each. @behind: the kernel was told already (write-behind or
+ * gathered): a failure goes to every handle of the file (wb_error()) and
+ * its pages are dropped, and a short write is carried on. @writepage: the
+ * kernel's writeback of a mapping (fi->writepage). Keeps what the replies
+ * say (own_keep(), node_seen_*). Returns 0 or -errno; *@done: bytes agentd
+ * wrote. Any FUSE request thread, or gb_main(); the caller has ordered it
+ * against other writes (wb_begin() or wb_wait()).
+ */
+static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const char *buf,
+		     size_t size, uint64_t off, bool behind, bool writepage, uint64_t timeout_ms,
+		     size_t *done_out)
 {
-	struct wsfs *fs = FS(req);
-	struct wsfs_file *f = file_of(fi);
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
 	struct hslot s = { f, &q.handle };
-	/* Write-behind (above): libfuse keeps @buf until this returns. */
-	bool behind = fs->cfg.write_behind > 0 && !fi->writepage && !f->append && !f->direct_io;
-	bool sequential;
-	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms;
+	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
+	/* A SETATTR kept behind since the caller's drain (an mmap writeback
+	 * holds no lock against one): this reply would lack it. One kept
+	 * after gen0 moves mgen itself. */
+	bool sab_none = atomic_load(&fs->sab_n) == 0;
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
-	uint64_t oseq0, gen0, gen, wseq = 0;
-	bool sab_none;
 	char *path = NULL;
 	size_t len = 0;
 	int r = 0;
 
-	if (off < 0 || (uint64_t)off > UINT64_MAX - size) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	/* A SETATTR kept behind goes first: a write after utimensat(2) sets
-	 * mtime anew, and one after chmod u+s clears the bit. */
-	sab_drain(fs);
-	if (!fi->writepage) {
-		int e = wb_error(f, false);
-
-		if (e) {
-			fuse_reply_err(req, e);
-			return;
-		}
-	}
-	/* Only a write that goes on where the handle's last one ended: a
-	 * file written in one write(2) and closed would gain nothing, and its
-	 * close would wait for the write on one more thread hand-off. */
-	pthread_mutex_lock(&f->lock);
-	sequential = f->wrote && f->write_end == (uint64_t)off;
-	f->wrote = true;
-	f->write_end = (uint64_t)off + size;
-	pthread_mutex_unlock(&f->lock);
-	behind = behind && sequential;
-	if (behind) {
-		unsigned ahead;
-
-		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size, &ahead);
-		/* Those ahead share the link: the deadline covers their bytes
-		 * too, or a slow link would fail what a write at a time does not
-		 * (at most 64 times a uint32_t: no overflow). */
-		timeout_ms *= 1 + ahead;
-		if (timeout_ms > UINT32_MAX)
-			timeout_ms = UINT32_MAX;
-	} else {
-		wb_wait(fs);
-	}
-	oseq0 = own_seq(fs);
-	gen0 = atomic_load(&fs->mgen);
-	/* A SETATTR kept behind since the drain above (an mmap writeback
-	 * holds no lock against one): this reply would lack it. One kept
-	 * after gen0 moves mgen itself. */
-	sab_none = atomic_load(&fs->sab_n) == 0;
 	/* Detached (unlinked) files have no path and no echo to expect. */
 	if (path_of(fs, ino, &path, &len) == 0)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-	if (behind) {
-		fuse_reply_write(req, size);
-		req = NULL;
-	}
 	while (done < size) {
 		Wsbridge__V1__WriteReply *rep = NULL;
 		size_t want = size - done < CHUNK_MAX ? size - done : CHUNK_MAX;
 		size_t n;
 
-		q.offset = (uint64_t)off + done;
+		q.offset = off + done;
 		q.data = bin(buf + done, want);
-		if (fi->writepage && f->append)
+		if (writepage && f->append)
 			r = write_pos(fs, f, &q, &rep);
 		else
 			r = file_rpc_ex(fs, &s, 1, M("Write"), &q.base,
@@ -2913,7 +2869,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	own_keep(fs, ino, r == 0 && have_st && done == size && sab_none ? &st : NULL, gen0, gen,
 		 oseq0);
-	if ((f->direct_io && !fi->writepage) || (behind && r < 0)) {
+	if ((f->direct_io && !writepage) || (behind && r < 0)) {
 		/* Not through the kernel's pages (O_APPEND, file_opened()), or
 		 * pages agentd lacks: the next open must not keep them. */
 		node_seen_set(fs->nodes, ino, NULL);
@@ -2928,27 +2884,421 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		else
 			node_seen_set(fs->nodes, ino, &now);
 	}
-	if (behind) {
-		if (r < 0) {
-			int e = errno_out(r, false);
+	if (behind && r < 0) {
+		int e = errno_out(r, false);
 
-			/* Every handle open on the file reports it, as every
-			 * descriptor does after a failed writeback (errseq). */
-			wb_error_set(&f->link, &e);
-			node_fh_each(fs->nodes, ino, wb_error_set, &e);
-			/* The kernel's pages hold bytes agentd has not got:
-			 * descriptors open now must read what it has. */
-			wsfs_inval_pages_later(fs, ino);
-			wsb_warn("a write of %zu bytes at %jd, replied to before agentd answered, "
-				 "failed: %s; each descriptor's next write, fsync or close reports it",
-				 size, (intmax_t)off, strerror(errno_out(r, false)));
-		}
-		wb_end(fs, wseq);
-	} else if (r < 0 && done == 0) {
-		reply_err(req, r);
-	} else {
-		fuse_reply_write(req, done);
+		/* Every handle open on the file reports it, as every
+		 * descriptor does after a failed writeback (errseq). */
+		wb_error_set(&f->link, &e);
+		node_fh_each(fs->nodes, ino, wb_error_set, &e);
+		/* The kernel's pages hold bytes agentd has not got:
+		 * descriptors open now must read what it has. */
+		wsfs_inval_pages_later(fs, ino);
+		wsb_warn("a write of %zu bytes at %ju, replied to before agentd answered, "
+			 "failed: %s; each descriptor's next write, fsync or close reports it",
+			 size, (uintmax_t)off, strerror(e));
 	}
+	*done_out = done;
+	return r;
+}
+
+/* ---- write gathering ----
+ *
+ * tar, cp, compilers and editors write a small file in a few write(2)s of
+ * 4-10 KiB (tar: one per 10 KiB record the file's bytes cross), each a
+ * WRITE and, sent as it came, a round trip. A WRITE that write-behind
+ * would take (above) and that is smaller than WSFS_GATHER_MAX is instead
+ * copied into its handle's run when it goes on where the run ends (and
+ * no other handle began a run of the file since), or starts a run if it
+ * goes on where the handle's last write ended or is the handle's first,
+ * and is replied to at once. A run goes to agentd as
+ * one write behind (one Write RPC of its bytes) when:
+ * - any request that waits for the writes before it (wb_wait_writes():
+ *   all but a written-behind WRITE) comes: FLUSH, so close(2); fsync;
+ *   GETATTR (so stat(2) shows agentd's size); a SETATTR, kept behind or
+ *   not; a READ the kernel's pages lack; another open; any change of
+ *   names; that request's thread sends it, and the request goes on once
+ *   agentd has it;
+ * - a WRITE of the same handle does not go on where the run ends, or
+ *   would take it past WSFS_GATHER_MAX, or comes after another handle
+ *   began a run of the file (the run is sent behind by that WRITE's
+ *   thread, which starts the next run);
+ * - it has waited WSFS_GATHER_NS (gb_main(): a writer that stops without
+ *   closing, such as a log, reaches the pod within that);
+ * - near WSFS_GATHER_TOTAL_MAX bytes allocated for runs in the mount
+ *   (each takes 16 KiB at least), writes go as they come.
+ * Runs of one file take their write-behind slots (wb_begin()) in the
+ * order they began, and each holds only bytes written before the next
+ * one began, so that where two handles wrote the same bytes the later
+ * write wins in the pod, as it did on the host. A run that fails is reported
+ * as a failed write-behind (wb_error()). Every other process on the host
+ * reads the bytes from the kernel's pages at once; the pod sees them by
+ * close(2), fsync(2) or WSFS_GATHER_NS later (README "Consistency").
+ */
+
+/* A run of gathered writes: bytes [off, off + len) of buf. */
+struct wsfs_gather {
+	TAILQ_ENTRY(wsfs_gather) entry; /* fs->gb_list, oldest first */
+	struct wsfs_file *f;      /* referenced (node_fh_ref()) */
+	fuse_ino_t id;            /* the nodeid the writes came for */
+	uint64_t off;             /* file offset of buf[0], bytes */
+	size_t len, cap;          /* bytes in buf, bytes allocated */
+	char *buf;
+	uint64_t seq;     /* fs->gb_seq when it began */
+	int64_t born_ns;  /* wsfs_now_ns() when it began */
+	bool sending;     /* a thread took it to send: no more bytes join it */
+	bool begun;       /* ... and holds its write-behind slot */
+};
+
+/* Whether run @g may take its write-behind slot now: every older run of
+ * its file has taken one. Under gb_lock. */
+static bool gb_ready(struct wsfs *fs, const struct wsfs_gather *g)
+{
+	const struct wsfs_gather *o;
+
+	TAILQ_FOREACH(o, &fs->gb_list, entry) {
+		if (o == g)
+			return true;
+		if (o->f->ino == g->f->ino && !o->begun)
+			return false;
+	}
+	return true;
+}
+
+/* Whether run @g is the newest of its file: a write may join it only
+ * then, so that every byte of a run was written before any byte of a
+ * newer one of the file. Under gb_lock. */
+static bool gb_newest(const struct wsfs_gather *g)
+{
+	const struct wsfs_gather *o = g;
+
+	while ((o = TAILQ_NEXT(o, entry)))
+		if (o->f->ino == g->f->ino)
+			return false;
+	return true;
+}
+
+/*
+ * The oldest run begun before number @upto that nobody is sending and that
+ * may be sent now (gb_ready()), or NULL; *@wait: some such run is being
+ * sent, or waits for an older one of its file. Under gb_lock.
+ */
+static struct wsfs_gather *gb_pick(struct wsfs *fs, uint64_t upto, bool *wait)
+{
+	struct wsfs_gather *g;
+
+	*wait = false;
+	TAILQ_FOREACH(g, &fs->gb_list, entry) {
+		if (g->seq >= upto)
+			break;
+		if (!g->sending && gb_ready(fs, g))
+			return g;
+		*wait = true;
+	}
+	return NULL;
+}
+
+/* Take run @g to send it: no more bytes join it. Under gb_lock. */
+static void gb_take(struct wsfs_gather *g)
+{
+	g->sending = true;
+	if (g->f->g == g)
+		g->f->g = NULL;
+}
+
+/*
+ * Send run @g (gb_take()n) behind: take a write-behind slot (wb_begin(): in
+ * order with writes in flight that overlap it), reply @size to @req if not
+ * NULL (a WRITE that closed the run waits for the slot as one sent behind
+ * does), send it, unlist and free it. Call without gb_lock. Any thread.
+ */
+static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size_t size)
+{
+	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms, wseq;
+	unsigned ahead;
+	size_t done;
+
+	wseq = wb_begin(fs, g->f->ino, g->off, g->off + g->len, &ahead);
+	pthread_mutex_lock(&fs->gb_lock);
+	g->begun = true;
+	pthread_cond_broadcast(&fs->gb_cond);
+	pthread_mutex_unlock(&fs->gb_lock);
+	if (req)
+		fuse_reply_write(req, size);
+	timeout_ms *= 1 + ahead; /* as ws_write()'s: at most 64 times a uint32_t */
+	if (timeout_ms > UINT32_MAX)
+		timeout_ms = UINT32_MAX;
+	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, timeout_ms, &done);
+	wb_end(fs, wseq);
+
+	pthread_mutex_lock(&fs->gb_lock);
+	TAILQ_REMOVE(&fs->gb_list, g, entry);
+	fs->gb_bytes -= g->cap;
+	atomic_fetch_sub(&fs->gb_n, 1);
+	pthread_cond_broadcast(&fs->gb_cond);
+	pthread_mutex_unlock(&fs->gb_lock);
+	file_put(fs, g->f);
+	free(g->buf);
+	free(g);
+}
+
+/*
+ * Send every run gathered before this call and wait for those other
+ * threads are sending: on return agentd has (or failed) every gathered
+ * write replied to before it. Any thread but gb_main(); returns at once
+ * with none.
+ */
+static void gb_flush(struct wsfs *fs)
+{
+	uint64_t upto;
+
+	if (atomic_load(&fs->gb_n) == 0)
+		return;
+	pthread_mutex_lock(&fs->gb_lock);
+	upto = fs->gb_seq;
+	for (;;) {
+		bool wait;
+		struct wsfs_gather *g = gb_pick(fs, upto, &wait);
+
+		if (g) {
+			gb_take(g);
+			pthread_mutex_unlock(&fs->gb_lock);
+			gb_send(fs, g, NULL, 0);
+			pthread_mutex_lock(&fs->gb_lock);
+		} else if (wait) {
+			pthread_cond_wait(&fs->gb_cond, &fs->gb_lock);
+		} else {
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fs->gb_lock);
+}
+
+/* The thread that sends runs that waited WSFS_GATHER_NS
+ * (wsfs_gather_start()); it ends at gb_stop (wsfs_free(), which sends what
+ * is left). */
+static void *gb_main(void *arg)
+{
+	struct wsfs *fs = arg;
+
+	pthread_mutex_lock(&fs->gb_lock);
+	while (!fs->gb_stop) {
+		bool wait;
+		struct wsfs_gather *g = gb_pick(fs, UINT64_MAX, &wait);
+		int64_t now = wsfs_now_ns();
+		struct timespec until;
+
+		if (g && now - g->born_ns >= WSFS_GATHER_NS) {
+			gb_take(g);
+			pthread_mutex_unlock(&fs->gb_lock);
+			gb_send(fs, g, NULL, 0);
+			pthread_mutex_lock(&fs->gb_lock);
+			continue;
+		}
+		if (!g) {
+			/* None, or none it may send: gb_add() wakes it, and so
+			 * does another thread's send as it takes its slot and
+			 * as it ends. */
+			fs->gb_idle = true;
+			pthread_cond_wait(&fs->gb_cond, &fs->gb_lock);
+			fs->gb_idle = false;
+			continue;
+		}
+		/* Until @g is due, or another thread's send ends. */
+		until = wsb_deadline_ns(CLOCK_MONOTONIC, g->born_ns + WSFS_GATHER_NS - now);
+		pthread_cond_timedwait(&fs->gb_cond, &fs->gb_lock, &until);
+	}
+	pthread_mutex_unlock(&fs->gb_lock);
+	return NULL;
+}
+
+int wsfs_gather_start(struct wsfs *fs)
+{
+	int r;
+
+	if (fs->cfg.write_behind == 0)
+		return 0;
+	r = pthread_create(&fs->gb_thread, NULL, gb_main, fs);
+	fs->gb_started = r == 0;
+	return -r;
+}
+
+void wsfs_send_behind(struct wsfs *fs)
+{
+	pthread_mutex_lock(&fs->gb_lock);
+	fs->gb_stop = true;
+	pthread_cond_broadcast(&fs->gb_cond);
+	pthread_mutex_unlock(&fs->gb_lock);
+	if (fs->gb_started)
+		pthread_join(fs->gb_thread, NULL);
+	fs->gb_started = false;
+	if (fs->client) {
+		gb_flush(fs);
+		sab_drain(fs);
+	}
+}
+
+/*
+ * Gather a WRITE of @size bytes of @buf at @off through open file @f of node
+ * @id (one write-behind may take: the caller checked), if it is small and
+ * goes on where @f's run ends, or @may_start one (it goes on where @f's last
+ * write ended, or is its first). True: gathered, reply to it; then *@full
+ * is a run this WRITE closed, for the caller to gb_send() (which replies
+ * once it has a slot), or NULL. False: the caller sends it as it would
+ * have, after gb_flush() (@f's run, if any, goes first). Any FUSE request
+ * thread.
+ */
+static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const char *buf,
+		   size_t size, uint64_t off, bool may_start, struct wsfs_gather **full)
+{
+	struct wsfs_gather *g;
+	bool kick;
+
+	*full = NULL;
+	if (size == 0 || size >= WSFS_GATHER_MAX || !fs->gb_started)
+		return false;
+	pthread_mutex_lock(&fs->gb_lock);
+	g = f->g;
+	if (fs->gb_stop || fs->gb_bytes + WSFS_GATHER_MAX > WSFS_GATHER_TOTAL_MAX ||
+	    (g ? g->off + g->len != off : !may_start))
+		goto no;
+	if (g && g->len + size <= WSFS_GATHER_MAX && gb_newest(g)) {
+		if (g->len + size > g->cap) {
+			size_t cap = g->cap * 2;
+			char *nb;
+
+			while (cap < g->len + size)
+				cap *= 2;
+			if (cap > WSFS_GATHER_MAX)
+				cap = WSFS_GATHER_MAX;
+			nb = realloc(g->buf, cap);
+			if (!nb)
+				goto no;
+			g->buf = nb;
+			fs->gb_bytes += cap - g->cap;
+			g->cap = cap;
+		}
+		memcpy(g->buf + g->len, buf, size);
+		g->len += size;
+		pthread_mutex_unlock(&fs->gb_lock);
+		return true;
+	}
+	/* @g is full, or another handle began a run of the file since: it
+	 * goes now, unless an older run of the file has to go first (the
+	 * caller's gb_flush() sends both in order). */
+	if (g && !gb_ready(fs, g))
+		goto no;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		goto no;
+	g->cap = size < 16384 ? 16384 : size;
+	g->buf = malloc(g->cap);
+	if (!g->buf) {
+		free(g);
+		goto no;
+	}
+	memcpy(g->buf, buf, size);
+	g->len = size;
+	g->off = off;
+	g->id = id;
+	g->f = f;
+	node_fh_ref(fs->nodes, &f->link);
+	g->seq = fs->gb_seq++;
+	g->born_ns = wsfs_now_ns();
+	if (f->g) {
+		*full = f->g;
+		gb_take(*full);
+	}
+	f->g = g;
+	TAILQ_INSERT_TAIL(&fs->gb_list, g, entry);
+	fs->gb_bytes += g->cap;
+	atomic_fetch_add(&fs->gb_n, 1);
+	kick = fs->gb_idle;
+	pthread_mutex_unlock(&fs->gb_lock);
+	if (kick)
+		pthread_cond_broadcast(&fs->gb_cond);
+	return true;
+no:
+	pthread_mutex_unlock(&fs->gb_lock);
+	return false;
+}
+
+static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct wsfs *fs = FS(req);
+	struct wsfs_file *f = file_of(fi);
+	/* Write-behind (above): libfuse keeps @buf until this returns. */
+	bool behind = fs->cfg.write_behind > 0 && !fi->writepage && !f->append && !f->direct_io;
+	bool sequential, first;
+	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms;
+	uint64_t wseq = 0;
+	size_t done = 0;
+	int r;
+
+	if (off < 0 || (uint64_t)off > UINT64_MAX - size) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	/* A SETATTR kept behind goes first: a write after utimensat(2) sets
+	 * mtime anew, and one after chmod u+s clears the bit. */
+	sab_drain(fs);
+	if (!fi->writepage) {
+		int e = wb_error(f, false);
+
+		if (e) {
+			fuse_reply_err(req, e);
+			return;
+		}
+	}
+	/* Only a write that goes on where the handle's last one ended goes
+	 * behind: a file written in one write(2) and closed would gain
+	 * nothing, and its close would wait for the write on one more thread
+	 * hand-off. A small one is gathered instead (above), the first too:
+	 * the close's thread sends it. */
+	pthread_mutex_lock(&f->lock);
+	first = !f->wrote;
+	sequential = f->wrote && f->write_end == (uint64_t)off;
+	f->wrote = true;
+	f->write_end = (uint64_t)off + size;
+	pthread_mutex_unlock(&f->lock);
+	if (behind) {
+		struct wsfs_gather *full;
+
+		if (gb_add(fs, f, ino, buf, size, (uint64_t)off, sequential || first, &full)) {
+			if (full)
+				gb_send(fs, full, req, size);
+			else
+				fuse_reply_write(req, size);
+			return;
+		}
+		/* This handle's run, if any, goes before this write. */
+		gb_flush(fs);
+	}
+	behind = behind && sequential;
+	if (behind) {
+		unsigned ahead;
+
+		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size, &ahead);
+		/* Those ahead share the link: the deadline covers their bytes
+		 * too, or a slow link would fail what a write at a time does not
+		 * (at most 64 times a uint32_t: no overflow). */
+		timeout_ms *= 1 + ahead;
+		if (timeout_ms > UINT32_MAX)
+			timeout_ms = UINT32_MAX;
+		fuse_reply_write(req, size);
+		req = NULL;
+	} else {
+		wb_wait(fs);
+	}
+	r = write_out(fs, f, ino, buf, size, (uint64_t)off, behind, fi->writepage, timeout_ms,
+		      &done);
+	if (behind)
+		wb_end(fs, wseq);
+	else if (r < 0 && done == 0)
+		reply_err(req, r);
+	else
+		fuse_reply_write(req, done);
 }
 
 static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -4033,6 +4383,12 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_cond_init(&fs->wb_cond, NULL);
 	pthread_mutex_init(&fs->sab_lock, NULL);
 	pthread_cond_init(&fs->sab_cond, NULL);
+	TAILQ_INIT(&fs->sab_list);
+	pthread_mutex_init(&fs->gb_lock, NULL);
+	wsb_cond_init_mono(&fs->gb_cond);
+	atomic_init(&fs->gb_n, 0);
+	TAILQ_INIT(&fs->gb_list);
+	fs->gb_seq = 1;
 	pthread_mutex_init(&fs->nq_lock, NULL);
 	pthread_cond_init(&fs->nq_cond, NULL);
 	atomic_init(&fs->wb_n, 0);
@@ -4057,8 +4413,7 @@ void wsfs_free(struct wsfs *fs)
 	 * came), before the locks and tables they use go. The session is
 	 * gone: no kernel to tell. */
 	fs->se = NULL;
-	if (fs->client)
-		sab_drain(fs);
+	wsfs_send_behind(fs);
 	for (size_t k = 0; k < WSFS_PF_DIRS; k++)
 		pf_free(fs->pf[k]);
 	pthread_mutex_destroy(&fs->pf_lock);
@@ -4066,6 +4421,8 @@ void wsfs_free(struct wsfs *fs)
 	pthread_cond_destroy(&fs->wb_cond);
 	pthread_mutex_destroy(&fs->sab_lock);
 	pthread_cond_destroy(&fs->sab_cond);
+	pthread_mutex_destroy(&fs->gb_lock);
+	pthread_cond_destroy(&fs->gb_cond);
 	pthread_mutex_destroy(&fs->nq_lock);
 	pthread_cond_destroy(&fs->nq_cond);
 	wsfs_self_free(fs);

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/stat.h>
 
 #include <fuse_lowlevel.h>
@@ -40,6 +41,16 @@
 #define WSFS_WRITE_BEHIND_DEFAULT 4u
 /** Largest wsfs_config.write_behind. */
 #define WSFS_WRITE_BEHIND_MAX 64u
+/** Largest run of small sequential writes gathered into one Write RPC
+ * (fs.c "Write gathering"), bytes; a WRITE this size or larger is not
+ * gathered. */
+#define WSFS_GATHER_MAX ((size_t)256 * 1024)
+/** Bytes allocated for gathered writes across the mount at most; near it
+ * writes go as they come. */
+#define WSFS_GATHER_TOTAL_MAX ((size_t)64 * 1024 * 1024)
+/** How long gathered bytes wait for more before they are sent anyway,
+ * nanoseconds. */
+#define WSFS_GATHER_NS 5000000LL
 /** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
 #define WSFS_NQ_MAX 64
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
@@ -213,9 +224,26 @@ struct wsfs {
 	pthread_cond_t sab_cond;
 	/** Files waiting or being sent; read without sab_lock as a hint. */
 	atomic_uint sab_n;
-	struct wsfs_file *sab_head, *sab_tail;
+	TAILQ_HEAD(wsfs_sab_list, wsfs_file) sab_list;
 	/** Changes sab_drain() has taken to send, ever. */
 	uint64_t sab_taken;
+
+	/* Small sequential writes replied to and gathered, not yet sent (fs.c
+	 * gb_*): a list, oldest first, protected by gb_lock (taken before
+	 * wb_lock, never while a node table lock is held). */
+	pthread_mutex_t gb_lock;
+	/** A run was added while gb_main() idled, took its slot or was sent,
+	 * or gb_stop was set (CLOCK_MONOTONIC: gb_main() waits with deadlines). */
+	pthread_cond_t gb_cond;
+	/** Runs listed (gathering or being sent); read without gb_lock as a hint. */
+	atomic_uint gb_n;
+	TAILQ_HEAD(wsfs_gb_list, wsfs_gather) gb_list;
+	uint64_t gb_seq;  /**< number of the next run (from 1) */
+	size_t gb_bytes;  /**< bytes allocated for the listed runs */
+	bool gb_started;  /**< gb_thread runs */
+	bool gb_idle;     /**< it waits for a run without a deadline */
+	bool gb_stop;     /**< wsfs_free(): gather no more, the thread ends */
+	pthread_t gb_thread;
 
 	/* Nodes whose pages are to be dropped off the request threads
 	 * (watch.c wsfs_inval_pages_later); protected by nq_lock. */
@@ -291,6 +319,24 @@ void wsfs_conn_ok(struct wsfs *fs);
  * that fail the same way are queued again. Monitor thread, without mon_lock.
  */
 void wsfs_release_pending(struct wsfs *fs);
+
+/**
+ * Start the thread that sends gathered writes that waited WSFS_GATHER_NS
+ * (fs.c "Write gathering"); wsfs_free() stops it. Without it (or with
+ * cfg.write_behind 0) writes are not gathered. Once, after any fork, from
+ * the thread that mounts. Returns 0 or -errno of pthread_create(3).
+ */
+int wsfs_gather_start(struct wsfs *fs);
+
+/**
+ * Stop gathering writes and send, each with its RPC deadline, every write
+ * gathered and every SETATTR kept behind on files the unmount left open
+ * (no FLUSH came): their write(2)s and chmod(2)s returned. Once no request
+ * thread is left (the session loop returned), before wsfs_monitor_stop()
+ * (a failure may queue wsfs_inval_pages_later()); wsfs_free() does it too.
+ * Again later: nothing.
+ */
+void wsfs_send_behind(struct wsfs *fs);
 
 /**
  * Start the monitor thread (watch.c): the Watch stream (unless

@@ -243,8 +243,9 @@ static void usage(FILE *f)
 		"                         200 bytes each while listed; a larger one fails\n"
 		"                         with EFBIG (default 1048576)\n"
 		"  -o write_behind=N      writes of up to 1 MiB each that write(2) may\n"
-		"                         return before agentd has (close and fsync wait\n"
-		"                         and report their errors; default 4, 0 = none)\n"
+		"                         return before agentd has, small ones gathered\n"
+		"                         into one (close and fsync wait and report their\n"
+		"                         errors; default 4, 0 = none, nor gathered)\n"
 		"  -o setattr_behind=0|1  chmod, chown and utimes of a file wsfs created and\n"
 		"                         holds open for writing reach agentd merged, by\n"
 		"                         its close (close reports their errors; default 1)\n"
@@ -599,7 +600,9 @@ int main(int argc, char **argv)
 		fuse_remove_signal_handlers(se);
 		goto out;
 	}
-	r = wsfs_monitor_start(fs);
+	r = wsfs_gather_start(fs);
+	if (r == 0)
+		r = wsfs_monitor_start(fs);
 	if (r < 0) {
 		fprintf(stderr, "wsfs: cannot start a thread: %s\n", strerror(-r));
 		fuse_session_unmount(se);
@@ -630,6 +633,7 @@ int main(int argc, char **argv)
 		}
 	}
 	ret = r == 0 ? 0 : 1;
+	wsfs_send_behind(fs);
 	r = wsfs_monitor_stop(fs, 3000);
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);

@@ -346,11 +346,16 @@ int64_t wsb_mono_ns(void)
 
 struct timespec wsb_deadline(clockid_t clock, unsigned ms)
 {
+	return wsb_deadline_ns(clock, (int64_t)ms * 1000000);
+}
+
+struct timespec wsb_deadline_ns(clockid_t clock, int64_t ns)
+{
 	struct timespec ts;
 
 	clock_gettime(clock, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	ts.tv_sec += ns / 1000000000;
+	ts.tv_nsec += ns % 1000000000;
 	if (ts.tv_nsec >= 1000000000) {
 		ts.tv_nsec -= 1000000000;
 		ts.tv_sec++;

@@ -133,6 +133,9 @@ int64_t wsb_mono_ns(void);
  */
 struct timespec wsb_deadline(clockid_t clock, unsigned ms);
 
+/** wsb_deadline() @p ns nanoseconds (>= 0) from now. Any thread. */
+struct timespec wsb_deadline_ns(clockid_t clock, int64_t ns);
+
 /**
  * @p ts as nanoseconds (tv_sec * 10^9 + tv_nsec), saturated to INT64_MIN or
  * INT64_MAX where it does not fit: an int64 of nanoseconds spans 1677-09-21

@@ -17,6 +17,18 @@ exits non-zero on a difference.
   overlap  two handles of one file write 300 blocks of 128 KiB on where
            each left off, the second over the first's: the pod's file
            equals the same writes made on LOCAL.
+  overlap_small  the same with 3,000 blocks of 4 KiB (gathered).
+  gather   (extra argument: N) N files, each made in 10 writes of 4 KiB
+           and one of 1,000 bytes: right after each close the pod has
+           every byte (the caller counts agentd's Write calls).
+  linger   a file written in 3 writes of 1,000 bytes and left open: the
+           pod has them within 2 s (gathered writes wait 5 ms), and again
+           after 3 more; the writer's stat gives the size meanwhile.
+  gather_eio  (extra argument: N) while every write of agentd fails (the
+           caller injects EIO), N files made in 3 writes of 1,000 bytes
+           each: each fails at close (or a write) with EIO, never
+           succeeds; one more fails at fsync; each, opened again, reads
+           what the pod has (nothing).
   retry    16 MiB in one write(2), the rest written again after each short
            count, as dd, cp and stdio do, while some of agentd's writes
            fail (the caller injects EIO): the writer must see an error
@@ -129,15 +141,14 @@ def follow(mnt, root):
     return 1 if bad else 0
 
 
-def overlap(mnt, root, local):
+def overlap(mnt, root, local, size=128 * 1024, count=300):
     # Two handles of one file, each writing on where it left off (so
-    # written behind), the second over what the first just wrote: its
-    # write must wait for the first's, or agentd may apply them in the
-    # other order.
+    # written behind or gathered), the second over what the first just
+    # wrote: its write must wait for the first's, or agentd may apply them
+    # in the other order.
     fds = [[os.open(d + "/o", os.O_WRONLY | os.O_CREAT, 0o644) for _ in range(2)]
            for d in (mnt, local)]
-    size = 128 * 1024
-    for i in range(300):
+    for i in range(count):
         for a, b in fds:
             assert os.pwrite(a, block(i, size), i * size) == size
             assert os.pwrite(b, block(1000 + i, size), i * size) == size
@@ -295,6 +306,105 @@ def stall(mnt, pid, bound):
     return 0
 
 
+def small_file(i):
+    """What gather() writes into file i: 10 blocks of 4 KiB and 1,000 bytes."""
+    return b"".join(block(i * 11 + k, 4096) for k in range(10)) + block(i * 11 + 10, 1000)
+
+
+def gather(mnt, root, n):
+    bad = 0
+    for i in range(n):
+        data = small_file(i)
+        fd = os.open("%s/g%d" % (mnt, i), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for k in range(0, len(data), 4096):
+            assert os.write(fd, data[k:k + 4096]) == len(data[k:k + 4096])
+        os.close(fd)
+        with open("%s/g%d" % (root, i), "rb") as f:
+            pod = f.read()
+        if pod != data:
+            print("FAIL: right after close the pod has %d bytes of g%d, not the %d written"
+                  % (len(pod), i, len(data)))
+            bad += 1
+    print("%d files, %d problems" % (n, bad))
+    return 1 if bad else 0
+
+
+def pod_has(path, want, bound):
+    """Seconds until the file at path holds want, or None after bound."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < bound:
+        try:
+            with open(path, "rb") as f:
+                if f.read() == want:
+                    return time.monotonic() - t0
+        except FileNotFoundError:
+            pass
+        time.sleep(0.002)
+    return None
+
+
+def linger(mnt, root):
+    bad = 0
+    fd = os.open(mnt + "/l", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    want = b""
+    for step in range(2):
+        for k in range(3):
+            data = block(step * 3 + k, 1000)
+            assert os.write(fd, data) == 1000
+            want += data
+        # Before any request that would send them (fstat: GETATTR).
+        took = pod_has(root + "/l", want, 2.0)
+        if took is None:
+            print("FAIL: with the file open, the pod lacks the %d bytes written after 2 s"
+                  % len(want))
+            bad += 1
+        else:
+            print("with the file open, the pod had %d bytes after %.3f s" % (len(want), took))
+        if os.fstat(fd).st_size != len(want):
+            print("FAIL: the writer's fstat says %d bytes, not %d"
+                  % (os.fstat(fd).st_size, len(want)))
+            bad += 1
+    os.close(fd)
+    print("%d problems" % bad)
+    return 1 if bad else 0
+
+
+def gather_eio(mnt, root, n):
+    bad = 0
+    for i in range(n + 1):
+        path = "%s/e%d" % (mnt, i)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err, where = None, None
+        try:
+            for k in range(3):
+                os.write(fd, block(k, 1000))
+            if i == n:
+                where = "fsync"
+                os.fsync(fd)
+        except OSError as e:
+            err, where = e.errno, where or "write %d" % k
+        try:
+            os.close(fd)
+        except OSError as e:
+            err, where = err or e.errno, where if err else "close"
+        if err != errno.EIO:
+            print("FAIL: e%d: %s" % (i, "no error" if err is None
+                                     else "%s at %s" % (errno.errorcode[err], where)))
+            bad += 1
+        else:
+            print("e%d: %s: EIO" % (i, where))
+        with open(path, "rb") as f:
+            got = f.read()
+        with open("%s/e%d" % (root, i), "rb") as f:
+            pod = f.read()
+        if got != pod:
+            print("FAIL: e%d, opened again, reads %d bytes; the pod has %d"
+                  % (i, len(got), len(pod)))
+            bad += 1
+    print("%d problems" % bad)
+    return 1 if bad else 0
+
+
 def main():
     check, mnt, root = sys.argv[1:4]
     if check == "enospc":
@@ -303,6 +413,14 @@ def main():
         return follow(mnt, root)
     if check == "overlap":
         return overlap(mnt, root, sys.argv[4])
+    if check == "overlap_small":
+        return overlap(mnt, root, sys.argv[4], 4096, 3000)
+    if check == "gather":
+        return gather(mnt, root, int(sys.argv[4]))
+    if check == "linger":
+        return linger(mnt, root)
+    if check == "gather_eio":
+        return gather_eio(mnt, root, int(sys.argv[4]))
     if check == "retry":
         return retry(mnt, root)
     if check == "others":
