@@ -578,11 +578,45 @@ static void do_read(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	free(buf);
 }
 
+static struct timespec timespec_from_proto(const Wsbridge__V1__TimeSpec *t);
+
+/*
+ * @q's change as fsops_setattr() takes it, into *@sa. Returns 0, or
+ * -EINVAL with *@why set when valid names a bit agentd does not know, or
+ * (@no_size) SIZE.
+ */
+static int setattr_from_proto(const Wsbridge__V1__SetAttrRequest *q, bool no_size,
+			      struct fsops_setattr *sa, const char **why)
+{
+	uint32_t known = FSOPS_SET_MODE | FSOPS_SET_UID | FSOPS_SET_GID;
+
+	if (!no_size)
+		known |= FSOPS_SET_SIZE;
+	if (q->valid & ~known) {
+		*why = no_size && (q->valid & FSOPS_SET_SIZE) ? "a size" : "unknown bits";
+		return -EINVAL;
+	}
+	*sa = (struct fsops_setattr){
+		.valid = q->valid,
+		.mode = q->mode & 07777,
+		.uid = q->uid,
+		.gid = q->gid,
+		.size = q->size,
+		.atime = timespec_from_proto(q->atime),
+		.mtime = timespec_from_proto(q->mtime),
+	};
+	return 0;
+}
+
 static void do_write(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__WriteRequest *q = (const void *)req;
 	Wsbridge__V1__WriteReply rep = WSBRIDGE__V1__WRITE_REPLY__INIT;
+	struct agentd *ad = AD(data);
 	Wsbridge__V1__Attr a;
+	struct fsops_setattr sa;
+	const char *why = NULL;
+	char msg[128];
 	struct stat st;
 	ssize_t n;
 
@@ -592,9 +626,30 @@ static void do_write(struct rpc_call *call, const ProtobufCMessage *req, void *d
 			   FSOPS_CHUNK_MAX);
 		return;
 	}
-	n = fsops_write(AD(data)->handles, q->handle, q->offset, q->data.data, q->data.len, &st);
+	if (q->setattr_after && setattr_from_proto(q->setattr_after, true, &sa, &why) < 0) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "write: setattr_after names %s in valid (%#x); nothing written", why,
+			   q->setattr_after->valid);
+		return;
+	}
+	n = fsops_write(ad->handles, q->handle, q->offset, q->data.data, q->data.len, &st);
 	if (n < 0)
 		return fail_handle(call, (int)n, "write", q->handle);
+	if (q->setattr_after && (size_t)n == q->data.len) {
+		struct stat st2;
+		int r = fsops_setattr(&ad->root, ad->handles, NULL, 0, q->handle, &sa, &st2);
+
+		rep.setattr_done = true;
+		if (r == 0) {
+			st = st2;
+		} else {
+			/* As SetAttr's own failure (fail_handle()) says it. */
+			snprintf(msg, sizeof(msg), "setattr on handle %llu: %s",
+				 (unsigned long long)q->handle, strerror(-r));
+			rep.setattr_errno = (char *)(wsb_errno_name(-r) ? wsb_errno_name(-r) : "EIO");
+			rep.setattr_message = msg;
+		}
+	}
 	attr_from_stat(&a, &st);
 	rep.written = (uint32_t)n;
 	rep.attr = &a;
@@ -641,19 +696,12 @@ static void do_setattr(struct rpc_call *call, const ProtobufCMessage *req, void 
 {
 	const Wsbridge__V1__SetAttrRequest *q = (const void *)req;
 	struct agentd *ad = AD(data);
-	struct fsops_setattr sa = {
-		.valid = q->valid,
-		.mode = q->mode & 07777,
-		.uid = q->uid,
-		.gid = q->gid,
-		.size = q->size,
-		.atime = timespec_from_proto(q->atime),
-		.mtime = timespec_from_proto(q->mtime),
-	};
+	struct fsops_setattr sa;
+	const char *why;
 	struct stat st;
 	int r;
 
-	if (q->valid & ~(uint32_t)(FSOPS_SET_MODE | FSOPS_SET_UID | FSOPS_SET_GID | FSOPS_SET_SIZE)) {
+	if (setattr_from_proto(q, false, &sa, &why) < 0) {
 		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "setattr: unknown bits in valid: %#x",
 			   q->valid);
 		return;

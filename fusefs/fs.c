@@ -98,6 +98,7 @@ struct wsfs_file {
 	bool sab_atime, sab_mtime;
 	int64_t sab_atime_ns, sab_mtime_ns;
 	fuse_ino_t sab_id;
+	uint64_t sab_gseq; /* fs->gb_seq when last merged: runs numbered below go first */
 	bool sab_listed, sab_sending;
 	TAILQ_ENTRY(wsfs_file) sab_entry;
 	/* The run of gathered writes the next WRITE may join (fs.c "Write
@@ -417,17 +418,18 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * leaf lock; the waits are bounded by the writes' RPC deadlines.
  */
 
-static void gb_flush(struct wsfs *fs);
+static uint64_t gb_flush(struct wsfs *fs);
+static bool gb_attr(struct wsfs *fs, fuse_ino_t id, struct stat *st, bool mtime_set);
+static void gb_fold(struct wsfs *fs, fuse_ino_t id);
 
-/* Wait until every write replied to before this call has reached agentd
- * or failed. Any FUSE request thread; returns at once with none in flight. */
-static void wb_wait_writes(struct wsfs *fs)
+/* Wait until every write sent behind before this call (not those still
+ * gathered) has reached agentd or failed. Any FUSE request thread;
+ * returns at once with none in flight. */
+static void wb_wait_sent(struct wsfs *fs)
 {
 	unsigned n = fs->cfg.write_behind;
 	uint64_t upto;
 
-	/* Gathered writes (below) are writes behind not yet sent. */
-	gb_flush(fs);
 	if (atomic_load(&fs->wb_n) == 0)
 		return;
 	pthread_mutex_lock(&fs->wb_lock);
@@ -442,6 +444,14 @@ static void wb_wait_writes(struct wsfs *fs)
 		pthread_cond_wait(&fs->wb_cond, &fs->wb_lock);
 	}
 	pthread_mutex_unlock(&fs->wb_lock);
+}
+
+/* Wait until every write replied to before this call has reached agentd
+ * or failed, gathered ones (below) sent first. Any FUSE request thread. */
+static void wb_wait_writes(struct wsfs *fs)
+{
+	gb_flush(fs);
+	wb_wait_sent(fs);
 }
 
 /*
@@ -1440,12 +1450,21 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	int r;
 
-	/* Not sab_drain() first: what a SETATTR kept behind gave is own_attr(). */
-	wb_wait_writes(fs);
+	/* Not sab_drain() first: what a SETATTR kept behind gave is own_attr(),
+	 * and what gathered writes of the file did is gb_attr(). */
+	wb_wait_sent(fs);
 	first_request(fs);
-	if (own_attr(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
+	if (own_attr(fs, ino, &st) && gb_attr(fs, ino, &st, false) &&
+	    attr_fits(fs, ino, &st) == 0) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
+	}
+	if (atomic_load(&fs->gb_n) > 0) {
+		wb_wait_writes(fs);
+		if (own_attr(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
+			fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+			return;
+		}
 	}
 	sab_drain(fs);
 	if (attr_kept(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
@@ -1494,7 +1513,9 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
  * trip), and then close it. A SETATTR that cannot fail in
  * agentd is replied to at once with the attributes it gives, and kept on
  * the open file merged with the ones after it; the merged change goes to
- * agentd as one SetAttr before any other request (wb_wait()), so FLUSH
+ * agentd before any other request (wb_wait()): with the file's last
+ * gathered write if it has one ("Write gathering", gb_send(): one round
+ * trip for both), else as one SetAttr; so FLUSH
  * (close(2)) returns only once it is in the pod (close-to-open) and
  * reports its error, as fsync does (a write does not fail for it).
  * "Cannot fail" (chmod(2), chown(2), utimensat(2): EPERM unless the
@@ -1544,7 +1565,8 @@ static bool sab_time_fits(const struct timespec *ts)
  * fail (above): then *@st is what the kernel is to be told, *@taken0 the
  * count of changes sab_drain() had taken then (for sab_told()), and true
  * is returned; false: send it now. The caller has waited for the writes
- * before it (wb_wait_writes()). Any FUSE request thread.
+ * sent before it (wb_wait_sent()); gathered ones of the file are sent
+ * before it (gb_send()). Any FUSE request thread.
  */
 static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, int to_set,
 		      struct stat *st, uint64_t *taken0)
@@ -1561,7 +1583,8 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	if (!fs->cfg.setattr_behind || !to_set || (to_set & ~can) ||
 	    ((to_set & FUSE_SET_ATTR_ATIME) && !sab_time_fits(&attr->st_atim)) ||
 	    ((to_set & FUSE_SET_ATTR_MTIME) && !sab_time_fits(&attr->st_mtim)) ||
-	    !own_attr(fs, ino, st) || !S_ISREG(st->st_mode) || st->st_nlink != 1)
+	    !own_attr(fs, ino, st) || !gb_attr(fs, ino, st, to_set & FUSE_SET_ATTR_MTIME) ||
+	    !S_ISREG(st->st_mode) || st->st_nlink != 1)
 		return false;
 	mode = to_set & FUSE_SET_ATTR_MODE ? attr->st_mode & 07777 : st->st_mode & 07777;
 	if (((st->st_mode | mode) & (S_ISUID | S_ISGID)) ||
@@ -1604,6 +1627,7 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 		f->sab_mtime_ns = wsb_ns_of_ts(&attr->st_mtim);
 	}
 	f->sab_id = ino;
+	f->sab_gseq = atomic_load(&fs->gb_seq);
 	if (f->sab_listed || f->sab_sending)
 		put = true; /* the list's reference is there already */
 	else
@@ -1625,29 +1649,111 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	st->st_ctim = now;
 	/* What GETATTR answers until the SetAttr's reply replaces it. */
 	own_keep(fs, ino, st, gen0, mutated(fs), oseq0);
+	if (to_set & FUSE_SET_ATTR_MTIME)
+		gb_fold(fs, ino);
 	return true;
 }
 
+/* A SETATTR kept behind, taken to send (sab_take()). */
+struct sab_out {
+	Wsbridge__V1__SetAttrRequest q;
+	Wsbridge__V1__TimeSpec at, mt; /* q.atime and q.mtime point here */
+	struct wsfs_file *f;           /* the file it was kept on (its reference) */
+	fuse_ino_t id;                 /* the node */
+	uint64_t gen0, oseq0;          /* mgen and own_seq() when taken */
+};
+
 /*
- * Send @f's SetAttr kept behind: @q holds its fields, @id is the node;
- * @gen0 and @oseq0 (own_keep()) were read when it was taken, under
- * sab_lock, so that a change kept behind after it makes own_keep() forget
- * this reply, which lacks that change.
+ * Take @f's change kept behind (listed, not being sent) into *@o to send
+ * it: @f is sab_sending until sab_untake(). gen0 and oseq0 (own_keep())
+ * are read now, under sab_lock, so that a change kept behind after it
+ * makes own_keep() forget the reply, which lacks that change. Under
+ * sab_lock.
  */
-static void sab_send(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id,
-		     Wsbridge__V1__SetAttrRequest *q, uint64_t gen0, uint64_t oseq0)
+static void sab_take(struct wsfs *fs, struct wsfs_file *f, struct sab_out *o)
+{
+	static const Wsbridge__V1__SetAttrRequest q0 = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+	static const Wsbridge__V1__TimeSpec t0 = WSBRIDGE__V1__TIME_SPEC__INIT;
+
+	TAILQ_REMOVE(&fs->sab_list, f, sab_entry);
+	f->sab_listed = false;
+	f->sab_sending = true;
+	o->q = q0;
+	o->at = o->mt = t0;
+	o->f = f;
+	o->q.valid = f->sab_valid;
+	o->q.mode = f->sab_mode;
+	o->q.uid = f->sab_uid;
+	o->q.gid = f->sab_gid;
+	if (f->sab_atime) {
+		o->at.how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
+		o->at.ns = f->sab_atime_ns;
+		o->q.atime = &o->at;
+	}
+	if (f->sab_mtime) {
+		o->mt.how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
+		o->mt.ns = f->sab_mtime_ns;
+		o->q.mtime = &o->mt;
+	}
+	o->id = f->sab_id;
+	f->sab_valid = 0;
+	f->sab_atime = f->sab_mtime = false;
+	fs->sab_taken++;
+	o->gen0 = atomic_load(&fs->mgen);
+	o->oseq0 = own_seq(fs);
+}
+
+/* @o was sent (or failed): its file is no longer being sent, and leaves
+ * the count unless kept behind again meanwhile. Takes sab_lock. */
+static void sab_untake(struct wsfs *fs, struct sab_out *o)
+{
+	struct wsfs_file *f = o->f;
+	bool put;
+
+	pthread_mutex_lock(&fs->sab_lock);
+	f->sab_sending = false;
+	put = !f->sab_listed; /* else kept behind again meanwhile */
+	if (put)
+		atomic_fetch_sub(&fs->sab_n, 1);
+	pthread_cond_broadcast(&fs->sab_cond);
+	pthread_mutex_unlock(&fs->sab_lock);
+	if (put)
+		file_put(fs, f);
+}
+
+/* How change @o went (@r: 0 or -errno): a failure goes to every descriptor
+ * of the file; the kernel drops the attributes sab_defer() told it. */
+static void sab_result(struct wsfs *fs, const struct sab_out *o, int r)
+{
+	if (r < 0) {
+		int e = errno_out(r, false);
+
+		sab_error_set(&o->f->link, &e);
+		node_fh_each(fs->nodes, o->id, sab_error_set, &e);
+		wsb_warn("a setattr (mode, owner or times), replied to before agentd answered, "
+			 "failed: %s; each descriptor's next fsync or close reports it",
+			 strerror(e));
+	}
+	/* The kernel keeps what sab_defer() told it (the host's ctime; all of
+	 * it after a failure) for the attribute timeout: it asks again. */
+	if (fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, o->id, -1, 0);
+}
+
+/* Send change @o as a SetAttr of its own. */
+static void sab_send(struct wsfs *fs, struct sab_out *o)
 {
 	Wsbridge__V1__AttrReply *rep = NULL;
-	struct hslot s = { f, &q->handle };
+	struct hslot s = { o->f, &o->q.handle };
 	uint64_t gen;
 	char *path = NULL;
 	size_t len = 0;
 	struct stat st;
 	int r;
 
-	if (path_of(fs, id, &path, &len) == 0)
+	if (path_of(fs, o->id, &path, &len) == 0)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-	r = file_rpc(fs, &s, 1, M("SetAttr"), &q->base, &wsbridge__v1__attr_reply__descriptor,
+	r = file_rpc(fs, &s, 1, M("SetAttr"), &o->q.base, &wsbridge__v1__attr_reply__descriptor,
 		     &rep);
 	gen = mutated(fs);
 	if (path)
@@ -1656,22 +1762,28 @@ static void sab_send(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id,
 		r = attr_to_stat(rep->attr, &st);
 	if (r == 0 && !S_ISREG(st.st_mode))
 		r = -EIO; /* a handle's file keeps its kind: a broken agentd */
-	own_keep(fs, id, r == 0 ? &st : NULL, gen0, gen, oseq0);
-	if (r < 0) {
-		int e = errno_out(r, false);
-
-		sab_error_set(&f->link, &e);
-		node_fh_each(fs->nodes, id, sab_error_set, &e);
-		wsb_warn("a setattr (mode, owner or times), replied to before agentd answered, "
-			 "failed: %s; each descriptor's next fsync or close reports it",
-			 strerror(e));
-	}
-	/* The kernel keeps what sab_defer() told it (the host's ctime; all of
-	 * it after a failure) for the attribute timeout: it asks again. */
-	if (fs->se)
-		(void)fuse_lowlevel_notify_inval_inode(fs->se, id, -1, 0);
+	own_keep(fs, o->id, r == 0 ? &st : NULL, o->gen0, gen, o->oseq0);
+	sab_result(fs, o, r);
 	free(path);
 	free_reply(rep);
+}
+
+/* Take the change kept behind for node @id after run number @seq began,
+ * if one waits that nobody is sending, into *@o; NULL if none. Takes
+ * sab_lock. */
+static struct sab_out *sab_take_node(struct wsfs *fs, fuse_ino_t id, uint64_t seq,
+				     struct sab_out *o)
+{
+	struct wsfs_file *f;
+
+	pthread_mutex_lock(&fs->sab_lock);
+	TAILQ_FOREACH(f, &fs->sab_list, sab_entry)
+		if (!f->sab_sending && f->sab_id == id && f->sab_gseq > seq)
+			break;
+	if (f)
+		sab_take(fs, f, o);
+	pthread_mutex_unlock(&fs->sab_lock);
+	return f ? o : NULL;
 }
 
 /*
@@ -1681,17 +1793,17 @@ static void sab_send(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id,
  */
 static void sab_drain(struct wsfs *fs)
 {
+	uint64_t flushed;
+
 	if (atomic_load(&fs->sab_n) == 0)
 		return;
+	/* Gathered writes made before a change go first (one may carry it:
+	 * gb_send()): a write after utimensat(2) would set mtime anew. */
+	flushed = gb_flush(fs);
 	pthread_mutex_lock(&fs->sab_lock);
 	while (atomic_load(&fs->sab_n) > 0) {
-		Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
-		Wsbridge__V1__TimeSpec at = WSBRIDGE__V1__TIME_SPEC__INIT;
-		Wsbridge__V1__TimeSpec mt = WSBRIDGE__V1__TIME_SPEC__INIT;
+		struct sab_out o;
 		struct wsfs_file *f;
-		uint64_t gen0, oseq0;
-		fuse_ino_t id;
-		bool put;
 
 		/* The first one waiting that nobody is sending. */
 		TAILQ_FOREACH(f, &fs->sab_list, sab_entry)
@@ -1701,42 +1813,17 @@ static void sab_drain(struct wsfs *fs)
 			pthread_cond_wait(&fs->sab_cond, &fs->sab_lock);
 			continue;
 		}
-		TAILQ_REMOVE(&fs->sab_list, f, sab_entry);
-		f->sab_listed = false;
-		f->sab_sending = true;
-		q.valid = f->sab_valid;
-		q.mode = f->sab_mode;
-		q.uid = f->sab_uid;
-		q.gid = f->sab_gid;
-		if (f->sab_atime) {
-			at.how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
-			at.ns = f->sab_atime_ns;
-			q.atime = &at;
+		if (f->sab_gseq > flushed) {
+			/* Kept since the flush above, after runs begun since. */
+			pthread_mutex_unlock(&fs->sab_lock);
+			flushed = gb_flush(fs);
+			pthread_mutex_lock(&fs->sab_lock);
+			continue;
 		}
-		if (f->sab_mtime) {
-			mt.how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
-			mt.ns = f->sab_mtime_ns;
-			q.mtime = &mt;
-		}
-		id = f->sab_id;
-		f->sab_valid = 0;
-		f->sab_atime = f->sab_mtime = false;
-		fs->sab_taken++;
-		gen0 = atomic_load(&fs->mgen);
-		oseq0 = own_seq(fs);
+		sab_take(fs, f, &o);
 		pthread_mutex_unlock(&fs->sab_lock);
-
-		sab_send(fs, f, id, &q, gen0, oseq0);
-
-		pthread_mutex_lock(&fs->sab_lock);
-		f->sab_sending = false;
-		put = !f->sab_listed; /* else kept behind again meanwhile */
-		if (put)
-			atomic_fetch_sub(&fs->sab_n, 1);
-		pthread_cond_broadcast(&fs->sab_cond);
-		pthread_mutex_unlock(&fs->sab_lock);
-		if (put)
-			file_put(fs, f);
+		sab_send(fs, &o);
+		sab_untake(fs, &o);
 		pthread_mutex_lock(&fs->sab_lock);
 	}
 	pthread_mutex_unlock(&fs->sab_lock);
@@ -1809,13 +1896,28 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	size_t len;
 	int r;
 
-	wb_wait_writes(fs);
+	/* Gathered writes of the file stay: the SETATTR goes after them
+	 * (sab_defer(), gb_send()); any other request sends them first. */
+	wb_wait_sent(fs);
 	if (sab_defer(fs, ino, attr, to_set, &st, &taken0)) {
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		sab_told(fs, ino, taken0);
 		return;
 	}
+	if (atomic_load(&fs->gb_n) > 0) {
+		/* A chmod after a write: the write's reply gives the mtime,
+		 * then the change may wait for close. */
+		wb_wait_writes(fs);
+		if (sab_defer(fs, ino, attr, to_set, &st, &taken0)) {
+			fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+			sab_told(fs, ino, taken0);
+			return;
+		}
+	}
 	sab_drain(fs);
+	/* Those were own changes before this one, not beside it (own_keep()). */
+	oseq0 = own_seq(fs);
+	gen0 = atomic_load(&fs->mgen);
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
 		q.mode = attr->st_mode & 07777;
@@ -2534,7 +2636,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
 	Wsbridge__V1__OpenReply *rep = NULL;
 	struct fuse_entry_param e;
-	uint64_t seq0 = seq_now(fs);
+	uint64_t seq0 = seq_now(fs), gen0, oseq0;
 	uint64_t id = 0;
 	char *path = NULL;
 	size_t len;
@@ -2543,6 +2645,8 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	/* An O_CREAT open ws_open told ESTALE may come back as a CREATE. */
 	(void)stale_retry(fs, fuse_req_ctx(req)->pid);
 	wb_wait(fs);
+	gen0 = atomic_load(&fs->mgen);
+	oseq0 = own_seq(fs);
 	memset(&e, 0, sizeof(e));
 	r = child_path(fs, parent, name, &path, &len);
 	if (r < 0)
@@ -2580,6 +2684,11 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		node_forget(fs->nodes, id, 1);
 		goto out;
 	}
+	/* A file made now: what GETATTR answers, and a SETATTR kept behind
+	 * (sab_defer()) starts from, until its first write is sent. Only the
+	 * create's own bump of mgen (known_update()) between. */
+	if (!rep->existed)
+		own_keep(fs, id, &e.attr, gen0, atomic_load(&fs->mgen), oseq0);
 	file_of(fi)->created = !rep->existed;
 	file_of(fi)->owner = (uint32_t)e.attr.st_uid;
 	{
@@ -2812,21 +2921,25 @@ static int write_pos(struct wsfs *fs, struct wsfs_file *f, Wsbridge__V1__WriteRe
  * gathered): a failure goes to every handle of the file (wb_error()) and
  * its pages are dropped, and a short write is carried on. @writepage: the
  * kernel's writeback of a mapping (fi->writepage). Keeps what the replies
- * say (own_keep(), node_seen_*). Returns 0 or -errno; *@done: bytes agentd
- * wrote. Any FUSE request thread, or gb_main(); the caller has ordered it
- * against other writes (wb_begin() or wb_wait()).
+ * say (own_keep(), node_seen_*). @after: a SETATTR kept behind (taken,
+ * counted in sab_n) for agentd to make after the last Write, or NULL; then
+ * *@after_r is 0 or -errno if agentd made it or tried, 1 if not (the
+ * caller sends it). Returns 0 or -errno; *@done: bytes agentd wrote. Any
+ * FUSE request thread, or gb_main(); the caller has ordered it against
+ * other writes (wb_begin() or wb_wait()).
  */
 static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const char *buf,
 		     size_t size, uint64_t off, bool behind, bool writepage, uint64_t timeout_ms,
-		     size_t *done_out)
+		     Wsbridge__V1__SetAttrRequest *after, int *after_r, size_t *done_out)
 {
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
 	struct hslot s = { f, &q.handle };
 	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
 	/* A SETATTR kept behind since the caller's drain (an mmap writeback
 	 * holds no lock against one): this reply would lack it. One kept
-	 * after gen0 moves mgen itself. */
-	bool sab_none = atomic_load(&fs->sab_n) == 0;
+	 * after gen0 moves mgen itself. @after counts until it is done. */
+	unsigned sab0 = atomic_load(&fs->sab_n);
+	bool after_done = false, keep;
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
@@ -2834,6 +2947,8 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 	size_t len = 0;
 	int r = 0;
 
+	if (after)
+		*after_r = 1;
 	/* Detached (unlinked) files have no path and no echo to expect. */
 	if (path_of(fs, ino, &path, &len) == 0)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
@@ -2844,6 +2959,7 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 
 		q.offset = off + done;
 		q.data = bin(buf + done, want);
+		q.setattr_after = done + want == size ? after : NULL;
 		if (writepage && f->append)
 			r = write_pos(fs, f, &q, &rep);
 		else
@@ -2854,6 +2970,17 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 		n = rep->written < want ? rep->written : want;
 		done += n;
 		have_st = attr_to_stat(rep->attr, &st) == 0;
+		if (q.setattr_after && rep->setattr_done) {
+			int e = 0;
+
+			if (rep->setattr_errno && rep->setattr_errno[0]) {
+				e = wsb_errno_from_name(rep->setattr_errno);
+				if (e == 0)
+					e = EIO;
+			}
+			after_done = true;
+			*after_r = -e;
+		}
 		free_reply(rep);
 		/* Short: the caller learns the errno by writing the rest; a
 		 * write-behind does that itself. */
@@ -2867,8 +2994,11 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 		wsfs_self_end(fs, path, len, done > 0, have_st && done == size ? &st : NULL);
 		free(path);
 	}
-	own_keep(fs, ino, r == 0 && have_st && done == size && sab_none ? &st : NULL, gen0, gen,
-		 oseq0);
+	/* A change carried and failed may have been made in part: the reply,
+	 * the fstat after the write, would lack that part. */
+	keep = r == 0 && have_st && done == size &&
+	       (after_done ? *after_r == 0 && sab0 == 1 : sab0 == 0);
+	own_keep(fs, ino, keep ? &st : NULL, gen0, gen, oseq0);
 	if ((f->direct_io && !writepage) || (behind && r < 0)) {
 		/* Not through the kernel's pages (O_APPEND, file_opened()), or
 		 * pages agentd lacks: the next open must not keep them. */
@@ -2914,11 +3044,11 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
  * and is replied to at once. A run goes to agentd as
  * one write behind (one Write RPC of its bytes) when:
  * - any request that waits for the writes before it (wb_wait_writes():
- *   all but a written-behind WRITE) comes: FLUSH, so close(2); fsync;
- *   GETATTR (so stat(2) shows agentd's size); a SETATTR, kept behind or
- *   not; a READ the kernel's pages lack; another open; any change of
- *   names; that request's thread sends it, and the request goes on once
- *   agentd has it;
+ *   all but a written-behind WRITE, a SETATTR kept behind and a GETATTR
+ *   answered from the mount's own attributes) comes: FLUSH, so close(2);
+ *   fsync; a SETATTR sent at once; a READ the kernel's pages lack;
+ *   another open; any change of names; that request's thread sends it,
+ *   and the request goes on once agentd has it;
  * - a WRITE of the same handle does not go on where the run ends, or
  *   would take it past WSFS_GATHER_MAX, or comes after another handle
  *   began a run of the file (the run is sent behind by that WRITE's
@@ -2930,9 +3060,14 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
  * Runs of one file take their write-behind slots (wb_begin()) in the
  * order they began, and each holds only bytes written before the next
  * one began, so that where two handles wrote the same bytes the later
- * write wins in the pod, as it did on the host. A run that fails is reported
- * as a failed write-behind (wb_error()). Every other process on the host
- * reads the bytes from the kernel's pages at once; the pod sees them by
+ * write wins in the pod, as it did on the host. A SETATTR kept behind that
+ * sets mtime (utimensat(2), as tar -p and cp -a do after writing a file)
+ * does not send the file's runs, nor do the GETATTRs and SETATTRs kept
+ * behind after it (they tell the kernel the size the runs make: gb_attr();
+ * any other mtime is agentd's to give); the file's last run carries the
+ * change (WriteRequest.setattr_after). A run that fails is reported as a
+ * failed write-behind (wb_error()). Every other process on the host reads
+ * the bytes from the kernel's pages at once; the pod sees them by
  * close(2), fsync(2) or WSFS_GATHER_NS later (README "Consistency").
  */
 
@@ -2948,6 +3083,8 @@ struct wsfs_gather {
 	int64_t born_ns;  /* wsfs_now_ns() when it began */
 	bool sending;     /* a thread took it to send: no more bytes join it */
 	bool begun;       /* ... and holds its write-behind slot */
+	bool folded;      /* a change kept behind sets mtime after it (gb_fold()) */
+	bool told;        /* the kernel was told the size it makes (gb_attr()) */
 };
 
 /* Whether run @g may take its write-behind slot now: every older run of
@@ -2963,6 +3100,70 @@ static bool gb_ready(struct wsfs *fs, const struct wsfs_gather *g)
 			return false;
 	}
 	return true;
+}
+
+/* Whether run @g is the only one of its file listed. Under gb_lock. */
+static bool gb_solo(struct wsfs *fs, const struct wsfs_gather *g)
+{
+	const struct wsfs_gather *o;
+
+	TAILQ_FOREACH(o, &fs->gb_list, entry)
+		if (o != g && o->f->ino == g->f->ino)
+			return false;
+	return true;
+}
+
+/*
+ * Make *@st, the attributes of node @id as agentd last gave them, what
+ * they are with its gathered runs written: the size they extend it to.
+ * Their mtime is agentd's to give (the pod's clock), so only when it does
+ * not matter: @mtime_set (the caller sets one) or every run is folded
+ * (gb_fold(): a change kept behind sets one after them). False: not so,
+ * or a run of it is being sent (its reply is what to wait for); the
+ * caller sends them. Any FUSE request thread; takes gb_lock.
+ */
+static bool gb_attr(struct wsfs *fs, fuse_ino_t id, struct stat *st, bool mtime_set)
+{
+	struct wsfs_gather *g;
+	off_t size = st->st_size;
+	bool ok = true;
+
+	if (atomic_load(&fs->gb_n) == 0)
+		return true;
+	pthread_mutex_lock(&fs->gb_lock);
+	TAILQ_FOREACH(g, &fs->gb_list, entry) {
+		if (g->id != id)
+			continue;
+		if (g->sending || (!g->folded && !mtime_set)) {
+			ok = false;
+			break;
+		}
+		if (g->off + g->len > (uint64_t)size)
+			size = (off_t)(g->off + g->len);
+	}
+	if (ok) {
+		TAILQ_FOREACH(g, &fs->gb_list, entry)
+			if (g->id == id)
+				g->told = true;
+		st->st_size = size;
+	}
+	pthread_mutex_unlock(&fs->gb_lock);
+	return ok;
+}
+
+/* A change kept behind for node @id sets its mtime after the node's
+ * gathered runs (gb_attr()). Takes gb_lock. */
+static void gb_fold(struct wsfs *fs, fuse_ino_t id)
+{
+	struct wsfs_gather *g;
+
+	if (atomic_load(&fs->gb_n) == 0)
+		return;
+	pthread_mutex_lock(&fs->gb_lock);
+	TAILQ_FOREACH(g, &fs->gb_list, entry)
+		if (g->id == id)
+			g->folded = true;
+	pthread_mutex_unlock(&fs->gb_lock);
 }
 
 /* Whether run @g is the newest of its file: a write may join it only
@@ -3015,21 +3216,46 @@ static void gb_take(struct wsfs_gather *g)
 static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size_t size)
 {
 	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms, wseq;
+	struct sab_out so, *after = NULL;
+	int after_r = 1;
 	unsigned ahead;
 	size_t done;
+	bool solo;
 
 	wseq = wb_begin(fs, g->f->ino, g->off, g->off + g->len, &ahead);
 	pthread_mutex_lock(&fs->gb_lock);
 	g->begun = true;
+	solo = gb_solo(fs, g);
 	pthread_cond_broadcast(&fs->gb_cond);
 	pthread_mutex_unlock(&fs->gb_lock);
 	if (req)
 		fuse_reply_write(req, size);
+	/* A SETATTR kept behind on the file after this run began came after
+	 * every byte of its runs (a WRITE after one sends it first:
+	 * sab_drain()), and no other write of the file is in flight (its
+	 * SETATTR waited for those): the file's last run carries it, one
+	 * round trip for both. */
+	if (solo && atomic_load(&fs->sab_n) > 0)
+		after = sab_take_node(fs, g->id, g->seq, &so);
 	timeout_ms *= 1 + ahead; /* as ws_write()'s: at most 64 times a uint32_t */
 	if (timeout_ms > UINT32_MAX)
 		timeout_ms = UINT32_MAX;
-	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, timeout_ms, &done);
+	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, timeout_ms,
+			after ? &after->q : NULL, &after_r, &done);
 	wb_end(fs, wseq);
+	if (after) {
+		if (after_r <= 0)
+			sab_result(fs, after, after_r);
+		else
+			sab_send(fs, after); /* agentd did not: an older one */
+		sab_untake(fs, after);
+	} else if (g->told && fs->se) {
+		/* The kernel holds the size gb_attr() gave, with the mtime
+		 * before the run, for the attribute timeout: it asks again
+		 * (attributes only, no page lock: safe here, as
+		 * sab_result()'s). */
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, g->id, -1, 0);
+	}
 
 	pthread_mutex_lock(&fs->gb_lock);
 	TAILQ_REMOVE(&fs->gb_list, g, entry);
@@ -3045,17 +3271,19 @@ static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size
 /*
  * Send every run gathered before this call and wait for those other
  * threads are sending: on return agentd has (or failed) every gathered
- * write replied to before it. Any thread but gb_main(); returns at once
- * with none.
+ * write replied to before it. Returns the number of the first run it did
+ * not wait for (every run numbered below is done). Any thread but
+ * gb_main(); returns at once with none.
  */
-static void gb_flush(struct wsfs *fs)
+static uint64_t gb_flush(struct wsfs *fs)
 {
-	uint64_t upto;
+	/* Read before the count: a run begun after it is not waited for. */
+	uint64_t upto = atomic_load(&fs->gb_seq);
 
 	if (atomic_load(&fs->gb_n) == 0)
-		return;
+		return upto;
 	pthread_mutex_lock(&fs->gb_lock);
-	upto = fs->gb_seq;
+	upto = atomic_load(&fs->gb_seq);
 	for (;;) {
 		bool wait;
 		struct wsfs_gather *g = gb_pick(fs, upto, &wait);
@@ -3072,6 +3300,7 @@ static void gb_flush(struct wsfs *fs)
 		}
 	}
 	pthread_mutex_unlock(&fs->gb_lock);
+	return upto;
 }
 
 /* The thread that sends runs that waited WSFS_GATHER_NS
@@ -3180,6 +3409,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 		}
 		memcpy(g->buf + g->len, buf, size);
 		g->len += size;
+		g->folded = false;
 		pthread_mutex_unlock(&fs->gb_lock);
 		return true;
 	}
@@ -3203,7 +3433,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 	g->id = id;
 	g->f = f;
 	node_fh_ref(fs->nodes, &f->link);
-	g->seq = fs->gb_seq++;
+	g->seq = atomic_fetch_add(&fs->gb_seq, 1);
 	g->born_ns = wsfs_now_ns();
 	if (f->g) {
 		*full = f->g;
@@ -3240,8 +3470,9 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	/* A SETATTR kept behind goes first: a write after utimensat(2) sets
-	 * mtime anew, and one after chmod u+s clears the bit. */
+	/* A SETATTR kept behind goes first (with the gathered writes before
+	 * it): a write after utimensat(2) sets mtime anew, and one after chmod
+	 * u+s clears the bit. */
 	sab_drain(fs);
 	if (!fi->writepage) {
 		int e = wb_error(f, false);
@@ -3292,7 +3523,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 		wb_wait(fs);
 	}
 	r = write_out(fs, f, ino, buf, size, (uint64_t)off, behind, fi->writepage, timeout_ms,
-		      &done);
+		      NULL, NULL, &done);
 	if (behind)
 		wb_end(fs, wseq);
 	else if (r < 0 && done == 0)
@@ -4388,7 +4619,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	wsb_cond_init_mono(&fs->gb_cond);
 	atomic_init(&fs->gb_n, 0);
 	TAILQ_INIT(&fs->gb_list);
-	fs->gb_seq = 1;
+	atomic_init(&fs->gb_seq, 1);
 	pthread_mutex_init(&fs->nq_lock, NULL);
 	pthread_cond_init(&fs->nq_cond, NULL);
 	atomic_init(&fs->wb_n, 0);

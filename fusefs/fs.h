@@ -238,7 +238,8 @@ struct wsfs {
 	/** Runs listed (gathering or being sent); read without gb_lock as a hint. */
 	atomic_uint gb_n;
 	TAILQ_HEAD(wsfs_gb_list, wsfs_gather) gb_list;
-	uint64_t gb_seq;  /**< number of the next run (from 1) */
+	/** Number of the next run (from 1); written under gb_lock. */
+	atomic_uint_fast64_t gb_seq;
 	size_t gb_bytes;  /**< bytes allocated for the listed runs */
 	bool gb_started;  /**< gb_thread runs */
 	bool gb_idle;     /**< it waits for a run without a deadline */

@@ -13,11 +13,16 @@ prints what it found, exits non-zero on a difference.
   closed N files each created, written and closed, then chmod'ed and
          their times set by name (install(1)): the pod has both as soon
          as each call returned (nothing is kept behind after close).
-  eio    N files created, written and chmod'ed 0600 while agentd fails
-         every fchmod(2) (the caller injects EIO): a chmod kept behind
-         returns and close fails with EIO ("eN: close: EIO"), the pod's
-         mode unchanged; one sent at once (by path: not fchmod) succeeds;
-         either way the mount then shows the pod's mode.
+  eio    N files created, written and chmod'ed 0600 (every other one
+         after setting its times, so that the change goes with the write)
+         while agentd fails every fchmod(2) (the caller injects EIO): a
+         chmod kept behind returns and close fails with EIO ("eN: close:
+         EIO"), the pod's mode unchanged; one sent at once (by path: not
+         fchmod) succeeds; either way the mount then shows the pod's mode.
+  tar    N files created, written in 3 writes, then (as tar -p does, with
+         no stat between) their times set, chown'ed to their owner and
+         chmod'ed: right after close the pod has the bytes, mode and mtime
+         (the caller counts agentd's calls).
 """
 import errno
 import os
@@ -101,6 +106,8 @@ def eio(mnt, root, n):
         fd = os.open(os.path.join(mnt, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(fd, b"data\n")
         try:
+            if i % 2:
+                os.utime(fd, ns=(T1, T1))
             os.fchmod(fd, 0o600)
         except OSError as e:
             # Not kept behind (the mount did not know the attributes):
@@ -127,12 +134,38 @@ def eio(mnt, root, n):
     return 1 if bad else 0
 
 
+def tar(mnt, root, n):
+    bad = 0
+    for i in range(n):
+        name = "t%d" % i
+        data = (b"%06d" % i) * 2000
+        fd = os.open(os.path.join(mnt, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        for k in range(0, len(data), 5000):
+            os.write(fd, data[k:k + 5000])
+        os.utime(fd, ns=(T1, T1 + i))
+        os.fchown(fd, os.getuid(), os.getgid())
+        os.fchmod(fd, 0o640)
+        os.close(fd)
+        st = os.lstat(os.path.join(root, name))
+        with open(os.path.join(root, name), "rb") as f:
+            pod = f.read()
+        if (pod, stat.S_IMODE(st.st_mode), st.st_mtime_ns) != (data, 0o640, T1 + i):
+            print("%s: the pod has %d bytes, mode %o, mtime %d; want %d, 640, %d"
+                  % (name, len(pod), stat.S_IMODE(st.st_mode), st.st_mtime_ns, len(data),
+                     T1 + i))
+            bad += 1
+    print("tar: %d files, %d differences" % (n, bad))
+    return 1 if bad else 0
+
+
 def main():
     check, mnt, root, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if check == "order":
         return order(mnt, root, n)
     if check == "eio":
         return eio(mnt, root, n)
+    if check == "tar":
+        return tar(mnt, root, n)
     if check == "closed":
         return closed(mnt, root, n)
     print("unknown check", check)

@@ -466,6 +466,32 @@ class Behaviour(Base):
         self.assertEqual((a.size, stat.S_IMODE(a.mode), a.mtime_ns),
                          (4, 0o600, 1_234_567_890_123_456_789))
 
+    def test_write_setattr_after(self):
+        """Write with setattr_after: the change follows the write in one
+        call (its mtime wins over the write's); one naming a size is
+        refused and writes nothing."""
+        r = self.ws.Open(pb.OpenRequest(path=b"wsa", access=pb.WRONLY, create=True,
+                                        mode=0o644), timeout=TIMEOUT)
+        V = pb.SetAttrRequest
+        T = 1_111_111_111_222_333_444
+        after = V(valid=V.MODE, mode=0o600, mtime=pb.TimeSpec(ns=T), atime=pb.TimeSpec(ns=T))
+        w = self.ws.Write(pb.WriteRequest(handle=r.handle, offset=0, data=b"abc",
+                                          setattr_after=after), timeout=TIMEOUT)
+        st = os.stat(rp("wsa"))
+        self.assertEqual((w.written, w.setattr_done, w.setattr_errno), (3, True, ""))
+        self.assertEqual((stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns),
+                         (0o600, 3, T))
+        self.assertEqual((stat.S_IMODE(w.attr.mode), w.attr.size, w.attr.mtime_ns),
+                         (0o600, 3, T))
+        e = self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                       lambda: self.ws.Write(pb.WriteRequest(
+                           handle=r.handle, offset=3, data=b"def",
+                           setattr_after=V(valid=V.SIZE, size=1)), timeout=TIMEOUT),
+                       "Write with a size in setattr_after")
+        self.assertIn("size", e.details())
+        self.assertEqual(os.stat(rp("wsa")).st_size, 3)
+        self.ws.Release(pb.HandleRequest(handle=r.handle), timeout=TIMEOUT)
+
     def test_xattr(self):
         with open(rp("xa"), "w"):
             pass
