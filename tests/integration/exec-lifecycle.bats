@@ -105,6 +105,9 @@ in_agentd_cgroup() {
 	local client=$BG_PID id
 	wait_file "$ROOT/bg.pid"
 	wait_file "$ROOT/sh.pid"
+	# The command can write its pid files before the client has printed
+	# the id the Started event gave it.
+	poll_until 10 grep -q '^started ' "$BATS_TEST_TMPDIR/client.out"
 	kill -KILL "$client"
 	id=$(sed -n 's/^started \([0-9]*\) .*/\1/p' "$BATS_TEST_TMPDIR/client.out")
 	[ -n "$id" ]
