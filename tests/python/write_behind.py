@@ -17,7 +17,7 @@ exits non-zero on a difference.
   overlap  two handles of one file write 300 blocks of 128 KiB on where
            each left off, the second over the first's: the pod's file
            equals the same writes made on LOCAL.
-  overlap_small  the same with 3,000 blocks of 4 KiB (gathered).
+  overlap_small  the same with 1,000 blocks of 4 KiB (gathered).
   gather   (extra argument: N) N files, each made in 10 writes of 4 KiB
            and one of 1,000 bytes: right after each close the pod has
            every byte (the caller counts agentd's Write calls).
@@ -414,7 +414,7 @@ def main():
     if check == "overlap":
         return overlap(mnt, root, sys.argv[4])
     if check == "overlap_small":
-        return overlap(mnt, root, sys.argv[4], 4096, 3000)
+        return overlap(mnt, root, sys.argv[4], 4096, 1000)
     if check == "gather":
         return gather(mnt, root, int(sys.argv[4]))
     if check == "linger":
