@@ -3304,8 +3304,8 @@ static uint64_t gb_flush(struct wsfs *fs)
 }
 
 /* The thread that sends runs that waited WSFS_GATHER_NS
- * (wsfs_gather_start()); it ends at gb_stop (wsfs_free(), which sends what
- * is left). */
+ * (wsfs_gather_start()); it ends at gb_stop (wsfs_send_behind(), which
+ * sends what is left). */
 static void *gb_main(void *arg)
 {
 	struct wsfs *fs = arg;

@@ -243,7 +243,7 @@ struct wsfs {
 	size_t gb_bytes;  /**< bytes allocated for the listed runs */
 	bool gb_started;  /**< gb_thread runs */
 	bool gb_idle;     /**< it waits for a run without a deadline */
-	bool gb_stop;     /**< wsfs_free(): gather no more, the thread ends */
+	bool gb_stop;     /**< wsfs_send_behind(): gather no more, the thread ends */
 	pthread_t gb_thread;
 
 	/* Nodes whose pages are to be dropped off the request threads
@@ -323,7 +323,7 @@ void wsfs_release_pending(struct wsfs *fs);
 
 /**
  * Start the thread that sends gathered writes that waited WSFS_GATHER_NS
- * (fs.c "Write gathering"); wsfs_free() stops it. Without it (or with
+ * (fs.c "Write gathering"); wsfs_send_behind() stops it. Without it (or with
  * cfg.write_behind 0) writes are not gathered. Once, after any fork, from
  * the thread that mounts. Returns 0 or -errno of pthread_create(3).
  */
