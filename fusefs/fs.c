@@ -3053,8 +3053,9 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
  *   would take it past WSFS_GATHER_MAX, or comes after another handle
  *   began a run of the file (the run is sent behind by that WRITE's
  *   thread, which starts the next run);
- * - it has waited WSFS_GATHER_NS (gb_main(): a writer that stops without
- *   closing, such as a log, reaches the pod within that);
+ * - it has waited cfg.gather_ns (-o gather_ms, default 5 ms; gb_main(): a
+ *   writer that stops without closing, such as a log, reaches the pod
+ *   within that);
  * - near WSFS_GATHER_TOTAL_MAX bytes allocated for runs in the mount
  *   (each takes 16 KiB at least), writes go as they come.
  * Runs of one file take their write-behind slots (wb_begin()) in the
@@ -3068,7 +3069,7 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
  * change (WriteRequest.setattr_after). A run that fails is reported as a
  * failed write-behind (wb_error()). Every other process on the host reads
  * the bytes from the kernel's pages at once; the pod sees them by
- * close(2), fsync(2) or WSFS_GATHER_NS later (README "Consistency").
+ * close(2), fsync(2) or cfg.gather_ns later (README "Consistency").
  */
 
 /* A run of gathered writes: bytes [off, off + len) of buf. */
@@ -3303,7 +3304,7 @@ static uint64_t gb_flush(struct wsfs *fs)
 	return upto;
 }
 
-/* The thread that sends runs that waited WSFS_GATHER_NS
+/* The thread that sends runs that waited cfg.gather_ns
  * (wsfs_gather_start()); it ends at gb_stop (wsfs_send_behind(), which
  * sends what is left). */
 static void *gb_main(void *arg)
@@ -3317,7 +3318,7 @@ static void *gb_main(void *arg)
 		int64_t now = wsfs_now_ns();
 		struct timespec until;
 
-		if (g && now - g->born_ns >= WSFS_GATHER_NS) {
+		if (g && now - g->born_ns >= fs->cfg.gather_ns) {
 			gb_take(g);
 			pthread_mutex_unlock(&fs->gb_lock);
 			gb_send(fs, g, NULL, 0);
@@ -3334,7 +3335,7 @@ static void *gb_main(void *arg)
 			continue;
 		}
 		/* Until @g is due, or another thread's send ends. */
-		until = wsb_deadline_ns(CLOCK_MONOTONIC, g->born_ns + WSFS_GATHER_NS - now);
+		until = wsb_deadline_ns(CLOCK_MONOTONIC, g->born_ns + fs->cfg.gather_ns - now);
 		pthread_cond_timedwait(&fs->gb_cond, &fs->gb_lock, &until);
 	}
 	pthread_mutex_unlock(&fs->gb_lock);
@@ -3345,7 +3346,7 @@ int wsfs_gather_start(struct wsfs *fs)
 {
 	int r;
 
-	if (fs->cfg.write_behind == 0)
+	if (fs->cfg.write_behind == 0 || fs->cfg.gather_ns <= 0)
 		return 0;
 	r = pthread_create(&fs->gb_thread, NULL, gb_main, fs);
 	fs->gb_started = r == 0;

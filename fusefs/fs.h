@@ -48,9 +48,10 @@
 /** Bytes allocated for gathered writes across the mount at most; near it
  * writes go as they come. */
 #define WSFS_GATHER_TOTAL_MAX ((size_t)64 * 1024 * 1024)
-/** How long gathered bytes wait for more before they are sent anyway,
- * nanoseconds. */
-#define WSFS_GATHER_NS 5000000LL
+/** Default of wsfs_config.gather_ns (-o gather_ms), milliseconds. */
+#define WSFS_GATHER_MS_DEFAULT 5u
+/** Largest -o gather_ms, milliseconds (10 minutes). */
+#define WSFS_GATHER_MS_MAX 600000u
 /** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
 #define WSFS_NQ_MAX 64
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
@@ -96,6 +97,10 @@ struct wsfs_config {
 	 * other request (fs.c "Setattr-behind"; -o setattr_behind=0 turns it
 	 * off). */
 	bool setattr_behind;
+	/** How long gathered writes wait for more before they are sent anyway
+	 * (fs.c "Write gathering"; -o gather_ms), nanoseconds; 0 = writes are
+	 * not gathered. */
+	int64_t gather_ns;
 	/** The mount point, absolute and canonical (for /proc/self/mountinfo);
 	 * borrowed, outlives the wsfs; NULL = unknown. */
 	const char *mountpoint;
@@ -322,9 +327,9 @@ void wsfs_conn_ok(struct wsfs *fs);
 void wsfs_release_pending(struct wsfs *fs);
 
 /**
- * Start the thread that sends gathered writes that waited WSFS_GATHER_NS
+ * Start the thread that sends gathered writes that waited cfg.gather_ns
  * (fs.c "Write gathering"); wsfs_send_behind() stops it. Without it (or with
- * cfg.write_behind 0) writes are not gathered. Once, after any fork, from
+ * cfg.write_behind or cfg.gather_ns 0) writes are not gathered. Once, after any fork, from
  * the thread that mounts. Returns 0 or -errno of pthread_create(3).
  */
 int wsfs_gather_start(struct wsfs *fs);

@@ -51,6 +51,7 @@ struct opts {
 	unsigned max_dir_entries;
 	unsigned write_behind;
 	unsigned setattr_behind;
+	unsigned gather_ms;
 	int foreground;
 	int single;
 	int clone_fd;
@@ -80,6 +81,7 @@ static const struct fuse_opt spec[] = {
 	FUSE_OPT_KEY("max_dir_entries=", KEY_NUM),
 	FUSE_OPT_KEY("write_behind=", KEY_NUM),
 	FUSE_OPT_KEY("setattr_behind=", KEY_NUM),
+	FUSE_OPT_KEY("gather_ms=", KEY_NUM),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
 	OPT("--token-file %s", token_file, 0),
@@ -116,6 +118,7 @@ static const struct num_opt {
 	{ "max_dir_entries", offsetof(struct opts, max_dir_entries), false },
 	{ "write_behind", offsetof(struct opts, write_behind), false },
 	{ "setattr_behind", offsetof(struct opts, setattr_behind), false },
+	{ "gather_ms", offsetof(struct opts, gather_ms), false },
 };
 
 /*
@@ -246,6 +249,9 @@ static void usage(FILE *f)
 		"                         return before agentd has, small ones gathered\n"
 		"                         into one (close and fsync wait and report their\n"
 		"                         errors; default 4, 0 = none, nor gathered)\n"
+		"  -o gather_ms=N         how long gathered small writes wait for more\n"
+		"                         before they go to agentd anyway, milliseconds\n"
+		"                         (default 5; 0 = none gathered; at most 600000)\n"
 		"  -o setattr_behind=0|1  chmod, chown and utimes of a file wsfs created and\n"
 		"                         holds open for writing reach agentd merged, by\n"
 		"                         its close (close reports their errors; default 1)\n"
@@ -370,6 +376,7 @@ int main(int argc, char **argv)
 		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
 		.write_behind = WSFS_WRITE_BEHIND_DEFAULT,
 		.setattr_behind = 1,
+		.gather_ms = WSFS_GATHER_MS_DEFAULT,
 	};
 	struct wsc_options wo = { 0 };
 	struct wsfs_config cfg;
@@ -459,6 +466,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: setattr_behind wants 0 or 1\n");
 		goto out;
 	}
+	if (o.gather_ms > WSFS_GATHER_MS_MAX) {
+		fprintf(stderr, "wsfs: gather_ms wants 0..%u\n", WSFS_GATHER_MS_MAX);
+		goto out;
+	}
 	if (!o.token_file) {
 		const char *e = getenv("WSBRIDGE_TOKEN_FILE");
 
@@ -489,6 +500,7 @@ int main(int argc, char **argv)
 	cfg.max_dir_entries = o.max_dir_entries;
 	cfg.write_behind = o.write_behind;
 	cfg.setattr_behind = o.setattr_behind != 0;
+	cfg.gather_ns = (int64_t)o.gather_ms * 1000000;
 	/* For /proc/self/mountinfo (readahead); the mount point exists. */
 	mnt_real = realpath(mnt, NULL);
 	cfg.mountpoint = mnt_real;

@@ -2058,7 +2058,7 @@ with_inject() {
 	run_py write_behind.py overlap "$MNT" "$ROOT" "$BATS_TEST_TMPDIR/local"
 }
 
-@test "write gathering: 100 files made in 11 small writes each reach agentd in one Write each, whole by each close; with write_behind=0 each write is a Write" {
+@test "write gathering: 100 files made in 11 small writes each reach agentd in one Write each, whole by each close; with write_behind=0 or gather_ms=0 each write is a Write" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	local n0 n1
@@ -2078,12 +2078,55 @@ with_inject() {
 	run_py write_behind.py gather "$MNT/off" "$ROOT/off" 20
 	n1=$(calls Write)
 	assert_eq "$((n1 - n0))" 220
+	umount_wsfs
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,gather_ms=0"
+	mkdir "$MNT/nogather"
+	n0=$(calls Write)
+	run_py write_behind.py gather "$MNT/nogather" "$ROOT/nogather" 20
+	n1=$(calls Write)
+	assert_eq "$((n1 - n0))" 220
 }
 
 @test "write gathering: small writes to a file left open reach the pod within moments, without close" {
 	up
 	run_py write_behind.py linger "$MNT" "$ROOT"
 	printf '%s\n' "$output" | sed 's/^/# /' >&3
+}
+
+@test "write gathering: with -o gather_ms long, bytes of a file left open stay gathered; wsfs stopped (SIGTERM) sends them before it exits" {
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,gather_ms=600000"
+	local i
+	# Not bash's `>&5`: it closes a dup after each write (FLUSH).
+	bg holder "$PY" -c 'import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"one\n")
+os.write(fd, b"two\n")
+open(sys.argv[2], "w").close()
+time.sleep(120)' "$MNT/held" "$BATS_TEST_TMPDIR/written"
+	for ((i = 0; i < 200; i++)); do
+		[ -e "$BATS_TEST_TMPDIR/written" ] && break
+		sleep 0.05
+	done
+	[ -e "$BATS_TEST_TMPDIR/written" ]
+	# Nothing else on the mount from here: any request would send them.
+	sleep 0.5
+	assert_eq "$(stat -c %s "$ROOT/held")" 0 "the pod's size while gathered"
+	# The session loop ends with the file still open (no FLUSH comes);
+	# wsfs_send_behind() must send the run before wsfs exits.
+	kill -TERM "$WSFS_PID"
+	wsfs_wait_exit 10
+	assert_content "$ROOT/held" $'one\ntwo\n'
+}
+
+@test "write gathering: with -o gather_ms long, writes to 400 open files hold at most 64 MiB gathered; the rest reach the pod while open" {
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,gather_ms=600000"
+	run_py write_behind.py cap "$MNT" "$ROOT"
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	# 200 KiB each: the 328th would pass 64 MiB (with room for a whole
+	# run, 256 KiB) and sends the 327 before it.
+	assert_contains "$output" "the pod has 328 whole"
 }
 
 @test "write gathering: two handles writing over each other's bytes in 4 KiB writes land in the pod in the order they were made" {

@@ -964,6 +964,7 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-remote.bats: C1: agentd restarted twice on a unix socket; wsfs exits 0 on unmount"]="wsfs's reconnects; C1 with agentd killed and restarted runs here"
 	["fs-remote.bats: write-behind: two handles writing over each other's bytes land in the pod in the order they were made"]="wsfs's write-behind ordering; the other write-behind tests run here"
 	["fs-remote.bats: write gathering: two handles writing over each other's bytes in 4 KiB writes land in the pod in the order they were made"]="wsfs's ordering of gathered runs (19 s here); the other gathering tests run here"
+	["fs-remote.bats: write gathering: with -o gather_ms long, writes to 400 open files hold at most 64 MiB gathered; the rest reach the pod while open"]="wsfs's memory cap (8 s here); the other gathering tests run here"
 	["fs-remote.bats: write-behind: on a link that carries 1 MiB well within rpc_timeout, 16 MiB written behind do not time out"]="wsfs's write-behind deadlines over a slowed link; the other write-behind tests run here"
 	["fs-remote.bats: a directory past -o max_dir_entries fails to list with EFBIG and a message; one at the limit lists"]="wsfs's option; listings run here in every fs suite"
 	["transfer.bats: round trip over TCP: 1 GiB sparse stays sparse"]="the same file over a unix socket runs here (the transport is the host relay's)"

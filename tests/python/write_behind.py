@@ -24,6 +24,13 @@ exits non-zero on a difference.
   linger   a file written in 3 writes of 1,000 bytes and left open: the
            pod has them within 2 s (gathered writes wait 5 ms), and again
            after 3 more; the writer's stat gives the size meanwhile.
+  cap      (mounted with a gather_ms far longer than the check) 400 files
+           opened, then each written in one write of 200 KiB and left
+           open: gathered writes hold at most 64 MiB of them
+           (WSFS_GATHER_TOTAL_MAX), so the pod has most files whole while
+           all are open (the write that would pass the cap sends every
+           run first), and not all (the rest stay gathered); after the
+           closes it has every byte.
   gather_eio  (extra argument: N) while every write of agentd fails (the
            caller injects EIO), N files made in 3 writes of 1,000 bytes
            each: each fails at close (or a write) with EIO, never
@@ -369,6 +376,37 @@ def linger(mnt, root):
     return 1 if bad else 0
 
 
+def cap(mnt, root, n=400, size=200 * 1024):
+    bad = 0
+    fds = [os.open("%s/c%d" % (mnt, i), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+           for i in range(n)]
+    # Writes only from here on: any other request would send the runs.
+    for i, fd in enumerate(fds):
+        assert os.write(fd, block(i, size)) == size
+    whole = 0
+    for i in range(n):
+        with open("%s/c%d" % (root, i), "rb") as f:
+            whole += f.read() == block(i, size)
+    held = (n - whole) * size
+    print("with all %d files open, the pod has %d whole; %d bytes (%.1f MiB) held"
+          % (n, whole, held, held / MiB))
+    if held > 64 * MiB:
+        print("FAIL: more than 64 MiB of gathered writes held")
+        bad += 1
+    if whole == n:
+        print("FAIL: nothing held: were the writes gathered at all?")
+        bad += 1
+    for fd in fds:
+        os.close(fd)
+    for i in range(n):
+        with open("%s/c%d" % (root, i), "rb") as f:
+            if f.read() != block(i, size):
+                print("FAIL: after close, the pod's c%d is not what was written" % i)
+                bad += 1
+    print("%d problems" % bad)
+    return 1 if bad else 0
+
+
 def gather_eio(mnt, root, n):
     bad = 0
     for i in range(n + 1):
@@ -419,6 +457,8 @@ def main():
         return gather(mnt, root, int(sys.argv[4]))
     if check == "linger":
         return linger(mnt, root)
+    if check == "cap":
+        return cap(mnt, root)
     if check == "gather_eio":
         return gather_eio(mnt, root, int(sys.argv[4]))
     if check == "retry":
