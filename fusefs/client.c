@@ -13,8 +13,9 @@
  * finish or free first needs the status.
  *
  * The channel sits in a refcounted struct wsc_chan so that wsc_reconnect()
- * can swap it while calls run; the last call on an old channel destroys it
- * and reaps its exec_cmd child.
+ * can swap it while calls run; the last call on an old channel destroys it,
+ * and its exec_cmd child is reaped on a thread of its own (reap_child_later),
+ * which wsc_free() waits for.
  *
  * Polling (wsc_options.idle_poller). gRPC reads a connection only while
  * some thread polls (grpc_completion_queue_pluck on a polling queue), and
@@ -125,6 +126,8 @@ struct wsc {
 	size_t n_cq, cap_cq;        /* protected by lock */
 	struct unary *abandoned;    /* unary calls left behind; protected by lock */
 	atomic_uint n_abandoned;    /* their number; read without lock as a hint */
+	unsigned n_reapers;         /* reaper threads running; protected by lock */
+	pthread_cond_t reap_cond;   /* n_reapers fell to 0 */
 
 	char *target;
 	char *exec_cmd;
@@ -392,7 +395,9 @@ static bool reap_wait(pid_t pid, unsigned ms)
 	}
 }
 
-/* Reap the exec_cmd child after its transport was closed. */
+/* Reap the exec_cmd child after its transport was closed: it has 2 s to
+ * exit by itself (kubectl exec ends its stream), then SIGTERM, 1 s more,
+ * then SIGKILL. Blocks for up to those 3 s. */
 static void reap_child(pid_t pid)
 {
 	if (reap_wait(pid, 2000))
@@ -403,6 +408,76 @@ static void reap_child(pid_t pid)
 	(void)kill(-pid, SIGKILL);
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
+}
+
+struct reaper {
+	struct wsc *c;
+	pid_t pid;
+};
+
+static void *reaper_main(void *arg)
+{
+	struct reaper *rp = arg;
+	struct wsc *c = rp->c;
+
+	reap_child(rp->pid);
+	free(rp);
+	pthread_mutex_lock(&c->lock);
+	if (--c->n_reapers == 0)
+		pthread_cond_broadcast(&c->reap_cond);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* Wait until every reaper thread has ended (each within 3 s). */
+static void reapers_wait(struct wsc *c)
+{
+	pthread_mutex_lock(&c->lock);
+	while (c->n_reapers > 0)
+		pthread_cond_wait(&c->reap_cond, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* reap_child() without blocking the caller: at once if the child has
+ * exited, else on a detached thread of its own, which wsc_free() waits
+ * for. A FUSE request or the monitor dropping an old channel must not wait
+ * for its command (a `kubectl exec` slow to end held the mount at ENOTCONN
+ * for those 3 s more). */
+static void reap_child_later(struct wsc *c, pid_t pid)
+{
+	struct reaper *rp;
+	pthread_attr_t a;
+	pthread_t t;
+	sigset_t all, old;
+	int r;
+
+	if (reap_wait(pid, 0))
+		return;
+	rp = malloc(sizeof(*rp));
+	if (!rp || pthread_attr_init(&a) != 0) {
+		free(rp);
+		reap_child(pid);
+		return;
+	}
+	rp->c = c;
+	rp->pid = pid;
+	(void)pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_mutex_lock(&c->lock);
+	c->n_reapers++;
+	pthread_mutex_unlock(&c->lock);
+	/* Signals stay with the threads that handle them (libfuse's). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = pthread_create(&t, &a, reaper_main, rp);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+	if (r != 0) {
+		pthread_mutex_lock(&c->lock);
+		c->n_reapers--;
+		pthread_mutex_unlock(&c->lock);
+		free(rp);
+		reap_child(pid);
+	}
 }
 
 /* ---- channel ---- */
@@ -592,7 +667,7 @@ static void chan_put(struct wsc *c, struct wsc_chan *ch)
 		return;
 	grpc_channel_destroy(ch->ch);
 	if (ch->pid > 0)
-		reap_child(ch->pid);
+		reap_child_later(c, ch->pid);
 	free(ch);
 }
 
@@ -798,6 +873,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->reconnect_lock, NULL);
+	pthread_cond_init(&c->reap_cond, NULL);
 	c->timeout_ms = o->timeout_ms;
 	c->direct = o->direct;
 	c->max_recv = o->max_recv_bytes ? o->max_recv_bytes : WSC_MAX_RECV_DEFAULT;
@@ -809,6 +885,9 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	else
 		c->target = strdup(o->target);
 	if (!c->exec_cmd && !c->target) {
+		pthread_cond_destroy(&c->reap_cond);
+		pthread_mutex_destroy(&c->lock);
+		pthread_mutex_destroy(&c->reconnect_lock);
 		free(c);
 		return -ENOMEM;
 	}
@@ -850,6 +929,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	return 0;
 
 fail:
+	reapers_wait(c);
 	for (size_t i = 0; i < c->n_md; i++)
 		grpc_slice_unref(c->md[i].value);
 	pthread_cond_destroy(&c->idle_cond);
@@ -857,6 +937,7 @@ fail:
 	grpc_shutdown();
 	free(c->target);
 	free(c->exec_cmd);
+	pthread_cond_destroy(&c->reap_cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->reconnect_lock);
 	free(c);
@@ -916,10 +997,12 @@ struct wsc *wsc_free(struct wsc *c)
 		cq_destroy(c->cq[i]);
 	free(c->cq);
 	chan_put(c, c->chan);
+	reapers_wait(c);
 	for (size_t i = 0; i < c->n_md; i++)
 		grpc_slice_unref(c->md[i].value);
 	free(c->target);
 	free(c->exec_cmd);
+	pthread_cond_destroy(&c->reap_cond);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->reconnect_lock);
 	free(c);

@@ -1950,6 +1950,35 @@ print(" ".join(out))'
 	no_problems
 }
 
+@test "wsfs --exec: when a command lingers after its agentd died, the mount works again at once, not after wsfs has waited for the old one, which is then reaped" {
+	# The command closes the transport and stays (a `kubectl exec` slow
+	# to end its stream): wsfs waited up to 3 s for it, on the monitor,
+	# before it ran CMD again, and the mount said ENOTCONN meanwhile.
+	local cmd="$AGENTD --root $ROOT --stdio; exec >&- <&-; sleep 30" pid old i
+	mount_wsfs_exec "$cmd" -o "rpc_timeout=$RPC_TIMEOUT"
+	echo hi >"$MNT/f"
+	pid=$(agentd_under "$WSFS_PID")
+	[ -n "$pid" ]
+	old=$(ps -o pgid= -p "$pid" | tr -d ' ') # the command's shell leads its group
+	[ -n "$old" ] && [ "$old" != "$WSFS_PID" ]
+	kill -KILL "$pid"
+	recovers "exec transport: cat after the command closed it" content_is "$MNT/f" $'hi\n'
+	# The old command sleeps for 30 s unless wsfs ends it (SIGTERM after
+	# 2 s): still there when the mount works again.
+	proc_alive "$old" || problem "the mount worked again only after the old command was gone"
+	# Then reaped (no zombie left): 2 s, SIGTERM, at most 1 s more.
+	for ((i = 0; i < 200; i++)); do
+		[ -e "/proc/$old" ] || break
+		sleep 0.05
+	done
+	[ ! -e "/proc/$old" ] || {
+		echo "# the old command ($old) is still there (or a zombie) after 10 s" >&3
+		return 1
+	}
+	show_latencies
+	no_problems
+}
+
 # Write-behind (fusefs/fs.c): write(2) returns once wsfs has the bytes and
 # up to -o write_behind (default 4) WRITEs reach agentd in the background.
 
