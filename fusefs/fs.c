@@ -504,21 +504,36 @@ static void wb_end(struct wsfs *fs, uint64_t seq)
 	pthread_mutex_unlock(&fs->wb_lock);
 }
 
+/* Who asks wb_error(). */
+enum wb_ask {
+	WB_WRITE, /* a WRITE: fails with a failed write, which stays */
+	WB_FLUSH, /* a FLUSH (close(2)): reports either, which stays */
+	WB_FSYNC, /* an FSYNC: reports either, which is then gone */
+};
+
 /*
- * @f's write-behind error: a positive errno, or 0. @take: flush or fsync
- * reports it, and it is gone; a write only fails with it (the kernel turns
- * the error of a WRITE after the first of a write(2) into a short count,
- * and the caller's write of the rest must fail too, or the file would
- * hold a hole that nobody was told of).
+ * @f's write-behind error, or that of a SETATTR kept behind (sab_send(),
+ * which fails no write): a positive errno, or 0. A write fails with it
+ * (the kernel turns the error of a WRITE after the first of a write(2)
+ * into a short count, and the caller's write of the rest must fail too,
+ * or the file would hold a hole that nobody was told of). Only fsync(2)
+ * takes it, as Linux reports a writeback error to each open file
+ * description's fsync once (errseq, Documentation/filesystems/vfs.rst): a
+ * FLUSH comes for every close(2) of a descriptor of the open file,
+ * also a forked child's that exec closed (O_CLOEXEC) or that closed its
+ * descriptors before exec (Python's subprocess); had that taken it, the
+ * writer's own fsync and close would have succeeded over lost bytes.
  */
-static int wb_error(struct wsfs_file *f, bool take)
+static int wb_error(struct wsfs_file *f, enum wb_ask ask)
 {
 	int e, s;
 
-	if (!take)
+	if (ask == WB_WRITE)
 		return atomic_load(&f->wb_err);
-	/* flush and fsync also report a SETATTR kept behind that failed
-	 * (sab_send()), which fails no write. */
+	if (ask == WB_FLUSH) {
+		e = atomic_load(&f->wb_err);
+		return e ? e : atomic_load(&f->sab_err);
+	}
 	e = atomic_exchange(&f->wb_err, 0);
 	s = atomic_exchange(&f->sab_err, 0);
 	return e ? e : s;
@@ -3476,7 +3491,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	 * u+s clears the bit. */
 	sab_drain(fs);
 	if (!fi->writepage) {
-		int e = wb_error(f, false);
+		int e = wb_error(f, WB_WRITE);
 
 		if (e) {
 			fuse_reply_err(req, e);
@@ -3543,7 +3558,7 @@ static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	sab_closing(fs, f);
 	wb_wait(fs);
-	fuse_reply_err(req, f ? wb_error(f, true) : 0);
+	fuse_reply_err(req, f ? wb_error(f, WB_FLUSH) : 0);
 }
 
 static void ws_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -3580,7 +3595,7 @@ static void ws_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	wb_wait(fs);
 	q.datasync = datasync != 0;
 	r = file_rpc(fs, &s, 1, M("Fsync"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
-	e = s.f ? wb_error(s.f, true) : 0;
+	e = s.f ? wb_error(s.f, WB_FSYNC) : 0;
 	fuse_reply_err(req, e ? e : r < 0 ? errno_out(r, false) : 0);
 }
 

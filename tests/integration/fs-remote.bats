@@ -2196,6 +2196,19 @@ time.sleep(120)' "$MNT/held" "$BATS_TEST_TMPDIR/written"
 	assert_contains "$output" "other descriptor: EIO"
 }
 
+@test "write-behind: a write agentd fails (EIO injected) still fails the writer's fsync after a child it ran closed the descriptor" {
+	command -v strace >/dev/null || skip "strace is not installed"
+	# One cq thread: strace counts each thread's calls (when=3).
+	agentd_unix --threads 1
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	# The child's close (exec, O_CLOEXEC) is a FLUSH of the same open
+	# file: it took the error, and the writer's fsync and close succeeded
+	# over 1 MiB the pod never got.
+	with_eio 3 write_behind.py forked "$MNT" "$ROOT"
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	assert_status 0
+}
+
 @test "write-behind: a failed write over cached pages: a descriptor open all along reads what the pod has" {
 	command -v strace >/dev/null || skip "strace is not installed"
 	# One cq thread: strace counts each thread's calls (when=2). Without

@@ -44,6 +44,11 @@ exits non-zero on a difference.
            agentd's writes fail (the caller injects EIO), another
            descriptor of the file open: once the writer got the error,
            fsync(2) of the other fails with EIO too.
+  forked   three writes of 1 MiB (the third fails in agentd: the caller
+           injects EIO into agentd's third pwrite64, one thread), then
+           a child runs (fork, then exec closes the descriptor: a FLUSH
+           of the same open file), then the writer's fsync(2) must fail
+           with EIO: the child's close must not have taken the error.
   cached   a 2 MiB file made in the pod is read whole through the mount
            (its pages cached), then written over in 1 MiB writes, a
            stat between them, while agentd fails its second write (the
@@ -61,6 +66,7 @@ import errno
 import mmap
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -248,6 +254,32 @@ def others(mnt, root):
     print("reader open all along: %d bytes, the pod %d; MiBs that differ: %s" %
           (len(seen), len(pod), differ or "none"))
     return 0 if ok and not differ and len(seen) == len(pod) else 1
+
+
+def forked(mnt, root):
+    fd = os.open(mnt + "/fk", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for i in range(3):
+            os.write(fd, block(i))
+    except OSError as e:
+        print("FAIL: a write failed (%s) before the child ran: nothing to check"
+              % errno.errorcode.get(e.errno))
+        return 1
+    time.sleep(0.5)  # the third, written behind, has failed by now
+    subprocess.run(["true"], check=True)
+    try:
+        os.fsync(fd)
+        print("FAIL: the writer's fsync succeeded after its child's close;"
+              " the pod has %d bytes of %d" % (os.path.getsize(root + "/fk"), 3 * MiB))
+        bad = 1
+    except OSError as e:
+        print("the writer's fsync after its child's close: %s" % errno.errorcode.get(e.errno))
+        bad = e.errno != errno.EIO
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    return 1 if bad else 0
 
 
 def cached(mnt, root):
@@ -465,6 +497,8 @@ def main():
         return retry(mnt, root)
     if check == "others":
         return others(mnt, root)
+    if check == "forked":
+        return forked(mnt, root)
     if check == "cached":
         return cached(mnt, root)
     if check == "stall":
