@@ -2617,6 +2617,18 @@ again:
 		release_handle(fs, rep->handle);
 	if (r == 0 && !replaced)
 		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
+	/*
+	 * Not the contents this mount saw last (or none seen): the pages go
+	 * (no keep_cache), and so must the kernel's attributes, before the
+	 * reply: a read stops at the kernel's i_size, which may be an older
+	 * file's (the pod rewrote it a moment ago and its event is still on
+	 * its way), and the new bytes would come cut to the old size ("v00"
+	 * of "v000"). The kernel's next read or stat then asks (GETATTR,
+	 * answered from Open's reply: attr_keep() above). The reply to
+	 * OPEN has no attributes of its own (FUSE protocol, fuse_open_out).
+	 */
+	if (r == 0 && !replaced && !fi->keep_cache && S_ISREG(st.st_mode) && fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
 		struct wsfs_file *f = file_of(fi);
 
