@@ -501,6 +501,17 @@ int main(int argc, char **argv)
 	cfg.write_behind = o.write_behind;
 	cfg.setattr_behind = o.setattr_behind != 0;
 	cfg.gather_ns = (int64_t)o.gather_ms * 1000000;
+	/* mount(2) mounts a FUSE file system on a regular file too (and
+	 * hides it); a mount point is a directory (mount(8) says the same). */
+	{
+		struct stat st;
+		int e = stat(mnt, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+
+		if (e) {
+			fprintf(stderr, "wsfs: mount point %s: %s\n", mnt, strerror(e));
+			goto out;
+		}
+	}
 	/* For /proc/self/mountinfo (readahead); the mount point exists. */
 	mnt_real = realpath(mnt, NULL);
 	cfg.mountpoint = mnt_real;

@@ -297,6 +297,17 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 		assert_contains "$stderr" "bad address '$o'"
 		! is_mounted "$m"
 	done
+	# A mount point that is a regular file (mount(2) would take it and
+	# hide the file) or missing: one line, nothing mounted.
+	echo keep >"$BATS_TEST_TMPDIR/file"
+	run --separate-stderr "$WSFS" -f "$ADDR" "$BATS_TEST_TMPDIR/file"
+	assert_status 1
+	assert_eq "$stderr" "wsfs: mount point $BATS_TEST_TMPDIR/file: Not a directory"
+	! is_mounted "$BATS_TEST_TMPDIR/file"
+	assert_content "$BATS_TEST_TMPDIR/file" $'keep\n'
+	run --separate-stderr "$WSFS" -f "$ADDR" "$BATS_TEST_TMPDIR/none"
+	assert_status 1
+	assert_eq "$stderr" "wsfs: mount point $BATS_TEST_TMPDIR/none: No such file or directory"
 	# The largest readahead is accepted (and mounts).
 	run --separate-stderr "$WSFS" -o read_ahead_kb=1048576 "$ADDR" "$m" 3>&-
 	track_mount "$m"
