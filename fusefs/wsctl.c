@@ -163,9 +163,14 @@ static void report(const char *path, const struct wsc_status *st)
 		snprintf(what, sizeof(what), "%s %s", g_cmd, q(path));
 	else
 		snprintf(what, sizeof(what), "%s", g_cmd);
+	/* A path that leads out of the root: agentd's errno is EXDEV
+	 * (openat2(2) RESOLVE_BENEATH), whose text ("Invalid cross-device
+	 * link") would only mislead; its message says what happened. */
+	if (st->msg[0] && st->code == WSB_PERMISSION_DENIED && st->has_errno && st->err == EXDEV)
+		msg("%s: %s (%s)", what, st->msg, wsb_status_name(st->code));
 	/* agentd's message when it says more than the errno's text ("...
 	 * escapes the workspace root", "no such working directory ..."). */
-	if (st->msg[0] && (g_verbose || !st->has_errno || !strstr(st->msg, strerror(st->err))))
+	else if (st->msg[0] && (g_verbose || !st->has_errno || !strstr(st->msg, strerror(st->err))))
 		msg("%s: %s (%s: %s)", what, strerror(st->err), wsb_status_name(st->code), st->msg);
 	else
 		msg("%s: %s (%s)", what, strerror(st->err), wsb_status_name(st->code));

@@ -66,19 +66,27 @@ if [[ -f $state/agentd.pid ]] && kill -0 "$(cat "$state/agentd.pid")" 2>/dev/nul
 	say "agentd already running (pid $(cat "$state/agentd.pid")); restarting"
 	"$top/deploy/local/down.sh"
 fi
+wsctl=("$build/fusefs/wsctl" -a "$listen")
+# Another agentd on the address would answer the health check below for
+# this one, which fails to listen (address in use), and get mounted.
+if "${wsctl[@]}" health >/dev/null 2>&1; then
+	echo "up.sh: something already serves $listen (another agentd?): stop it, or pick" \
+		"another address: WSB_LISTEN=127.0.0.1:PORT $0" >&2
+	exit 1
+fi
 say "starting agentd on $listen serving $workspace"
 # All of agentd's output to its log: a pipe on up.sh's stdout (up.sh | tee)
 # must end when up.sh does.
 "$build/agentd/agentd" --root "$workspace" --listen "$listen" </dev/null >"$state/agentd.log" 2>&1 &
 echo $! >"$state/agentd.pid"
 
-wsctl=("$build/fusefs/wsctl" -a "$listen")
 for _ in $(seq 50); do
-	"${wsctl[@]}" health >/dev/null 2>&1 && break
 	kill -0 "$(cat "$state/agentd.pid")" 2>/dev/null || {
 		cat "$state/agentd.log" >&2
+		rm -f "$state/agentd.pid"
 		exit 1
 	}
+	"${wsctl[@]}" health >/dev/null 2>&1 && break
 	sleep 0.1
 done
 "${wsctl[@]}" health

@@ -40,6 +40,9 @@ teardown() {
 		assert_status 1
 		assert_eq "$output" "" "stdout of cat $p"
 		assert_contains "$stderr" "PERMISSION_DENIED" "stderr of cat $p"
+		# What happened, not EXDEV's text (the errno beneath it).
+		assert_contains "$stderr" "escapes the workspace root" "stderr of cat $p"
+		[[ $stderr != *"cross-device"* ]]
 		run --separate-stderr "$WSCTL" get "$p" "$BATS_TEST_TMPDIR/got"
 		assert_status 1
 		[ ! -e "$BATS_TEST_TMPDIR/got" ]
