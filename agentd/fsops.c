@@ -1084,9 +1084,28 @@ int fsops_unlink(const struct resolve_root *root, const void *path, size_t len,
 	return r;
 }
 
-int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len)
+int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len,
+		struct stat *ret_st)
 {
-	return unlink_common(root, path, len, AT_REMOVEDIR);
+	char *name;
+	int dirfd, fd, r;
+
+	if (!ret_st)
+		return unlink_common(root, path, len, AT_REMOVEDIR);
+	r = resolve_parent(root, path, len, &dirfd, &name);
+	if (r < 0)
+		return r;
+	/* Held across the rmdir: what it left (nlink 0, ctime), which a
+	 * process whose cwd it was still stats. */
+	fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	r = unlinkat(dirfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+	if (r == 0 && fd >= 0 && fstat(fd, ret_st) == 0 && S_ISDIR(ret_st->st_mode))
+		r = 1;
+	if (fd >= 0)
+		close(fd);
+	close(dirfd);
+	free(name);
+	return r;
 }
 
 int fsops_rename(const struct resolve_root *root, const void *from, size_t from_len,

@@ -261,8 +261,15 @@ int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, m
 int fsops_unlink(const struct resolve_root *root, const void *path, size_t len,
 		 struct stat *ret_st);
 
-/** rmdir(2); the root itself is -EBUSY. */
-int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len);
+/**
+ * rmdir(2) of @p path (@p len bytes). With @p ret_st, the directory's
+ * attributes once removed (nlink 0, the new ctime), as fstat(2) of a
+ * descriptor open on it gives them, go to *@p ret_st: 1 is returned then, 0
+ * when they could not be had (the name held another directory a moment
+ * before). -errno on failure; the root itself is -EBUSY. Any thread.
+ */
+int fsops_rmdir(const struct resolve_root *root, const void *path, size_t len,
+		struct stat *ret_st);
 
 /**
  * renameat2(2) @p from to @p to with @p flags 0, RENAME_NOREPLACE or

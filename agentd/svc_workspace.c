@@ -766,11 +766,15 @@ static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *
 static void do_rmdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__PathRequest *q = (const void *)req;
-	int r = fsops_rmdir(&AD(data)->root, q->path.data, q->path.len);
+	Wsbridge__V1__AttrReply rep = WSBRIDGE__V1__ATTR_REPLY__INIT;
+	struct stat st;
+	int r = fsops_rmdir(&AD(data)->root, q->path.data, q->path.len, &st);
 
 	if (r < 0)
 		return fail_path(call, r, "rmdir", &q->path);
-	reply_empty(call);
+	if (r > 0)
+		return reply_attr(call, &st);
+	rpc_reply(call, &rep.base);
 }
 
 static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *data)

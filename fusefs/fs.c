@@ -1486,6 +1486,10 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
+	if (node_gone_get(fs->nodes, ino, &st)) {
+		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		return;
+	}
 	r = node_stat(fs, ino, fi, &st);
 	if (r == 0)
 		r = attr_fits(fs, ino, &st);
@@ -2183,7 +2187,8 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 		q.path = bin(path, len);
 		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
 		if (dir)
-			r = rpc(fs, M("Rmdir"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+			r = rpc(fs, M("Rmdir"), &q.base, &wsbridge__v1__attr_reply__descriptor,
+				&rep);
 		else
 			r = rpc(fs, M("Unlink"), &q.base, &wsbridge__v1__attr_reply__descriptor,
 				&rep);
@@ -2192,11 +2197,21 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 	}
 	if (r == 0) {
 		id = node_unlink(fs->nodes, parent, name, strlen(name));
+		/* A directory a process still has as its cwd (or open): the
+		 * kernel asks for its attributes (the rmdir dropped its ctime),
+		 * and there is no path to ask agentd by (an older agentd sends
+		 * none: ESTALE then). */
+		if (id && dir && rep && rep->attr) {
+			struct stat st;
+
+			if (attr_to_stat(rep->attr, &st) == 0)
+				node_gone_set(fs->nodes, id, &st);
+		}
 		/* Another name keeps the file (git's objects: link, then
 		 * unlink of the temporary name); the kernel dropped its
 		 * attributes (nlink) and asks next (fs/fuse/dir.c
 		 * fuse_unlink). */
-		if (id && rep && rep->attr)
+		if (id && !dir && rep && rep->attr)
 			attr_keep_new(fs, id, seq0, mgen0, at0, rep->attr);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);

@@ -48,6 +48,7 @@ struct node {
 	struct node_seen seen;
 	struct node_own *own;  /* node_own_set(), or NULL */
 	struct node_attr *attr; /* node_attr_put(), or NULL */
+	struct stat *gone;      /* node_gone_set(): a removed directory's, or NULL */
 	uint64_t aver;         /* t->attr_clock at the last attr_drop() */
 	struct node_fh *files; /* open files, most recent first */
 	unsigned n_files;
@@ -547,6 +548,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 		id_remove(t, n);
 		free(n->own);
 		free(n->attr);
+		free(n->gone);
 		kept_free(t, n);
 		free(n);
 		n = next;
@@ -664,6 +666,7 @@ void node_table_free(struct node_table *t)
 			next = n->id_next;
 			free(n->own);
 			free(n->attr);
+			free(n->gone);
 			free(n);
 		}
 	}
@@ -1490,6 +1493,37 @@ void node_own_set(struct node_table *t, uint64_t id, const struct stat *st, uint
 		n->own = NULL;
 	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+void node_gone_set(struct node_table *t, uint64_t id, const struct stat *st)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && !n->links && n != t->root && S_ISDIR(st->st_mode) && n->mode == S_IFDIR &&
+	    (!n->ino || n->ino == (uint64_t)st->st_ino)) {
+		if (!n->gone)
+			n->gone = malloc(sizeof(*n->gone));
+		if (n->gone)
+			*n->gone = *st;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret)
+{
+	struct node *n;
+	bool have = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->gone && !n->links) {
+		*ret = *n->gone;
+		have = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return have;
 }
 
 bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq, int64_t min_ns,

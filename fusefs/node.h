@@ -470,6 +470,20 @@ void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver, const struct
  * @p min_ns and not dropped since. Returns true then, else false. */
 bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns, struct stat *ret);
 
+/**
+ * Keep @p st (copied): the attributes of directory @p id as its removal left
+ * them (nlink 0; agentd's Rmdir reply), for as long as the node lives: a
+ * process whose cwd it is still stats it (getcwd(3) and ls(1) do), as on a
+ * local file system, and nothing can name it again. Only for a detached
+ * directory node of that server inode; out of memory keeps nothing. Any
+ * thread.
+ */
+void node_gone_set(struct node_table *t, uint64_t id, const struct stat *st);
+
+/** What node_gone_set() kept for @p id into *@p ret. Returns true then,
+ * false when nothing was kept (or the node is named again). Any thread. */
+bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret);
+
 /** Drop what is kept for @p id (a no-op for an unknown id). */
 void node_attr_drop(struct node_table *t, uint64_t id);
 

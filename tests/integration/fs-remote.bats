@@ -297,6 +297,43 @@ PY
 	assert_eq "$output" "new name seen: True"
 }
 
+@test "a directory removed through the mount while it is a process's cwd and open: ls, stat and fstat of it work, as on a local disk" {
+	up
+	mkdir "$BATS_TEST_TMPDIR/local"
+	local d out_mnt out_local
+	for d in "$MNT" "$BATS_TEST_TMPDIR/local"; do
+		# Everything but the inode number, which differs.
+		"$PY" - "$d" >"$BATS_TEST_TMPDIR/out" <<'PY'
+import os, stat, subprocess, sys
+top = sys.argv[1] + "/rd"
+os.mkdir(top)
+os.chmod(top, 0o750)
+fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+os.chdir(top)
+os.rmdir(top)
+def show(what, f):
+    try:
+        st = f()
+        print(what, stat.filemode(st.st_mode), st.st_nlink)
+    except OSError as e:
+        print(what, "error", e.strerror)
+show("stat .", lambda: os.stat("."))
+show("fstat fd", lambda: os.fstat(fd))
+r = subprocess.run(["ls", "-a"], capture_output=True, text=True)
+print("ls", r.returncode, repr(r.stdout), repr(r.stderr))
+try:
+    open("x", "w")
+    print("create: ok")
+except OSError as e:
+    print("create:", e.strerror)
+PY
+		if [ "$d" = "$MNT" ]; then out_mnt=$(cat "$BATS_TEST_TMPDIR/out"); else out_local=$(cat "$BATS_TEST_TMPDIR/out"); fi
+	done
+	printf '%s\n' "$out_mnt" | sed 's/^/# mount: /' >&3
+	assert_eq "$out_mnt" "$out_local"
+	assert_contains "$out_mnt" "stat . drwxr-x--- 0"
+}
+
 @test "a directory removed in the POD while a reader on MNT is part-way through it: getdents64 fails ENOENT, as on ext4" {
 	agentd_unix
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"

@@ -525,12 +525,28 @@ static void test_create_modes(void **state)
 		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("d/fifo"), O_RDONLY, 0, &id, NULL, NULL), 0);
 		assert_int_equal(fsops_release(fx->h, id), 0);
 	}
-	assert_int_equal(fsops_rmdir(&fx->root, P("d")), -ENOTEMPTY);
+	assert_int_equal(fsops_rmdir(&fx->root, P("d"), NULL), -ENOTEMPTY);
 	assert_int_equal(fsops_unlink(&fx->root, P("d/fifo"), NULL), 0);
 	assert_int_equal(fsops_unlink(&fx->root, P("d/reg"), NULL), 0);
 	assert_int_equal(fsops_unlink(&fx->root, P("d/sock"), NULL), 0);
-	assert_int_equal(fsops_rmdir(&fx->root, P("d")), 0);
-	assert_int_equal(fsops_rmdir(&fx->root, P("")), -EBUSY);
+	assert_int_equal(fsops_rmdir(&fx->root, P("d"), NULL), 0);
+	assert_int_equal(fsops_rmdir(&fx->root, P(""), NULL), -EBUSY);
+	/* With ret_st: the directory as its removal left it (nlink 0). */
+	{
+		struct stat st, before;
+		char p[160];
+
+		snprintf(p, sizeof(p), "%s/gone", fx->rootdir);
+		assert_int_equal(mkdir(p, 0750), 0);
+		assert_int_equal(stat(p, &before), 0);
+		assert_int_equal(fsops_rmdir(&fx->root, P("gone"), &st), 1);
+		assert_true(S_ISDIR(st.st_mode));
+		assert_int_equal(st.st_mode, before.st_mode);
+		assert_int_equal(st.st_nlink, 0);
+		assert_int_equal(st.st_ino, before.st_ino);
+		assert_int_equal(access(p, F_OK), -1);
+		assert_int_equal(fsops_rmdir(&fx->root, P("gone"), &st), -ENOENT);
+	}
 	/* unlinking a symlink that points outside removes the link only */
 	assert_int_equal(fsops_unlink(&fx->root, P("abs"), NULL), 0);
 	assert_false(exists_at(fx->rootdir, "abs"));
