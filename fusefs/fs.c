@@ -2639,11 +2639,21 @@ again:
 	 * file's (the pod rewrote it a moment ago and its event is still on
 	 * its way), and the new bytes would come cut to the old size ("v00"
 	 * of "v000"). The kernel's next read or stat then asks (GETATTR,
-	 * answered from Open's reply: attr_keep() above). The reply to
-	 * OPEN has no attributes of its own (FUSE protocol, fuse_open_out).
+	 * answered from Open's reply while the watch is live: attr_keep()
+	 * above). The reply to OPEN has no attributes of its own (FUSE
+	 * protocol, fuse_open_out). Without the watch that GETATTR is a call,
+	 * paid only for a file the mount knows changed (the kernel's own
+	 * attributes expire within attr_timeout then anyway).
 	 */
-	if (r == 0 && !replaced && !fi->keep_cache && S_ISREG(st.st_mode) && fs->se)
-		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+	if (r == 0 && !replaced && !fi->keep_cache && S_ISREG(st.st_mode) && fs->se) {
+		struct node_seen now = seen_of(&st);
+		bool changed = info.seen.valid &&
+			       (info.seen.ino != now.ino || info.seen.size != now.size ||
+				info.seen.mtime_ns != now.mtime_ns);
+
+		if (changed || (atomic_load(&fs->watch_live) && watch_ttl_ns(fs) > 0))
+			(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+	}
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
 		struct wsfs_file *f = file_of(fi);
 

@@ -502,11 +502,18 @@ int main(int argc, char **argv)
 	cfg.setattr_behind = o.setattr_behind != 0;
 	cfg.gather_ns = (int64_t)o.gather_ms * 1000000;
 	/* mount(2) mounts a FUSE file system on a regular file too (and
-	 * hides it); a mount point is a directory (mount(8) says the same). */
+	 * hides it); a mount point is a directory (mount(8) says the same).
+	 * Save /dev/fd/N: /dev/fuse mounted already by the caller
+	 * (mount.fuse3 -o drop_privileges; fuse_session_mount()). */
 	{
 		struct stat st;
-		int e = stat(mnt, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+		unsigned fd;
+		int n = 0, e;
 
+		if (sscanf(mnt, "/dev/fd/%u%n", &fd, &n) == 1 && n > 0 && mnt[n] == '\0')
+			e = 0;
+		else
+			e = stat(mnt, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 		if (e) {
 			fprintf(stderr, "wsfs: mount point %s: %s\n", mnt, strerror(e));
 			goto out;

@@ -324,6 +324,38 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	umount_wsfs "$m" # fails while a mount is left
 }
 
+@test "as a mount helper (mount -t fuse.wsfs, fstab): mount.fuse3 runs wsfs with fstab's options; with drop_privileges it hands wsfs /dev/fd/N" {
+	command -v mount.fuse3 >/dev/null || PATH=$PATH:/sbin:/usr/sbin
+	command -v mount.fuse3 >/dev/null || skip "mount.fuse3 is not installed"
+	local m="$BATS_TEST_TMPDIR/m3" tok="$BATS_TEST_TMPDIR/token"
+	mkdir -p "$m"
+	echo helper >"$ROOT/h"
+	# /sbin/mount.fuse.wsfs (meson install) is mount.fuse3 under another
+	# name, which takes the type from it; -t says the same. It runs
+	# `wsfs ADDR MNT -o OPTS` from PATH, as mount(8) runs it for fstab's
+	# ADDR MNT fuse.wsfs noauto,_netdev,token_file=FILE 0 0.
+	printf 'unused\n' >"$tok" # a unix socket needs none; the option must still parse
+	run --separate-stderr env PATH="$(dirname "$WSFS"):$PATH" \
+		mount.fuse3 "$ADDR" "$m" -t fuse.wsfs -o "noauto,_netdev,token_file=$tok" 3>&-
+	track_mount "$m"
+	[ "$status" -eq 0 ] || echo "# $stderr" >&3
+	assert_status 0
+	assert_content "$m/h" $'helper\n'
+	assert_eq "$(findmnt -n -o FSTYPE -M "$m")" fuse.wsfs
+	umount_wsfs "$m"
+	# drop_privileges: mount.fuse3 opens /dev/fuse and mounts itself, then
+	# runs wsfs without capabilities on /dev/fd/N (fuse_session_mount()).
+	run --separate-stderr env PATH="$(dirname "$WSFS"):$PATH" \
+		mount.fuse3 "$ADDR" "$m" -t fuse.wsfs -o drop_privileges 3>&-
+	track_mount "$m"
+	[ "$status" -eq 0 ] || echo "# $stderr" >&3
+	assert_status 0
+	assert_content "$m/h" $'helper\n'
+	echo back >"$m/b"
+	assert_content "$ROOT/b" $'back\n'
+	umount_wsfs "$m"
+}
+
 @test "-o transform_symlinks: links the pod makes out of the workspace lead into it; without it they stay byte-exact" {
 	local m="$BATS_TEST_TMPDIR/m2" victim="$BATS_TEST_TMPDIR/victim"
 	echo host >"$victim"
