@@ -1432,12 +1432,53 @@ static int cmd_cat(int argc, char **argv)
 	return rc;
 }
 
+/*
+ * get into @target in place, as cp(1) writes an existing destination: a
+ * device or FIFO gets the bytes (O_TRUNC is ignored there), a symlink's
+ * target is written (created if the link dangles), a file with other hard
+ * links keeps them, its inode, mode and owner. Holes are kept where @target
+ * is a regular file. Returns the exit status.
+ */
+static int get_in_place(const char *remote, const char *target)
+{
+	struct wsc_status st;
+	struct stat sb;
+	uint32_t mode;
+	bool seek;
+	int fd, r;
+
+	fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+	if (fd < 0) {
+		report_errno(target, errno);
+		return EXIT_FAILURE;
+	}
+	seek = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+	r = download(remote, fd, seek, &mode, &st);
+	if (r < 0) {
+		if (!interrupted())
+			report(remote, &st);
+		close(fd);
+		return exit_for(r);
+	}
+	if (seek)
+		download_done();
+	r = seek && fsync(fd) < 0 ? -errno : 0;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r < 0) {
+		report_errno(target, -r);
+		return EXIT_FAILURE;
+	}
+	return exit_for(0);
+}
+
 static int cmd_get(int argc, char **argv)
 {
 	const char *remote, *local;
 	char *target = NULL, *tmp = NULL, *dir, *slash;
 	struct wsc_status st;
 	struct stat sb;
+	bool exists = false;
 	uint32_t mode;
 	int fd, r;
 
@@ -1467,6 +1508,33 @@ static int cmd_get(int argc, char **argv)
 			report_errno(local, ENOMEM);
 			return EXIT_FAILURE;
 		}
+	}
+	/* Only a new file, or a regular one with no other name, is replaced by
+	 * a rename (atomic: a reader sees the old file or the new one, never
+	 * part of it); anything else is written in place, as cp(1) does: a
+	 * rename over /dev/null, a FIFO or a symlink would replace them with
+	 * a plain file, and one over a hard link would part it from its other
+	 * names. A symlink to such a regular file renames over its target. */
+	if (lstat(target, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+		char *real = stat(target, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_nlink == 1
+				     ? realpath(target, NULL)
+				     : NULL;
+
+		if (!real) {
+			r = get_in_place(remote, target);
+			free(target);
+			return r;
+		}
+		free(target);
+		target = real;
+	}
+	if (lstat(target, &sb) == 0) {
+		if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1) {
+			r = get_in_place(remote, target);
+			free(target);
+			return r;
+		}
+		exists = true;
 	}
 	/* Temp file beside the target: ".NAME.wsctl-XXXXXX". */
 	dir = strdup(target);
@@ -1499,7 +1567,12 @@ static int cmd_get(int argc, char **argv)
 			report(remote, &st);
 		goto fail;
 	}
-	if (fchmod(fd, ((mode ? mode : 0666) & 0777) & ~g_umask) < 0 || fsync(fd) < 0) {
+	/* A file it replaces keeps its mode and owner, as cp(1) leaves them;
+	 * a new one gets the remote file's mode less the umask. */
+	if (exists && geteuid() == 0)
+		(void)fchown(fd, sb.st_uid, sb.st_gid);
+	if (fchmod(fd, exists ? sb.st_mode & 07777 : ((mode ? mode : 0666) & 0777) & ~g_umask) < 0 ||
+	    fsync(fd) < 0) {
 		r = -errno;
 		report_errno(target, errno);
 		goto fail_active;
@@ -2307,8 +2380,10 @@ static void help(void)
 	       "  kill [-s SIGNAL] ID|TAG  signal a command's whole tree (default TERM)\n"
 	       "  wait ID|TAG            wait for a command to end; exit with its status\n"
 	       "  cat PATH...            write remote files to stdout\n"
-	       "  get REMOTE LOCAL       download (LOCAL '-' = stdout); written to a temp file\n"
-	       "                         and renamed, holes kept\n"
+	       "  get REMOTE LOCAL       download (LOCAL '-' = stdout); holes kept; a new or\n"
+	       "                         plain file is written to a temp file and renamed\n"
+	       "                         (keeping its mode), a device, FIFO or hard-linked\n"
+	       "                         file in place, a symlink's target as cp(1) does\n"
 	       "  put LOCAL REMOTE       upload (LOCAL '-' = stdin); holes kept\n"
 	       "  ls [-l] [PATH]         list a directory\n"
 	       "  stat [-L|--follow] PATH...  show attributes\n"

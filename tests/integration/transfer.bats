@@ -150,3 +150,44 @@ sparse_1g() {
 	run sort -u "$BATS_TEST_TMPDIR/reader.out"
 	[[ "$output" == n || "$output" == o || "$output" == $'n\no' ]] || { echo "# reader saw: $output" >&3; false; }
 }
+
+@test "get writes into what LOCAL is, as cp does: a device, a FIFO, a symlink's target, a hard-linked file; a plain file keeps its mode" {
+	agentd_unix
+	echo remote >"$ROOT/s"
+	# A character device (a copy of /dev/null): a rename over it would
+	# make it a plain file (as root, over /dev/null itself).
+	mknod "$L/null" c 1 3 || skip "cannot mknod here"
+	"$WSCTL" get s "$L/null"
+	assert_eq "$(stat -c '%F %t:%T' "$L/null")" "character special file 1:3"
+	# A FIFO: its reader gets the bytes.
+	mkfifo "$L/fifo"
+	bg fiforeader cat "$L/fifo"
+	"$WSCTL" get s "$L/fifo"
+	wait_gone "$BG_PID" 5
+	assert_eq "$(stat -c %F "$L/fifo")" fifo
+	assert_content "$BATS_TEST_TMPDIR/fiforeader.out" $'remote\n'
+	# A symlink: the link stays, its target gets the bytes (a dangling
+	# one makes the target).
+	echo old >"$L/target"
+	ln -s target "$L/link"
+	ln -s made "$L/dangling"
+	"$WSCTL" get s "$L/link"
+	"$WSCTL" get s "$L/dangling"
+	[ -L "$L/link" ] && [ -L "$L/dangling" ]
+	assert_content "$L/target" $'remote\n'
+	assert_content "$L/made" $'remote\n'
+	# Hard links stay one file.
+	echo a >"$L/h1"
+	ln "$L/h1" "$L/h2"
+	"$WSCTL" get s "$L/h1"
+	assert_content "$L/h2" $'remote\n'
+	assert_eq "$(stat -c %h "$L/h1")" 2
+	# A plain file is replaced atomically, keeping its mode.
+	echo x >"$L/p"
+	chmod 700 "$L/p"
+	"$WSCTL" get s "$L/p"
+	assert_content "$L/p" $'remote\n'
+	assert_eq "$(stat -c %a "$L/p")" 700
+	# No temp file left behind.
+	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
+}
