@@ -164,6 +164,7 @@ struct wsc_stream {
 
 	/* Receiving side. */
 	char tag_recv;
+	atomic_bool recv_taken; /* a receive was started (wsc_stream_recv or a failed send) */
 	bool got_initial_md;
 	bool recv_ended;
 	grpc_metadata_array initial_md;
@@ -1221,6 +1222,7 @@ int wsc_stream_open_ex(struct wsc *c, const char *method, const ProtobufCMessage
 	}
 	s->c = c;
 	atomic_init(&s->cancelled, false);
+	atomic_init(&s->recv_taken, false);
 	pthread_mutex_init(&s->status_lock, NULL);
 	grpc_metadata_array_init(&s->initial_md);
 	grpc_metadata_array_init(&s->trailing_md);
@@ -1300,6 +1302,7 @@ int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc
 	bool ok;
 	int r;
 
+	atomic_store(&s->recv_taken, true);
 	if (s->recv_ended)
 		return stream_status(s, st);
 	memset(ops, 0, sizeof(ops));
@@ -1356,6 +1359,37 @@ int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct ws
 	grpc_byte_buffer_destroy(bb);
 	if (ok)
 		return 0;
+	/*
+	 * The call is over (the server ended it with its status while our
+	 * messages were still coming, as agentd does for an Upload it
+	 * refuses). gRPC 1.51 has the server's trailers (a Trailers-Only
+	 * response) but completes RECV_STATUS_ON_CLIENT only once initial
+	 * metadata and messages were asked for: without that receive the
+	 * status never came (wsctl put of 8 MiB to a missing directory hung
+	 * for good). Nothing the server sent is wanted now. Not when a
+	 * receiving thread has begun (a bidirectional stream): its receive
+	 * is the one pending, and two would be one too many.
+	 */
+	if (!atomic_exchange(&s->recv_taken, true) && !s->recv_ended) {
+		grpc_byte_buffer *rbb = NULL;
+		grpc_op ops[2];
+		size_t n = 0;
+
+		memset(ops, 0, sizeof(ops));
+		if (!s->got_initial_md) {
+			ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+			ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
+			n++;
+		}
+		ops[n].op = GRPC_OP_RECV_MESSAGE;
+		ops[n].data.recv_message.recv_message = &rbb;
+		n++;
+		(void)stream_batch(s, ops, n, &s->tag_recv);
+		s->got_initial_md = true;
+		if (rbb)
+			grpc_byte_buffer_destroy(rbb);
+		s->recv_ended = true;
+	}
 	r = stream_status(s, st);
 	return r ? r : -EPIPE;
 }

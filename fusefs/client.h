@@ -215,7 +215,11 @@ int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc
  *
  * @return 0; when the call has already ended (the server failed it, the
  *         deadline passed), -err of its final status, with @p st filled
- *         (-EPIPE if the server ended it with OK); -ENOMEM.
+ *         (-EPIPE if the server ended it with OK); -ENOMEM. To get that
+ *         status, a stream nobody has received from yet is received from
+ *         here (gRPC delivers the status only then; the server's messages
+ *         are dropped); with a receiving thread, that thread's receive
+ *         brings it.
  * Thread safety: the stream's sending thread.
  */
 int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct wsc_status *st);

@@ -191,3 +191,19 @@ sparse_1g() {
 	# No temp file left behind.
 	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
 }
+
+@test "put of more than the stream's window to a path agentd refuses fails at once with agentd's error, not a hang" {
+	agentd_unix
+	head -c 8388608 /dev/urandom >"$L/big"
+	echo x >"$ROOT/file"
+	# agentd ends the Upload at its first message; the rest of the 8 MiB
+	# no longer fits the flow-control window, and the client waited for
+	# a status that gRPC gave only once it was asked to receive.
+	run --separate-stderr timeout 30 "$WSCTL" put "$L/big" nodir/big
+	assert_status 1
+	assert_eq "$stderr" "wsctl: put 'nodir/big': No such file or directory (NOT_FOUND)"
+	run --separate-stderr timeout 30 "$WSCTL" put "$L/big" file/big
+	assert_status 1
+	assert_contains "$stderr" "Not a directory"
+	assert_eq "$(ls -A "$ROOT")" file
+}
