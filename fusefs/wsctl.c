@@ -2093,6 +2093,15 @@ static int cmd_stat(int argc, char **argv)
 
 /* ---- mkdir / rm / mv ---- */
 
+/* Whether the last component of @path is "." or "..". */
+static bool dot_last(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	b = b ? b + 1 : path;
+	return !strcmp(b, ".") || !strcmp(b, "..");
+}
+
 static int mkdir_one(const char *path, bool parents)
 {
 	Wsbridge__V1__MkdirRequest req = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
@@ -2144,7 +2153,9 @@ static int cmd_mkdir(int argc, char **argv)
 				if (*s != '/' || s == buf || s[-1] == '/')
 					continue;
 				*s = '\0';
-				if (!is_root(buf))
+				/* "." and ".." exist once what they follow does, as
+				 * mkdir -p takes them (agentd makes no such name). */
+				if (!is_root(buf) && !dot_last(buf))
 					r = mkdir_one(buf, true);
 				*s = '/';
 			}

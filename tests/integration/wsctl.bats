@@ -336,6 +336,14 @@ teardown() {
 	run --separate-stderr "$WSCTL" mkdir -p file/sub
 	assert_status 1
 	[ -f "$ROOT/file" ]
+	# "." and ".." as mkdir -p takes them; one that climbs out is refused
+	# for that (it said "mkdir 'x1/..': Invalid argument").
+	run --separate-stderr "$WSCTL" mkdir -p x1/../y1 ./c/./d
+	assert_status 0
+	[ -d "$ROOT/x1" ] && [ -d "$ROOT/y1" ] && [ -d "$ROOT/c/d" ]
+	run --separate-stderr "$WSCTL" mkdir -p q/../../out
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mkdir 'q/../../out': 'q/../../out' escapes the workspace root (PERMISSION_DENIED)"
 }
 
 @test "wsctl rm removes files; -r trees; -f ignores missing; directories need -r" {
