@@ -1134,6 +1134,45 @@ static void first_request(struct wsfs *fs)
  * waits for it to end before it asks again, ms (node_names_wait()). */
 #define NAMES_WAIT_MS 200
 
+/*
+ * LOOKUP of a name the kernel holds while agentd cannot be reached. The
+ * kernel drops an entry whose revalidating LOOKUP fails with anything but
+ * ENOMEM or EINTR (fs/fuse/dir.c fuse_dentry_revalidate), and a directory
+ * that is some process's cwd then stays "(deleted)" for it after agentd is
+ * back (git: "Unable to read current working directory"). Answer with the
+ * node the table has, timeouts 0 (the next use asks again), and attributes
+ * the kernel does not take: notify_inval_inode (offset -1) first moves the
+ * inode's attr_version past the one the LOOKUP was sent with, so
+ * fuse_change_attributes() skips them, and the caller's stat asks GETATTR,
+ * which fails with ENOTCONN while agentd is away. True when it replied.
+ * Any FUSE request thread.
+ */
+static bool lookup_keep(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, const char *name)
+{
+	size_t len = strlen(name);
+	uint64_t id = node_child(fs->nodes, parent, name, len), got = 0;
+	struct fuse_entry_param e;
+	struct node_info info;
+
+	if (!id || !fs->se || node_info(fs->nodes, id, &info) < 0 || !info.ino || !info.nlookup)
+		return false;
+	if (node_lookup(fs->nodes, NODE_ANY, parent, name, len, info.ino, info.mode, 1, &got) < 0)
+		return false;
+	if (got != id) {
+		node_forget(fs->nodes, got, 1);
+		return false;
+	}
+	(void)fuse_lowlevel_notify_inval_inode(fs->se, id, -1, 0);
+	memset(&e, 0, sizeof(e));
+	e.ino = id;
+	e.attr.st_ino = (ino_t)info.ino;
+	e.attr.st_mode = info.mode;
+	e.attr.st_nlink = 1;
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		node_forget(fs->nodes, id, 1);
+	return true;
+}
+
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct wsfs *fs = FS(req);
@@ -1188,6 +1227,9 @@ again:
 		node_names_wait(fs->nodes, parent, NAMES_WAIT_MS);
 		goto again;
 	}
+	if ((r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down))) &&
+	    lookup_keep(req, fs, parent, name))
+		goto done;
 	/* Not from an answer that may predate an own create of the name: it
 	 * would then be answered ENOENT here without asking. */
 	if (r == -ENOENT && gen != NODE_ANY && node_names_still(fs->nodes, parent, gen))

@@ -1673,6 +1673,36 @@ relay_up() {
 	no_problems
 }
 
+@test "C1: a directory that is a process's cwd stays its cwd through an agentd restart, also when looked up while agentd was away" {
+	up tcp
+	mkdir -p "$MNT/g2/sub"
+	bg cwdholder bash -c 'cd "$1" && exec sleep 120' _ "$MNT/g2"
+	local pid=$BG_PID i
+	for ((i = 0; i < 100; i++)); do
+		[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" = "$MNT/g2" ] && break
+		sleep 0.05
+	done
+	assert_eq "$(readlink "/proc/$pid/cwd")" "$MNT/g2"
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	# Lookups of it (and under it) while agentd is away fail, as every
+	# call does; the kernel dropped its entry for that, and the cwd stayed
+	# "(deleted)" after agentd was back.
+	bounded_fail "stat" stat "$MNT/g2"
+	bounded_fail "stat below" stat "$MNT/g2/sub"
+	assert_eq "$(readlink "/proc/$pid/cwd")" "$MNT/g2"
+	agentd_start --root "$ROOT" --listen "$ADDR"
+	recovers "after restart: stat" stat "$MNT/g2/sub"
+	assert_eq "$(readlink "/proc/$pid/cwd")" "$MNT/g2"
+	# What git does first: getcwd(3) in that cwd.
+	run "$PY" -c 'import os, sys; os.chdir("/proc/%s/cwd" % sys.argv[1]); print(os.getcwd())' "$pid"
+	assert_status 0
+	assert_eq "$output" "$MNT/g2"
+	kill -KILL -- "-$pid"
+	wait_gone "$pid" 5
+	no_problems
+}
+
 @test "C1: agentd stopped (SIGSTOP): calls fail within the bound, never hang; after SIGCONT the mount works" {
 	up
 	printf 'synced before the stop\n' >"$BATS_TEST_TMPDIR/small"

@@ -964,6 +964,7 @@ declare -gA WSB_RUNSC_EXCLUDE=(
 	["fs-tools.bats: 8 concurrent writers: own files and one shared O_APPEND log, every line whole"]="40 s on the ptrace platform; A1 and A3 append through the mount here"
 	["fs-remote.bats: C1: agentd stopped during a stream of 1 MiB writes: a write or the close fails with EIO/ENOTCONN within the bound; after SIGCONT the mount works"]="wsfs's deadlines; C1 with agentd killed and restarted runs here"
 	["fs-remote.bats: C1: agentd stopped (SIGSTOP): calls fail within the bound, never hang; after SIGCONT the mount works"]="wsfs's deadlines; C1 with agentd killed and restarted runs here"
+	["fs-remote.bats: C1: a directory that is a process's cwd stays its cwd through an agentd restart, also when looked up while agentd was away"]="a restarted sandbox numbers every file anew (gVisor's gofer), so the cwd is another directory to the mount after it; the outage half passes here"
 	["fs-remote.bats: C1: agentd restarted twice on a unix socket; wsfs exits 0 on unmount"]="wsfs's reconnects; C1 with agentd killed and restarted runs here"
 	["fs-remote.bats: write-behind: two handles writing over each other's bytes land in the pod in the order they were made"]="wsfs's write-behind ordering; the other write-behind tests run here"
 	["fs-remote.bats: write gathering: two handles writing over each other's bytes in 4 KiB writes land in the pod in the order they were made"]="wsfs's ordering of gathered runs (19 s here); the other gathering tests run here"
