@@ -1293,18 +1293,16 @@ fail:
 	return r;
 }
 
-int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc,
-		    ProtobufCMessage **ret_msg, struct wsc_status *st)
+/* Receive the next message into *@bb (NULL at the stream's end), with the
+ * initial metadata the first time, and wait; false when the call is over.
+ * The stream's receiving thread. */
+static bool stream_recv_batch(struct wsc_stream *s, grpc_byte_buffer **bb)
 {
-	grpc_byte_buffer *bb = NULL;
 	grpc_op ops[2];
 	size_t n = 0;
 	bool ok;
-	int r;
 
-	atomic_store(&s->recv_taken, true);
-	if (s->recv_ended)
-		return stream_status(s, st);
+	*bb = NULL;
 	memset(ops, 0, sizeof(ops));
 	if (!s->got_initial_md) {
 		ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
@@ -1312,10 +1310,24 @@ int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc
 		n++;
 	}
 	ops[n].op = GRPC_OP_RECV_MESSAGE;
-	ops[n].data.recv_message.recv_message = &bb;
+	ops[n].data.recv_message.recv_message = bb;
 	n++;
 	ok = stream_batch(s, ops, n, &s->tag_recv);
 	s->got_initial_md = true;
+	return ok;
+}
+
+int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc,
+		    ProtobufCMessage **ret_msg, struct wsc_status *st)
+{
+	grpc_byte_buffer *bb;
+	bool ok;
+	int r;
+
+	atomic_store(&s->recv_taken, true);
+	if (s->recv_ended)
+		return stream_status(s, st);
+	ok = stream_recv_batch(s, &bb);
 	if (!ok || !bb) {
 		if (bb)
 			grpc_byte_buffer_destroy(bb);
@@ -1371,21 +1383,9 @@ int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct ws
 	 * is the one pending, and two would be one too many.
 	 */
 	if (!atomic_exchange(&s->recv_taken, true) && !s->recv_ended) {
-		grpc_byte_buffer *rbb = NULL;
-		grpc_op ops[2];
-		size_t n = 0;
+		grpc_byte_buffer *rbb;
 
-		memset(ops, 0, sizeof(ops));
-		if (!s->got_initial_md) {
-			ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-			ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
-			n++;
-		}
-		ops[n].op = GRPC_OP_RECV_MESSAGE;
-		ops[n].data.recv_message.recv_message = &rbb;
-		n++;
-		(void)stream_batch(s, ops, n, &s->tag_recv);
-		s->got_initial_md = true;
+		(void)stream_recv_batch(s, &rbb);
 		if (rbb)
 			grpc_byte_buffer_destroy(rbb);
 		s->recv_ended = true;
