@@ -1120,7 +1120,7 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 {
 	struct fsops_handle *e = NULL;
 	char *fname, *tname;
-	int fdir, tdir, kfd = -1, r;
+	int fdir, tdir, kfd = -1, dfd = -1, r;
 	struct stat st;
 
 	if (ret_kept)
@@ -1156,7 +1156,17 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 			}
 		}
 	}
+	/* A directory it will replace (an empty one): held across the
+	 * rename to report what it left (nlink 0, ctime), which a process
+	 * whose cwd it was still stats (as fsops_rmdir()). */
+	if (ret_st && kfd < 0 && !(flags & (RENAME_NOREPLACE | RENAME_EXCHANGE)))
+		dfd = openat(tdir, tname, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	r = renameat2(fdir, fname, tdir, tname, flags) < 0 ? -errno : 0;
+	if (dfd >= 0) {
+		if (r == 0 && fstat(dfd, ret_st) == 0 && S_ISDIR(ret_st->st_mode))
+			r = 1;
+		close(dfd);
+	}
 	if (kfd >= 0) {
 		if (r < 0 || fstat(kfd, &st) < 0) {
 			close(kfd);

@@ -284,8 +284,11 @@ int fsops_rename(const struct resolve_root *root, const void *from, size_t from_
  * where agentd may not read it) as a new handle of @p h of owner @p owner: its id in
  * *ret_kept and its fstat(2) after the rename (nlink 0 if that was its last
  * name) in *ret_st; else *ret_kept is 0. The handle opens the file again
- * with fsops_reopen() and goes with fsops_release(). Errors as
- * fsops_rename(); keeping never fails it.
+ * with fsops_reopen() and goes with fsops_release(). When it replaces a
+ * directory (flags 0) and @p ret_st is given, that directory's attributes
+ * once replaced (nlink 0, the new ctime), as fstat(2) of a descriptor open
+ * on it gives them, go to *@p ret_st and 1 is returned (*ret_kept 0);
+ * else 0. Errors as fsops_rename(); keeping never fails it.
  */
 int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 		      uint64_t owner, const void *from, size_t from_len, const void *to, size_t to_len,

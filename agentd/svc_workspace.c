@@ -796,7 +796,9 @@ static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *
 	session_done(ad, owner);
 	if (r < 0)
 		return fail_paths(call, r, "rename", &q->from, &q->to);
-	if (rep.replaced) {
+	/* The kept file's, or a replaced directory's (r 1; an older client
+	 * reads the field only with a handle). */
+	if (rep.replaced || r > 0) {
 		attr_from_stat(&a, &st);
 		rep.replaced_attr = &a;
 	}

@@ -2339,6 +2339,15 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		node_unlink(fs->nodes, parent, name, strlen(name));
 		node_unlink(fs->nodes, newparent, newname, strlen(newname));
 	}
+	/* A replaced directory that a process still has as its cwd: the
+	 * kernel asks for its attributes, by a node with no path now (as
+	 * do_remove()'s rmdir; an older agentd sends none: ESTALE then). */
+	if (r == 0 && !rep->replaced && victim && rep->replaced_attr) {
+		struct stat st;
+
+		if (attr_to_stat(rep->replaced_attr, &st) == 0)
+			node_gone_set(fs->nodes, victim, &st);
+	}
 	if (r == 0 && rep->replaced) {
 		/* A replaced file with another name (a hard link) is opened
 		 * and asked for by that name, which may come to hold another

@@ -334,6 +334,39 @@ PY
 	assert_contains "$out_mnt" "stat . drwxr-x--- 0"
 }
 
+@test "a directory replaced by rename(2) through the mount while it is a process's cwd and open: ls, stat and fstat of it work, as on a local disk" {
+	up
+	mkdir "$BATS_TEST_TMPDIR/local"
+	local d out_mnt out_local
+	for d in "$MNT" "$BATS_TEST_TMPDIR/local"; do
+		"$PY" - "$d" >"$BATS_TEST_TMPDIR/out" <<'PY'
+import os, stat, subprocess, sys
+top = sys.argv[1] + "/rd"
+os.mkdir(top)
+os.chmod(top, 0o750)
+os.mkdir(top + ".new")
+fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+os.chdir(top)
+os.rename(top + ".new", top)
+def show(what, f):
+    try:
+        st = f()
+        print(what, stat.filemode(st.st_mode), st.st_nlink)
+    except OSError as e:
+        print(what, "error", e.strerror)
+show("stat .", lambda: os.stat("."))
+show("fstat fd", lambda: os.fstat(fd))
+show("stat new", lambda: os.stat(top))
+r = subprocess.run(["ls", "-a"], capture_output=True, text=True)
+print("ls", r.returncode, repr(r.stdout), repr(r.stderr))
+PY
+		if [ "$d" = "$MNT" ]; then out_mnt=$(cat "$BATS_TEST_TMPDIR/out"); else out_local=$(cat "$BATS_TEST_TMPDIR/out"); fi
+	done
+	printf '%s\n' "$out_mnt" | sed 's/^/# mount: /' >&3
+	assert_eq "$out_mnt" "$out_local"
+	assert_contains "$out_mnt" "stat . drwxr-x--- 0"
+}
+
 @test "a directory removed in the POD while a reader on MNT is part-way through it: getdents64 fails ENOENT, as on ext4" {
 	agentd_unix
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"

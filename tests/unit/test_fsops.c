@@ -353,6 +353,22 @@ static void test_rename_keep(void **state)
 	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("c"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 3);
+	/* A replaced (empty) directory: its attributes once gone, r 1, no
+	 * handle; a directory that is not replaced gives none. */
+	snprintf(path, sizeof(path), "%s/dold", fx->rootdir);
+	assert_int_equal(mkdir(path, 0750), 0);
+	assert_int_equal(stat(path, &old), 0);
+	snprintf(path, sizeof(path), "%s/dnew", fx->rootdir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("dnew"), P("dold"), 0, &kept, &st), 1);
+	assert_int_equal(kept, 0);
+	assert_int_equal(st.st_ino, old.st_ino);
+	assert_int_equal(st.st_mode, old.st_mode);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_nlink, 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("dold"), P("dnew"), 0, &kept, &st), 0);
+	assert_int_equal(fsops_rename(&fx->root, P("dnew"), P("e"), 0), 0);
+	assert_int_equal(fsops_handles_count(h), 3);
 	fsops_handles_free(h);
 }
 
@@ -533,7 +549,7 @@ static void test_create_modes(void **state)
 	assert_int_equal(fsops_rmdir(&fx->root, P(""), NULL), -EBUSY);
 	/* With ret_st: the directory as its removal left it (nlink 0). */
 	{
-		struct stat st, before;
+		struct stat before;
 		char p[160];
 
 		snprintf(p, sizeof(p), "%s/gone", fx->rootdir);
