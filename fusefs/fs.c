@@ -3969,6 +3969,10 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	bool live = fs->cfg.watch_timeout > 0 && atomic_load(&fs->watch_live);
 	bool usable = true, eof = false;
 	size_t max = fs->cfg.max_dir_entries ? fs->cfg.max_dir_entries : WSFS_MAX_DIR_ENTRIES_DEFAULT;
+	/* Entries agentd sent, kept or not, and a cookie to find a cycle by
+	 * (Brent's: the cookie saved at every power of two pages). */
+	size_t received = 0, pages = 0, power = 1;
+	int64_t saved = INT64_MIN;
 	struct wsfs_pf *p;
 	int64_t cookie = 0;
 	char *path = NULL;
@@ -4013,20 +4017,34 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		usable = usable && all;
 		if (r == 0 && live && cookie == 0)
 			pf_put_all(fs, rep, seq0, mgen0);
+		received += rep->n_entries;
 		if (rep->n_entries == 0 || rep->eof) {
 			eof = true;
 		} else {
 			int64_t next = rep->entries[rep->n_entries - 1]->next_offset;
 
-			/* A cookie that does not move would list forever. */
+			/* A cookie that does not move would list forever, and
+			 * so would cookies that come round again (a broken or
+			 * hostile server: each page is cheap, no deadline
+			 * ends the loop, and the kernel cannot interrupt it). */
 			eof = next == cookie;
+			if (!eof && next == saved) {
+				wsb_warn("listing of '%s': agentd's directory offsets come round "
+					 "again; the listing fails", path[0] ? path : ".");
+				r = -EIO;
+			}
+			if (++pages == power) {
+				saved = next;
+				power *= 2;
+				pages = 0;
+			}
 			cookie = next;
 		}
 		free_reply(rep);
-		if (r < 0 || d->n > max)
+		if (r < 0 || d->n > max || received > max)
 			break;
 	}
-	if (r == 0 && d->n > max) {
+	if (r == 0 && (d->n > max || received > max)) {
 		wsb_warn("listing of '%s' stopped past %zu entries, the most wsfs holds of one "
 			 "directory (-o max_dir_entries)", path[0] ? path : ".", max);
 		r = -EFBIG;

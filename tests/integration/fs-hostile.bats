@@ -244,6 +244,20 @@ down() {
 	assert_status 1
 }
 
+@test "ReadDir pages whose offsets come round again fail the listing (EIO), never list for ever" {
+	# Each page is a cheap call well inside rpc_timeout, and a listing in
+	# progress cannot be interrupted: before, ls hung in D state.
+	liar_start 7 --lie readdir-cycle
+	mkdir "$ROOT/cyc"
+	liar_mount
+	run timeout 20 ls "$MNT/cyc"
+	assert_status 2
+	assert_contains "$output" "Input/output error"
+	run timeout 20 ls "$MNT"
+	assert_status 0
+	assert_contains "$output" "cyc"
+}
+
 @test "a root owned by uid -1 (no one) is refused, so the kernel never stops writes to it" {
 	liar_start 7 --lie root-owner
 	liar_mount

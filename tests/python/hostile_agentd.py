@@ -25,7 +25,10 @@ test's check that wsfs still works once agentd is honest again). With
 regular file), "root-owner" (owner and group (uint32_t)-1; not in the first,
 wsfs's check at mount time); or "old-watch": it plays an agentd from before
 WatchRequest.no_events, which ignores that field (it asks agentd for a
-whole Watch and takes the no_events mark off its READY).
+whole Watch and takes the no_events mark off its READY); "readdir-cycle":
+every ReadDir of a directory other than the root answers one entry named
+"." (which wsfs drops) and not the end, with offsets 1, 2, 1, 2, ...
+(a listing that would go on for ever).
 
 Each reply's lies come from a generator of its own, seeded with (seed,
 method, how many calls of that method came before), so a seed gives the same
@@ -216,7 +219,7 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--calm")
-    ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch"])
+    ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle"])
     a = ap.parse_args()
     a.root_file = a.lie is not None
     root_stats = [0]
@@ -253,6 +256,12 @@ def main():
                     if liar and liar.roll(liar.rate):
                         liar.fail(context)
                     relay_error(e, context)
+                if a.lie == "readdir-cycle":
+                    if name != "ReadDir" or pb.ReadDirRequest.FromString(req).path == b"":
+                        return data
+                    root_stats[0] += 1
+                    return pb.ReadDirReply(entries=[pb.DirEntry(
+                        name=b".", next_offset=1 + root_stats[0] % 2)]).SerializeToString()
                 if a.lie:
                     if name != "Stat" or pb.StatRequest.FromString(req).path != b"":
                         return data
