@@ -62,6 +62,9 @@ struct node {
 	 * (nbusy); node_names_gen(). */
 	uint64_t ngen;
 	unsigned nbusy;
+	/* CLOCK_MONOTONIC ns of the last node_lookup() that gave it (a reply
+	 * of agentd's named it, or an own change made it). */
+	int64_t bound_ns;
 	struct node *id_next;
 	struct node *ino_next;
 };
@@ -853,6 +856,7 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 	p->refs--;
 found:
 	n->nlookup++;
+	n->bound_ns = wsb_mono_ns();
 	*ret_id = n->id;
 out:
 	pthread_mutex_unlock(&t->lock);
@@ -1298,6 +1302,7 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 		ret->names = n->n_links;
 		ret->open_files = n->n_files;
 		ret->seen = n->seen;
+		ret->bound_ns = n->bound_ns;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;

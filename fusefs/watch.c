@@ -262,6 +262,133 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 	}
 }
 
+/*
+ * Which file a node stands for, after the pod's change of names (not the
+ * mount's own: those are applied by the request that made them). wsfs
+ * reaches a file by the path of its node, so a node whose name the pod
+ * took away or gave to another file would reach whatever the path holds
+ * now: a shell's cwd that the pod removed and made anew listed and took
+ * files in the new directory, and fchmod(2) of an open file the pod
+ * replaced by rename(2) changed the new one. So the node follows the
+ * pod's rename (node_rename(): a cwd inside keeps working, as on a local
+ * disk), and a node whose name now holds another file, or none, is taken
+ * from the name (node_unlink(): then calls through an open descriptor go
+ * through its handle, and others fail ESTALE, fs.c node_stat()).
+ */
+
+/* The node at wire path @path (0: none) and its state; its parent's node
+ * (0: not known) and last component in any case. */
+static uint64_t node_at(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_t *ret_parent,
+			const char **ret_name, size_t *ret_len, struct node_info *ret_info)
+{
+	uint64_t id = 0;
+
+	*ret_parent = 0;
+	if (node_resolve(fs->nodes, (const char *)path->data, path->len, ret_parent, &id, ret_name,
+			 ret_len) < 0) {
+		*ret_parent = 0;
+		return 0;
+	}
+	if (!id || !*ret_parent || node_info(fs->nodes, id, ret_info) < 0)
+		return 0;
+	return id;
+}
+
+/* Take @path's name from its node (detached if that was its last name). */
+static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t len)
+{
+	node_unlink(fs->nodes, parent, name, len);
+}
+
+/** How long after the pod's change its event reaches wsfs at most, as far
+ * as ev_gone() counts on it, ns: agentd reads inotify 2 ms after it has
+ * something and sends at once (docs/protocol.md "Watch"). */
+#define WSFS_EVENT_LATENCY_NS (200 * 1000000LL)
+
+/*
+ * The pod removed @path, in the batch that arrived at @batch_ns
+ * (CLOCK_MONOTONIC): take the name from its node. Unless agentd said the
+ * name is that node within WSFS_EVENT_LATENCY_NS before the batch (the
+ * mount may have looked the name up, or made it, since the pod's removal):
+ * then, if the node is held (a directory the kernel keeps, a file open on
+ * the mount), agentd is asked what the path holds now (one Stat, on this
+ * thread), and the name stays if it is the same inode. (An inode number
+ * the removal freed and a new file took at once passes for the same:
+ * that is the case the time bound is for.)
+ */
+static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t batch_ns)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct node_info info;
+	struct wsc_status st;
+	const char *name;
+	uint64_t parent;
+	size_t len;
+	int r;
+
+	if (!node_at(fs, path, &parent, &name, &len, &info))
+		return;
+	if (info.bound_ns < batch_ns - WSFS_EVENT_LATENCY_NS || !info.ino ||
+	    !(info.mode == S_IFDIR ? info.nlookup > 0 : info.open_files > 0)) {
+		name_gone(fs, parent, name, len);
+		return;
+	}
+	if (atomic_load(&fs->conn_down))
+		return;
+	q.path = *path;
+	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
+			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
+			 fs->cfg.rpc_timeout_ms, &st);
+	if ((r == -ENOENT || r == -ENOTDIR) || (r == 0 && rep->attr && rep->attr->ino != info.ino))
+		name_gone(fs, parent, name, len);
+	if (rep)
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+}
+
+/*
+ * The pod renamed @from to @path (@a: the file's attributes then, or
+ * NULL): the node of @from follows, unless it is known to be another file
+ * (the mount looked @from up again since); else a node at @path that is
+ * known to be another file is taken from it.
+ */
+static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
+		     const ProtobufCBinaryData *path, const Wsbridge__V1__Attr *a)
+{
+	struct node_info mi, vi;
+	uint64_t mparent = 0, vparent = 0, m, v;
+	const char *mname = NULL, *vname = NULL;
+	size_t mlen = 0, vlen = 0;
+
+	m = node_at(fs, from, &mparent, &mname, &mlen, &mi);
+	v = node_at(fs, path, &vparent, &vname, &vlen, &vi);
+	if (m && (!a || !mi.ino || mi.ino == a->ino) && !(v && vi.ino && vi.ino == mi.ino)) {
+		/* It replaces the node at @path, as a rename through the
+		 * mount does; into a directory the table does not know, it
+		 * cannot be followed. */
+		if (!vparent || node_rename(fs->nodes, mparent, mname, mlen, vparent, vname, vlen,
+					    false) < 0)
+			name_gone(fs, mparent, mname, mlen);
+		return;
+	}
+	if (v && a && vi.ino && vi.ino != a->ino)
+		name_gone(fs, vparent, vname, vlen);
+}
+
+/* The pod made @path (@a: its attributes then, or NULL): a node bound to
+ * it that is known to be another file is taken from it. */
+static void ev_created(struct wsfs *fs, const ProtobufCBinaryData *path,
+		       const Wsbridge__V1__Attr *a)
+{
+	struct node_info info;
+	const char *name;
+	uint64_t parent;
+	size_t len;
+
+	if (a && node_at(fs, path, &parent, &name, &len, &info) && info.ino && info.ino != a->ino)
+		name_gone(fs, parent, name, len);
+}
+
 /** Most new names per batch that are stat'ed for hard links (each one RPC). */
 #define LINK_CHECKS_MAX 32
 
@@ -857,6 +984,8 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 struct watch_state {
 	/* check_link() calls in the batch */
 	unsigned link_checks;
+	/* CLOCK_MONOTONIC ns when the batch arrived */
+	int64_t batch_ns;
 	/* The path of the batch's last CHANGED event found to be an own echo
 	 * (a run of CHANGED events on it is checked once), or NULL. */
 	const ProtobufCBinaryData *last_ok;
@@ -1035,6 +1164,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		}
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
+		ev_created(fs, &ev->path, ev->attr);
 		new_name(fs, ev, &ws->link_checks);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__DELETED:
@@ -1042,6 +1172,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			break;
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
+		ev_gone(fs, &ev->path, ws->batch_ns);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED:
 		if (self_match(fs, &ev->from, WSFS_SELF_MOVED_FROM, NULL, NULL) &&
@@ -1052,8 +1183,11 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		}
 		self_forget(fs, &ev->from);
 		self_forget(fs, &ev->path);
+		/* The kernel's entries first: ev_moved() changes what the
+		 * paths resolve to. */
 		ev_name(fs, &ev->from);
 		ev_name(fs, &ev->path);
+		ev_moved(fs, &ev->from, &ev->path, ev->attr);
 		/* A link made and moved before agentd reported it. */
 		new_name(fs, ev, &ws->link_checks);
 		break;
@@ -1161,6 +1295,7 @@ static int run_watch(struct wsfs *fs)
 		 * sends none and bumps nothing. */
 		ws.link_checks = 0;
 		ws.last_ok = NULL;
+		ws.batch_ns = wsb_mono_ns();
 		for (size_t i = 0; i < b->n_events; i++) {
 			const Wsbridge__V1__WatchEvent *ev = b->events[i];
 

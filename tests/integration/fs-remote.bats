@@ -334,6 +334,24 @@ PY
 	assert_contains "$out_mnt" "stat . drwxr-x--- 0"
 }
 
+@test "the POD removes, renames or replaces a host process's cwd or open file: the process stays with its own directory or file, as on a local disk" {
+	# wsfs reaches a file by its node's path: without following the
+	# pod's renames, a cwd the pod made anew took files into the new
+	# directory, and fchmod or truncate of an open file the pod had
+	# replaced changed the new file (tests/python/pod_renames.py).
+	up
+	mkdir "$BATS_TEST_TMPDIR/local"
+	run "$PY" "$PYTESTS/pod_renames.py" "$BATS_TEST_TMPDIR/local" "$BATS_TEST_TMPDIR/local" 0
+	assert_status 0
+	local want=$output
+	run "$PY" "$PYTESTS/pod_renames.py" "$MNT" "$ROOT" 0.3
+	assert_status 0
+	printf '%s\n' "$output" | sed 's/^/# mount: /' >&3
+	assert_eq "$output" "$want"
+	assert_contains "$output" "B: the pod has it under the new name: True"
+	assert_contains "$output" "D: reads through /proc/self/fd: old"
+}
+
 @test "a directory replaced by rename(2) through the mount while it is a process's cwd and open: ls, stat and fstat of it work, as on a local disk" {
 	up
 	mkdir "$BATS_TEST_TMPDIR/local"
