@@ -41,6 +41,14 @@ enum rpc_kind {
 	RPC_UNARY,         /**< one request, one reply */
 	RPC_SERVER_STREAM, /**< one request, a stream of replies */
 	RPC_CLIENT_STREAM, /**< a stream of requests (rpc_recv), one reply */
+	/** A stream of calls of the RPC_UNARY, RPC_ON_CQ methods of the same
+	 * service (the path up to its last '/'), one OpRequest message each,
+	 * answered with an OpReply (proto/wsbridge.proto Ops), in order. The
+	 * adapter serves it: request and handler are unused (NULL). Each call
+	 * runs its method's handler as a call of its own would (rpc_metadata()
+	 * and rpc_cancelled() are the stream's; no deadline), save that it
+	 * cannot stream. RPC_ON_CQ only. */
+	RPC_OPS,
 };
 
 enum rpc_thread {

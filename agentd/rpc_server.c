@@ -58,6 +58,17 @@
 #include "rpc.h"
 #include "wsb.h"
 
+/*
+ * Op streams (RPC_OPS). A stream call reads one OpRequest at a time: its
+ * method's handler runs on a call of its own (struct rpc_call with parent
+ * set and no grpc_call), whose end (rpc_reply, rpc_finish) sends the
+ * OpReply on the stream; once that send is done, the stream reads the next
+ * request. So one call of a stream runs at a time, in order, and a client
+ * that sends ahead is served in order. The OpRequest is read in place and
+ * the OpReply written around the packed reply (wsb_wire_*): a 1 MiB Write
+ * or Read costs no copy more than a unary call.
+ */
+
 /* How long nobody may poll before a waiting cq thread starts (the gate),
  * nanoseconds: the longest a quick call waits behind a slow one. */
 #define GATE_STALL_NS (2 * 1000 * 1000)
@@ -109,8 +120,9 @@ struct rpc_server {
 	size_t nregs;
 	bool started;
 
-	pthread_mutex_t lock; /* protects fifo_head/fifo_tail */
+	pthread_mutex_t lock; /* protects fifo_head/fifo_tail, ops */
 	struct rpc_tag *fifo_head, *fifo_tail;
+	struct rpc_call *ops; /* op streams (RPC_OPS) alive, by ops_next/ops_prev */
 
 	/* The gate (see the top of this file). */
 	pthread_mutex_t gate_lock; /* protects the gate_* fields */
@@ -136,7 +148,12 @@ struct rpc_server {
 struct rpc_call {
 	struct rpc_server *srv;
 	const struct rpc_reg *reg; /* NULL for an unknown method */
-	grpc_call *call;
+	struct rpc_call *parent;   /* an op's stream (RPC_OPS), or NULL */
+	grpc_call *call;           /* NULL for an op */
+	/* An op stream's: its links in srv->ops, and whether an op of it runs
+	 * (else it waits for the next); under srv->lock. */
+	struct rpc_call *ops_next, *ops_prev;
+	bool op_running;
 	gpr_timespec deadline;
 	grpc_metadata_array md;
 	grpc_call_details details; /* unknown methods only */
@@ -186,14 +203,32 @@ static void server_check_shutdown(struct rpc_server *s)
 		uv_async_send(&s->async);
 }
 
+static bool call_is_ops(const struct rpc_call *c)
+{
+	return c->reg && c->reg->m->kind == RPC_OPS;
+}
+
+static void call_unref(struct rpc_call *c);
+
 static void call_free(struct rpc_call *c)
 {
 	struct rpc_server *s = c->srv;
 
+	/* First: rpc_server_shutdown() cancels the calls on s->ops. */
+	if (call_is_ops(c)) {
+		pthread_mutex_lock(&s->lock);
+		if (c->ops_prev)
+			c->ops_prev->ops_next = c->ops_next;
+		else if (s->ops == c)
+			s->ops = c->ops_next;
+		if (c->ops_next)
+			c->ops_next->ops_prev = c->ops_prev;
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (c->call)
 		grpc_call_unref(c->call);
 	grpc_metadata_array_destroy(&c->md);
-	if (!c->reg)
+	if (!c->reg && !c->parent)
 		grpc_call_details_destroy(&c->details);
 	if (c->payload)
 		grpc_byte_buffer_destroy(c->payload);
@@ -203,6 +238,8 @@ static void call_free(struct rpc_call *c)
 		grpc_byte_buffer_destroy(c->recv_buf);
 	if (c->req)
 		protobuf_c_message_free_unpacked(c->req, NULL);
+	if (c->parent)
+		call_unref(c->parent);
 	free(c);
 	if (atomic_fetch_sub(&s->live, 1) == 1)
 		server_check_shutdown(s);
@@ -300,6 +337,231 @@ static int send_status(struct rpc_call *c, int code, int err, const char *msg)
 	return r;
 }
 
+/* ---- op streams ---- */
+
+static void ops_sent(struct rpc_call *p, bool ok, void *arg);
+static int call_end(struct rpc_call *c, int code, int err, const char *msg);
+
+/*
+ * End op @c by sending its OpReply on its stream: status @code, errno
+ * name of @err (> 0) and @msg when not OK, @reply (packed here) when OK.
+ * Returns 0 or -ECANCELED (the stream is gone).
+ */
+static int op_send(struct rpc_call *c, int code, int err, const char *msg,
+		   const ProtobufCMessage *reply)
+{
+	struct rpc_call *p = c->parent;
+	const char *ename = err > 0 ? wsb_errno_name(err) : NULL;
+	size_t elen = ename ? strlen(ename) : 0, mlen = msg ? strlen(msg) : 0;
+	size_t n = reply ? protobuf_c_message_get_packed_size(reply) : 0;
+	grpc_slice slice;
+	grpc_op ops[2];
+	uint8_t *w;
+	size_t k = 0;
+	int r;
+
+	if (p->send_busy || p->ended) {
+		/* Not when ops are read one at a time (ops_sent). */
+		wsb_err("%s: an op ended while its stream could not send", rpc_method_path(c));
+		return -ECANCELED;
+	}
+	slice = grpc_slice_malloc(WSB_WIRE_VARINT_MAX + 3 * WSB_WIRE_LEN_HEAD_MAX + elen + mlen + n);
+	w = GRPC_SLICE_START_PTR(slice);
+	if (code != WSB_OK)
+		w += wsb_wire_varint_field(w, 1, (uint64_t)(int64_t)code);
+	if (elen) {
+		w += wsb_wire_len_head(w, 2, elen);
+		memcpy(w, ename, elen);
+		w += elen;
+	}
+	if (mlen) {
+		w += wsb_wire_len_head(w, 3, mlen);
+		memcpy(w, msg, mlen);
+		w += mlen;
+	}
+	if (reply) {
+		w += wsb_wire_len_head(w, 4, n);
+		protobuf_c_message_pack(reply, w);
+		w += n;
+	}
+	GRPC_SLICE_SET_LENGTH(slice, (size_t)(w - GRPC_SLICE_START_PTR(slice)));
+	p->send_buf = grpc_raw_byte_buffer_create(&slice, 1);
+	grpc_slice_unref(slice);
+	memset(ops, 0, sizeof(ops));
+	if (!p->md_sent) {
+		ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+		p->md_sent = true;
+	}
+	ops[k].op = GRPC_OP_SEND_MESSAGE;
+	ops[k].data.send_message.send_message = p->send_buf;
+	k++;
+	p->sent = ops_sent;
+	p->sent_arg = NULL;
+	p->send_busy = true;
+	tag_init(&p->t_send, TAG_SEND, p);
+	r = start_batch(p, ops, k, &p->t_send);
+	if (r < 0) {
+		/* No ops_sent() to come: the stream ends here. */
+		p->send_busy = false;
+		call_end(p, WSB_CANCELLED, 0, "the stream could not send");
+	} else if (atomic_load(&p->cancelled)) {
+		r = -ECANCELED;
+	}
+	return r;
+}
+
+/* Read the stream's next OpRequest (ops_recv() gets it), or end the stream
+ * when that cannot start. */
+static void ops_next(struct rpc_call *p)
+{
+	struct rpc_server *s = p->srv;
+	bool stop;
+	grpc_op op;
+	int r = 0;
+
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_RECV_MESSAGE;
+	op.data.recv_message.recv_message = &p->recv_buf;
+	/* Under the lock, so that rpc_server_shutdown() either sees the op
+	 * running (and leaves it to end here) or the receive started (and
+	 * cancels it). */
+	pthread_mutex_lock(&s->lock);
+	p->op_running = false;
+	stop = atomic_load(&s->shutting_down);
+	if (!stop) {
+		p->recv_busy = true;
+		tag_init(&p->t_recv, TAG_RECV, p);
+		r = start_batch(p, &op, 1, &p->t_recv);
+		if (r < 0)
+			p->recv_busy = false;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (stop)
+		call_end(p, WSB_UNAVAILABLE, 0, "agentd is shutting down");
+	else if (r < 0)
+		call_end(p, WSB_CANCELLED, 0, "the stream could not read on");
+}
+
+/* The OpReply went (or the stream is gone): read the next request. */
+static void ops_sent(struct rpc_call *p, bool ok, void *arg)
+{
+	(void)arg;
+	if (ok)
+		ops_next(p);
+	else
+		call_end(p, WSB_CANCELLED, 0, "the client went away");
+}
+
+/* The RPC_UNARY, RPC_ON_CQ method @path (@len bytes) of the same service
+ * as op stream @p, or NULL. */
+static const struct rpc_reg *ops_method(const struct rpc_call *p, const uint8_t *path, size_t len)
+{
+	const char *own = p->reg->m->path, *slash = strrchr(own, '/');
+	size_t svc = slash ? (size_t)(slash - own) + 1 : 0;
+	const struct rpc_server *s = p->srv;
+
+	if (len <= svc || memcmp(path, own, svc) != 0)
+		return NULL;
+	for (size_t i = 0; i < s->nregs; i++) {
+		const struct rpc_method *m = s->regs[i].m;
+
+		if (m->kind == RPC_UNARY && m->thread == RPC_ON_CQ && strlen(m->path) == len &&
+		    memcmp(m->path, path, len) == 0)
+			return &s->regs[i];
+	}
+	return NULL;
+}
+
+/* A message (or the end) of op stream @p arrived: run the op it carries. */
+static void ops_recv(struct rpc_call *p, bool ok)
+{
+	struct rpc_server *s = p->srv;
+	const uint8_t *method = NULL, *req = NULL, *pos, *end;
+	size_t method_len = 0, req_len = 0;
+	grpc_byte_buffer_reader reader;
+	struct wsb_wire_field f;
+	struct rpc_call *c;
+	grpc_slice slice;
+	int r;
+
+	p->recv_busy = false;
+	if (!ok) {
+		atomic_store(&p->cancelled, true);
+		call_end(p, WSB_CANCELLED, 0, "the client went away");
+		return;
+	}
+	if (!p->recv_buf) { /* the client half-closed: done */
+		call_end(p, WSB_OK, 0, NULL);
+		return;
+	}
+	if (!grpc_byte_buffer_reader_init(&reader, p->recv_buf)) {
+		grpc_byte_buffer_destroy(p->recv_buf);
+		p->recv_buf = NULL;
+		call_end(p, WSB_INTERNAL, 0, "cannot read a received message");
+		return;
+	}
+	slice = grpc_byte_buffer_reader_readall(&reader);
+	grpc_byte_buffer_reader_destroy(&reader);
+	grpc_byte_buffer_destroy(p->recv_buf);
+	p->recv_buf = NULL;
+	pos = GRPC_SLICE_START_PTR(slice);
+	end = pos + GRPC_SLICE_LENGTH(slice);
+	while ((r = wsb_wire_next(&pos, end, &f)) > 0) {
+		if (f.number == 1 && f.type == WSB_WIRE_LEN) {
+			method = f.ptr;
+			method_len = f.len;
+		} else if (f.number == 2 && f.type == WSB_WIRE_LEN) {
+			req = f.ptr;
+			req_len = f.len;
+		}
+	}
+	pthread_mutex_lock(&s->lock);
+	p->op_running = true;
+	pthread_mutex_unlock(&s->lock);
+	if (r < 0 || !method) {
+		grpc_slice_unref(slice);
+		rpc_finish(p, WSB_INVALID_ARGUMENT, EBADMSG,
+			   "a message of the stream is not an OpRequest with a method");
+		return;
+	}
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		grpc_slice_unref(slice);
+		rpc_finish(p, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return;
+	}
+	c->srv = s;
+	c->reg = ops_method(p, method, method_len);
+	c->parent = p;
+	call_ref(p);
+	c->deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+	atomic_init(&c->refs, 1);
+	grpc_metadata_array_init(&c->md);
+	atomic_fetch_add(&s->live, 1);
+	if (!c->reg) {
+		char *esc = wsb_escape(method, method_len, 200);
+
+		grpc_slice_unref(slice);
+		rpc_finish(c, WSB_UNIMPLEMENTED, 0, "no unary method '%s' of this service to call in an op stream",
+			   esc ? esc : "?");
+		free(esc);
+		return;
+	}
+	r = wsb_unpack(c->reg->m->request, req, req_len, &c->req);
+	grpc_slice_unref(slice);
+	if (r < 0) {
+		rpc_finish(c, WSB_INVALID_ARGUMENT, EBADMSG, "the request does not decode as a %s message",
+			   c->reg->m->request->name);
+		return;
+	}
+	call_ref(c);
+	if (s->on_call)
+		s->on_call(c, s->on_call_arg);
+	c->reg->m->handler(c, c->req, c->reg->m->data);
+	call_unref(c);
+}
+
 static int call_end(struct rpc_call *c, int code, int err, const char *msg)
 {
 	int r;
@@ -310,9 +572,10 @@ static int call_end(struct rpc_call *c, int code, int err, const char *msg)
 	}
 	c->ended = true;
 	/* Every call at debug level: what a client asked for, one line each. */
-	wsb_debug("%s: %s%s%s", rpc_method_path(c), wsb_status_name(code), msg ? ": " : "",
-		  msg ? msg : "");
-	r = send_status(c, code, err, msg);
+	/* (An op's line says so: tests tell op streams from calls by it.) */
+	wsb_debug("%s: %s%s%s%s", rpc_method_path(c), wsb_status_name(code), msg ? ": " : "",
+		  msg ? msg : "", c->parent ? " (op)" : "");
+	r = c->parent ? op_send(c, code, err, msg, NULL) : send_status(c, code, err, msg);
 	if (r == 0 && atomic_load(&c->cancelled))
 		r = -ECANCELED;
 	call_unref(c); /* the handler's reference */
@@ -329,7 +592,12 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	if (c->ended)
 		return -EINVAL;
 	c->ended = true;
-	wsb_debug("%s: OK", rpc_method_path(c));
+	wsb_debug("%s: OK%s", rpc_method_path(c), c->parent ? " (op)" : "");
+	if (c->parent) {
+		r = op_send(c, WSB_OK, 0, NULL, msg);
+		call_unref(c);
+		return r;
+	}
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {
 		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -404,6 +672,8 @@ int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, 
 	size_t n = 0;
 	int r;
 
+	if (c->parent || call_is_ops(c))
+		return -EINVAL;
 	if (c->send_busy)
 		return -EBUSY;
 	if (c->ended || atomic_load(&c->cancelled))
@@ -434,6 +704,8 @@ int rpc_recv(struct rpc_call *c, rpc_recv_fn recv, void *arg)
 	grpc_op op;
 	int r;
 
+	if (c->parent || call_is_ops(c))
+		return -EINVAL;
 	if (c->recv_busy)
 		return -EBUSY;
 	if (c->ended || atomic_load(&c->cancelled))
@@ -459,6 +731,8 @@ void rpc_on_cancel(struct rpc_call *c, void (*cb)(struct rpc_call *, void *), vo
 
 bool rpc_cancelled(const struct rpc_call *c)
 {
+	if (c->parent)
+		c = c->parent;
 	return atomic_load(&c->cancelled);
 }
 
@@ -482,6 +756,8 @@ const char *rpc_method_path(const struct rpc_call *c)
 
 bool rpc_metadata(const struct rpc_call *c, const char *key, const uint8_t **ret, size_t *ret_len)
 {
+	if (c->parent)
+		c = c->parent;
 	for (size_t i = 0; i < c->md.count; i++) {
 		const grpc_metadata *m = &c->md.metadata[i];
 
@@ -540,6 +816,18 @@ static void call_start(struct rpc_call *c)
 	if (s->token && !m->no_auth && !call_authorized(s, c)) {
 		call_end(c, WSB_UNAUTHENTICATED, 0,
 			 "missing or wrong bearer token (send metadata 'authorization: Bearer TOKEN')");
+		return;
+	}
+	if (m->kind == RPC_OPS) {
+		pthread_mutex_lock(&s->lock);
+		c->ops_next = s->ops;
+		if (s->ops)
+			s->ops->ops_prev = c;
+		s->ops = c;
+		pthread_mutex_unlock(&s->lock);
+		if (s->on_call)
+			s->on_call(c, s->on_call_arg);
+		ops_next(c);
 		return;
 	}
 	if (m->kind != RPC_CLIENT_STREAM) {
@@ -608,7 +896,7 @@ static int post_slot(struct rpc_server *s, const struct rpc_reg *reg)
 	tag_init(&c->t_req, reg ? TAG_REQUEST : TAG_UNKNOWN, c);
 	atomic_fetch_add(&s->live, 1);
 	if (reg) {
-		bool payload = reg->m->kind != RPC_CLIENT_STREAM;
+		bool payload = reg->m->kind != RPC_CLIENT_STREAM && reg->m->kind != RPC_OPS;
 		e = grpc_server_request_registered_call(s->server, reg->handle, &c->call,
 							&c->deadline, &c->md,
 							payload ? &c->payload : NULL, s->cq, s->cq,
@@ -669,6 +957,11 @@ static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
 		ProtobufCMessage *msg = NULL;
 		int err = 0;
 
+		if (call_is_ops(c)) {
+			ops_recv(c, t->ok);
+			call_unref(c);
+			return;
+		}
 		c->recv_busy = false;
 		if (!t->ok) {
 			atomic_store(&c->cancelled, true);
@@ -969,6 +1262,8 @@ int rpc_server_register(struct rpc_server *s, const struct rpc_method *m)
 
 	if (s->started)
 		return -EBUSY;
+	if (m->kind == RPC_OPS && m->thread != RPC_ON_CQ)
+		return -EINVAL;
 	for (size_t i = 0; i < s->nregs; i++)
 		if (strcmp(s->regs[i].m->path, m->path) == 0)
 			return -EEXIST;
@@ -977,7 +1272,7 @@ int rpc_server_register(struct rpc_server *s, const struct rpc_method *m)
 		return -ENOMEM;
 	s->regs = regs;
 	h = grpc_server_register_method(s->server, m->path, NULL,
-					m->kind == RPC_CLIENT_STREAM ?
+					m->kind == RPC_CLIENT_STREAM || m->kind == RPC_OPS ?
 						GRPC_SRM_PAYLOAD_NONE :
 						GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
 					0);
@@ -1057,6 +1352,16 @@ void rpc_server_shutdown(struct rpc_server *s, uint64_t grace_ms, void (*done)(v
 	s->done = done;
 	s->done_arg = arg;
 	atomic_store(&s->shutting_down, true);
+	/* An op stream waiting for its next op is no call in progress: end it
+	 * now (its client makes a new one, which finds the server gone), not
+	 * after the grace; one running an op ends once its reply is sent
+	 * (ops_next). */
+	pthread_mutex_lock(&s->lock);
+	for (struct rpc_call *c = s->ops; c; c = c->ops_next)
+		if (!c->op_running && c->call)
+			grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
+						     "agentd is shutting down", NULL);
+	pthread_mutex_unlock(&s->lock);
 	tag_init(&s->shutdown_tag, TAG_SHUTDOWN, NULL);
 	grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 	if (grace_ms == 0)

@@ -1603,6 +1603,8 @@ static struct rpc_method ws_methods[] = {
 	WS("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
 	{"/wsbridge.v1.Workspace/Watch", RPC_SERVER_STREAM, RPC_ON_LOOP,
 	 &wsbridge__v1__watch_request__descriptor, false, do_watch, NULL},
+	/* The unary methods above as messages of one stream (rpc.h RPC_OPS). */
+	{"/wsbridge.v1.Workspace/Ops", RPC_OPS, RPC_ON_CQ, NULL, false, NULL, NULL},
 };
 
 int svc_workspace_register(struct rpc_server *s, struct agentd *ad)

@@ -44,6 +44,25 @@
  * state when the batch ends at last (the peer reads again, or the
  * connection breaks); the next unary call frees what has ended (unary_reap).
  *
+ * Op streams (wsc_options.op_streams). A unary Workspace call costs gRPC a
+ * call's set-up and tear-down: HEADERS both ways, trailers, a request slot
+ * on the server (a 64-byte ping-pong took 67-74 us as unary calls and 32 us
+ * as messages of one stream between two processes here). So each thread
+ * keeps one Workspace/Ops stream (struct opstream, in a pthread key) and
+ * sends its calls as OpRequest messages on it, one at a time: the thread
+ * waits for each OpReply as it would for a unary call, on the stream's own
+ * polling queue. A stream is made at a thread's first call, and made anew
+ * after it failed, after wsc_reconnect(), or when it ended while idle (an
+ * agentd restart: checked once it has been idle WSC_OP_IDLE_CHECK_NS). The
+ * deadline is the caller's, enforced here: the stream is cancelled, and
+ * left behind when stuck as a unary call would be (wsc.ops_dead, freed by
+ * op_reap). An agentd without Ops ends the first stream UNIMPLEMENTED, and
+ * every call is then unary (wsc.ops_unsupported). A call whose request could
+ * not be sent is made unary; one whose stream broke after is reported as
+ * the stream's status (UNAVAILABLE), as a unary call's would be. Streams
+ * are on g_ops (under g_ops_lock) so that wsc_free() and the exit of their
+ * threads each free them once.
+ *
  * Locks: wsc.lock guards wsc.chan, every wsc_chan.refs and the queue pool;
  * wsc.reconnect_lock serialises reconnects; wsc.idle_lock the idle poller's
  * state; wsc_stream.status_lock guards the stream's final status. No lock is
@@ -98,6 +117,10 @@ extern char **environ;
 /** Most calls left behind that way at once; past it callers wait on. */
 #define WSC_ABANDON_MAX 256
 
+/** How long a thread's op stream may sit idle before a call checks that it
+ * has not ended meanwhile, ns (see "Op streams"). */
+#define WSC_OP_IDLE_CHECK_NS (50 * 1000000LL)
+
 /* One channel; replaced as a whole by wsc_reconnect(). */
 struct wsc_chan {
 	grpc_channel *ch;
@@ -118,10 +141,31 @@ struct unary {
 	char tag;
 };
 
+/* A thread's Workspace/Ops stream (see "Op streams"). */
+struct opstream {
+	struct opstream *next; /* g_ops, or wsc.ops_dead */
+	struct wsc *c;
+	unsigned gen;              /* wsc.chan_gen of the channel it is on */
+	grpc_completion_queue *cq; /* polling, of its own */
+	grpc_call *call;
+	bool started;        /* initial metadata sent and asked for */
+	bool op_due;         /* on ops_dead: its op batch has not completed */
+	bool used;           /* an op got its reply */
+	bool status_done;    /* tag_status plucked */
+	int64_t idle_ns;     /* CLOCK_MONOTONIC: its last op ended */
+	grpc_byte_buffer *send_bb; /* the op batch's request, until it completed */
+	grpc_byte_buffer *recv_bb;
+	grpc_metadata_array initial_md, trailing_md;
+	grpc_status_code code;
+	grpc_slice details;
+	char tag_op, tag_status;
+};
+
 struct wsc {
 	pthread_mutex_t lock;
 	pthread_mutex_t reconnect_lock;
 	struct wsc_chan *chan;      /* protected by lock */
+	unsigned chan_gen;          /* bumped by wsc_reconnect(); protected by lock */
 	grpc_completion_queue **cq; /* idle queues; protected by lock */
 	size_t n_cq, cap_cq;        /* protected by lock */
 	struct unary *abandoned;    /* unary calls left behind; protected by lock */
@@ -137,6 +181,10 @@ struct wsc {
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
 	grpc_metadata md[2]; /* authorization, wsbridge-session: either may be absent */
 	size_t n_md;
+
+	bool ops;                     /* op_streams */
+	atomic_bool ops_unsupported;  /* agentd has no Ops: unary calls only */
+	struct opstream *ops_dead;    /* stuck op streams; protected by lock */
 
 	/* The idle poller (see "Polling" above); only with idle_poller. */
 	bool idle;
@@ -179,6 +227,19 @@ struct wsc_stream {
 	struct wsc_status final; /* valid once status_done */
 };
 
+/* Op streams of every thread (see "Op streams"). */
+static pthread_mutex_t g_ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct opstream *g_ops; /* every thread's stream; under g_ops_lock */
+static pthread_key_t g_ops_key;
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+static bool g_ops_key_ok;
+/* Moved by wsc_free(): a thread's stream from before may be freed. */
+static atomic_uint g_ops_epoch;
+static __thread unsigned t_ops_epoch; /* g_ops_epoch when this thread's was made */
+
+static void op_close(struct opstream *s, bool op_pending);
+static void op_reap(struct wsc *c);
+
 /* ---- status ---- */
 
 static void status_clear(struct wsc_status *st)
@@ -207,41 +268,34 @@ static int status_local(struct wsc_status *st, int err, const char *fmt, ...)
 }
 
 /*
- * Fill @st from a received status. Reads (does not free) @details and
- * @trailing. Returns 0 for OK, else -st->err.
+ * Fill @st with status @code, message @msg (@msg_len bytes, cut to fit) and
+ * the errno named @ename (@ename_len bytes; NULL: none), as agentd sends it
+ * in its "wsbridge-errno" trailer or OpReply.errno_name. 0 for OK, else
+ * -err.
  */
-static int status_from_call(struct wsc_status *st, grpc_status_code code, const grpc_slice *details,
-			    const grpc_metadata_array *trailing, bool cancelled)
+static int status_set(struct wsc_status *st, int code, const void *msg, size_t msg_len,
+		      const void *ename, size_t ename_len, bool cancelled)
 {
-	size_t len = GRPC_SLICE_LENGTH(*details);
-
 	status_clear(st);
-	st->code = (int)code;
-	if (len >= sizeof(st->msg))
-		len = sizeof(st->msg) - 1;
-	memcpy(st->msg, GRPC_SLICE_START_PTR(*details), len);
-	st->msg[len] = '\0';
+	st->code = code;
+	if (msg_len >= sizeof(st->msg))
+		msg_len = sizeof(st->msg) - 1;
+	if (msg_len)
+		memcpy(st->msg, msg, msg_len);
+	st->msg[msg_len] = '\0';
 	if (code == GRPC_STATUS_OK)
 		return 0;
-
-	for (size_t i = 0; trailing && i < trailing->count; i++) {
-		const grpc_metadata *m = &trailing->metadata[i];
+	if (ename && ename_len > 0 && ename_len < 32) {
 		char name[32];
-		size_t n = GRPC_SLICE_LENGTH(m->value);
 		int err;
 
-		if (grpc_slice_str_cmp(m->key, WSB_ERRNO_TRAILER) != 0)
-			continue;
-		if (n == 0 || n >= sizeof(name))
-			continue;
-		memcpy(name, GRPC_SLICE_START_PTR(m->value), n);
-		name[n] = '\0';
+		memcpy(name, ename, ename_len);
+		name[ename_len] = '\0';
 		err = wsb_errno_from_name(name);
 		if (err > 0) {
 			st->err = err;
 			st->has_errno = true;
 		}
-		break;
 	}
 	if (!st->has_errno) {
 		if (cancelled && code == GRPC_STATUS_CANCELLED)
@@ -252,6 +306,29 @@ static int status_from_call(struct wsc_status *st, grpc_status_code code, const 
 			st->err = EIO;
 	}
 	return -st->err;
+}
+
+/*
+ * Fill @st from a received status (status_set()). Reads (does not free)
+ * @details and @trailing. Returns 0 for OK, else -st->err.
+ */
+static int status_from_call(struct wsc_status *st, grpc_status_code code, const grpc_slice *details,
+			    const grpc_metadata_array *trailing, bool cancelled)
+{
+	const void *ename = NULL;
+	size_t ename_len = 0;
+
+	for (size_t i = 0; code != GRPC_STATUS_OK && trailing && i < trailing->count; i++) {
+		const grpc_metadata *m = &trailing->metadata[i];
+
+		if (grpc_slice_str_cmp(m->key, WSB_ERRNO_TRAILER) == 0) {
+			ename = GRPC_SLICE_START_PTR(m->value);
+			ename_len = GRPC_SLICE_LENGTH(m->value);
+			break;
+		}
+	}
+	return status_set(st, (int)code, GRPC_SLICE_START_PTR(*details), GRPC_SLICE_LENGTH(*details),
+			  ename, ename_len, cancelled);
 }
 
 /* ---- messages ---- */
@@ -895,6 +972,8 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	gpr_set_log_function(grpc_log);
 	grpc_init();
 	c->idle = o->idle_poller;
+	c->ops = o->op_streams;
+	atomic_init(&c->ops_unsupported, false);
 	atomic_init(&c->n_abandoned, 0);
 	atomic_init(&c->waiting, 0);
 	atomic_init(&c->quiet_ns, 0);
@@ -948,6 +1027,7 @@ fail:
 int wsc_reconnect(struct wsc *c)
 {
 	struct wsc_chan *ch, *old;
+	unsigned gen;
 	int r;
 
 	pthread_mutex_lock(&c->reconnect_lock);
@@ -956,7 +1036,15 @@ int wsc_reconnect(struct wsc *c)
 		pthread_mutex_lock(&c->lock);
 		old = c->chan;
 		c->chan = ch;
+		gen = ++c->chan_gen;
 		pthread_mutex_unlock(&c->lock);
+		/* Op streams on the old channel end now; their threads make new
+		 * ones at their next call (op_get). */
+		pthread_mutex_lock(&g_ops_lock);
+		for (struct opstream *s = g_ops; s; s = s->next)
+			if (s->c == c && s->gen != gen)
+				grpc_call_cancel(s->call, NULL);
+		pthread_mutex_unlock(&g_ops_lock);
 		chan_put(c, old);
 	}
 	pthread_mutex_unlock(&c->reconnect_lock);
@@ -981,6 +1069,27 @@ struct wsc *wsc_free(struct wsc *c)
 	}
 	pthread_cond_destroy(&c->idle_cond);
 	pthread_mutex_destroy(&c->idle_lock);
+	/* Threads' op streams: no call runs now (client.h); a thread that
+	 * exits later finds its stream gone from g_ops, and one that calls
+	 * again does not touch it (g_ops_epoch). */
+	atomic_fetch_add(&g_ops_epoch, 1);
+	for (;;) {
+		struct opstream **pp, *s = NULL;
+
+		pthread_mutex_lock(&g_ops_lock);
+		for (pp = &g_ops; *pp; pp = &(*pp)->next) {
+			if ((*pp)->c == c) {
+				s = *pp;
+				*pp = s->next;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&g_ops_lock);
+		if (!s)
+			break;
+		op_close(s, false);
+	}
+	op_reap(c);
 	/* Calls left behind (cancelled already): give them a moment, in all,
 	 * to end; one still stuck keeps its memory and its channel (the
 	 * process is about to exit: freeing either under gRPC would be worse). */
@@ -1065,6 +1174,366 @@ static void unary_reap(struct wsc *c)
 	}
 }
 
+/* ---- op streams (see "Op streams") ---- */
+
+#define OPS_METHOD "/wsbridge.v1.Workspace/Ops"
+#define OPS_SERVICE "/wsbridge.v1.Workspace/"
+
+/* Take @s off g_ops; false when someone else (wsc_free, the thread's exit)
+ * did first. Compares pointers only: @s may be freed already. */
+static bool op_unlist(struct opstream *s)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&g_ops_lock);
+	for (struct opstream **pp = &g_ops; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_ops_lock);
+	return found;
+}
+
+/* Free @s, whose batches have all ended. */
+static void op_destroy(struct opstream *s)
+{
+	if (s->call)
+		grpc_call_unref(s->call);
+	if (s->send_bb)
+		grpc_byte_buffer_destroy(s->send_bb);
+	if (s->recv_bb)
+		grpc_byte_buffer_destroy(s->recv_bb);
+	grpc_metadata_array_destroy(&s->initial_md);
+	grpc_metadata_array_destroy(&s->trailing_md);
+	grpc_slice_unref(s->details);
+	cq_destroy(s->cq);
+	free(s);
+}
+
+/* Wait for @s's final status until @until; true when it came. */
+static bool op_status_wait(struct opstream *s, gpr_timespec until)
+{
+	if (!s->status_done &&
+	    grpc_completion_queue_pluck(s->cq, &s->tag_status, until, NULL).type == GRPC_OP_COMPLETE)
+		s->status_done = true;
+	return s->status_done;
+}
+
+/* End @s (off g_ops, not in use): cancel it and free it once its status
+ * came, or leave it on wsc.ops_dead when its op batch is stuck. @op_pending:
+ * its last op batch has not completed. */
+static void op_close(struct opstream *s, bool op_pending)
+{
+	struct wsc *c = s->c;
+	gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+					  gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
+
+	grpc_call_cancel(s->call, NULL);
+	if (op_pending && grpc_completion_queue_pluck(s->cq, &s->tag_op, until, NULL).type ==
+				  GRPC_OP_COMPLETE)
+		op_pending = false;
+	if (!op_pending && op_status_wait(s, until)) {
+		op_destroy(s);
+		return;
+	}
+	s->op_due = op_pending;
+	pthread_mutex_lock(&c->lock);
+	s->next = c->ops_dead;
+	c->ops_dead = s;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Free the streams on wsc.ops_dead whose batches have ended. */
+static void op_reap(struct wsc *c)
+{
+	struct opstream *done = NULL, **pp, *s;
+	gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->ops_dead; (s = *pp);) {
+		if (s->op_due &&
+		    grpc_completion_queue_pluck(s->cq, &s->tag_op, now, NULL).type == GRPC_OP_COMPLETE)
+			s->op_due = false;
+		if (s->op_due || !op_status_wait(s, now)) {
+			pp = &s->next;
+			continue;
+		}
+		*pp = s->next;
+		s->next = done;
+		done = s;
+	}
+	pthread_mutex_unlock(&c->lock);
+	while ((s = done)) {
+		done = s->next;
+		op_destroy(s);
+	}
+}
+
+/* A thread that made calls ends: end its stream (pthread key destructor). */
+static void op_thread_exit(void *arg)
+{
+	struct opstream *s = arg;
+
+	if (op_unlist(s))
+		op_close(s, false);
+}
+
+static void op_key_init(void)
+{
+	g_ops_key_ok = pthread_key_create(&g_ops_key, op_thread_exit) == 0;
+}
+
+/* Drop this thread's stream @s (failed, stale or stuck). */
+static void op_drop(struct opstream *s, bool op_pending)
+{
+	pthread_setspecific(g_ops_key, NULL);
+	if (op_unlist(s))
+		op_close(s, op_pending);
+}
+
+/* This thread's stream for @c on its current channel, made when missing;
+ * NULL when none can be had (the call is then made unary). */
+static struct opstream *op_get(struct wsc *c)
+{
+	struct opstream *s;
+	struct wsc_chan *ch;
+	grpc_call_error e;
+	unsigned gen;
+	grpc_op op;
+
+	pthread_once(&g_ops_once, op_key_init);
+	if (!g_ops_key_ok)
+		return NULL;
+	s = pthread_getspecific(g_ops_key);
+	if (s && t_ops_epoch != atomic_load(&g_ops_epoch)) {
+		/* Not to be touched: wsc_free() may have freed it (one of a
+		 * live client stays on g_ops until that client is freed). */
+		pthread_setspecific(g_ops_key, NULL);
+		s = NULL;
+	}
+	if (s) {
+		pthread_mutex_lock(&c->lock);
+		gen = c->chan_gen;
+		pthread_mutex_unlock(&c->lock);
+		/* Ended while idle (agentd restarted)? A status that came
+		 * means it did. */
+		if (s->c == c && s->gen == gen &&
+		    (wsb_mono_ns() - s->idle_ns < WSC_OP_IDLE_CHECK_NS ||
+		     !op_status_wait(s, gpr_time_0(GPR_CLOCK_MONOTONIC))))
+			return s;
+		op_drop(s, false);
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->c = c;
+	grpc_metadata_array_init(&s->initial_md);
+	grpc_metadata_array_init(&s->trailing_md);
+	s->details = grpc_empty_slice();
+	s->code = GRPC_STATUS_UNKNOWN;
+	s->cq = grpc_completion_queue_create_for_pluck(NULL);
+	/* The call holds the channel (gRPC's own reference) for as long as it
+	 * lives; the stream holds no wsc_chan reference, which would keep an
+	 * old channel's --exec command from being reaped after a reconnect
+	 * while the thread is idle (wsc_reconnect cancels the stream). */
+	pthread_mutex_lock(&c->lock);
+	ch = c->chan;
+	ch->refs++;
+	s->gen = c->chan_gen;
+	pthread_mutex_unlock(&c->lock);
+	s->call = call_new(ch, s->cq, OPS_METHOD, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+	chan_put(c, ch);
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+	op.data.recv_status_on_client.trailing_metadata = &s->trailing_md;
+	op.data.recv_status_on_client.status = &s->code;
+	op.data.recv_status_on_client.status_details = &s->details;
+	e = s->call ? grpc_call_start_batch(s->call, &op, 1, &s->tag_status, NULL) : GRPC_CALL_ERROR;
+	if (e != GRPC_CALL_OK) {
+		if (s->call)
+			grpc_call_cancel(s->call, NULL);
+		s->status_done = true; /* nothing to pluck */
+		op_destroy(s);
+		return NULL;
+	}
+	s->idle_ns = wsb_mono_ns();
+	pthread_mutex_lock(&g_ops_lock);
+	s->next = g_ops;
+	g_ops = s;
+	pthread_mutex_unlock(&g_ops_lock);
+	pthread_setspecific(g_ops_key, s);
+	t_ops_epoch = atomic_load(&g_ops_epoch);
+	return s;
+}
+
+/* An OpRequest for @method carrying @req, packed in place; NULL on ENOMEM. */
+static grpc_byte_buffer *op_pack(const char *method, const ProtobufCMessage *req)
+{
+	size_t mlen = strlen(method), n = protobuf_c_message_get_packed_size(req);
+	grpc_slice slice = grpc_slice_malloc(2 * WSB_WIRE_LEN_HEAD_MAX + mlen + n);
+	uint8_t *w = GRPC_SLICE_START_PTR(slice);
+	grpc_byte_buffer *bb;
+
+	w += wsb_wire_len_head(w, 1, mlen);
+	memcpy(w, method, mlen);
+	w += mlen;
+	w += wsb_wire_len_head(w, 2, n);
+	protobuf_c_message_pack(req, w);
+	w += n;
+	GRPC_SLICE_SET_LENGTH(slice, (size_t)(w - GRPC_SLICE_START_PTR(slice)));
+	bb = grpc_raw_byte_buffer_create(&slice, 1);
+	grpc_slice_unref(slice);
+	return bb;
+}
+
+/* Decode OpReply @bb into @st and, when OK, the reply of @desc. */
+static int op_unpack(grpc_byte_buffer *bb, const char *method,
+		     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **ret_reply,
+		     struct wsc_status *st)
+{
+	const uint8_t *pos, *end, *ename = NULL, *msg = NULL, *reply = NULL;
+	size_t ename_len = 0, msg_len = 0, reply_len = 0;
+	grpc_byte_buffer_reader reader;
+	struct wsb_wire_field f;
+	grpc_slice slice;
+	int code = GRPC_STATUS_OK, r;
+
+	if (!grpc_byte_buffer_reader_init(&reader, bb))
+		return status_local(st, EBADMSG, "%s: cannot read the reply", method);
+	slice = grpc_byte_buffer_reader_readall(&reader);
+	grpc_byte_buffer_reader_destroy(&reader);
+	pos = GRPC_SLICE_START_PTR(slice);
+	end = pos + GRPC_SLICE_LENGTH(slice);
+	while ((r = wsb_wire_next(&pos, end, &f)) > 0) {
+		if (f.number == 1 && f.type == WSB_WIRE_VARINT)
+			code = (int)(int32_t)f.value;
+		else if (f.number == 2 && f.type == WSB_WIRE_LEN)
+			ename = f.ptr, ename_len = f.len;
+		else if (f.number == 3 && f.type == WSB_WIRE_LEN)
+			msg = f.ptr, msg_len = f.len;
+		else if (f.number == 4 && f.type == WSB_WIRE_LEN)
+			reply = f.ptr, reply_len = f.len;
+	}
+	if (r < 0) {
+		r = status_local(st, EBADMSG, "%s: the reply does not decode as an OpReply", method);
+	} else if (code < 0 || code > WSB_UNAUTHENTICATED) {
+		r = status_local(st, EPROTO, "%s: status code %d in the reply", method, code);
+	} else {
+		r = status_set(st, code, msg, msg_len, ename, ename_len, false);
+		if (r == 0) {
+			ProtobufCMessage *m;
+
+			r = wsb_unpack(desc, reply, reply_len, &m);
+			if (r < 0)
+				status_local(st, -r, "%s: the reply does not decode as %s", method,
+					     desc->name);
+			else if (ret_reply)
+				*ret_reply = m;
+			else
+				protobuf_c_message_free_unpacked(m, NULL);
+		}
+	}
+	grpc_slice_unref(slice);
+	return r;
+}
+
+/*
+ * wsc_unary_ex() as a message of this thread's op stream. Returns what the
+ * call returns, or 1 when it is to be made as a unary call instead (no
+ * stream, nothing sent, or an agentd without Ops).
+ */
+static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *req,
+		   const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **ret_reply,
+		   int64_t timeout_ms, struct wsc_status *st)
+{
+	gpr_timespec deadline = deadline_of(c, timeout_ms), until;
+	struct opstream *s;
+	grpc_call_error e;
+	grpc_event ev;
+	grpc_op ops[4];
+	size_t n = 0;
+	int r;
+
+	op_reap(c);
+	s = op_get(c);
+	if (!s)
+		return 1;
+	s->send_bb = op_pack(method, req);
+	if (!s->send_bb)
+		return status_local(st, ENOMEM, "cannot pack the request");
+	memset(ops, 0, sizeof(ops));
+	if (!s->started) {
+		ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+		ops[n].flags = c->md_flags;
+		ops[n].data.send_initial_metadata.count = c->n_md;
+		ops[n].data.send_initial_metadata.metadata = c->md;
+		n++;
+		ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+		ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
+		n++;
+	}
+	ops[n].op = GRPC_OP_SEND_MESSAGE;
+	ops[n].data.send_message.send_message = s->send_bb;
+	n++;
+	ops[n].op = GRPC_OP_RECV_MESSAGE;
+	ops[n].data.recv_message.recv_message = &s->recv_bb;
+	n++;
+	e = grpc_call_start_batch(s->call, ops, n, &s->tag_op, NULL);
+	if (e != GRPC_CALL_OK) {
+		op_drop(s, false);
+		return 1; /* not sent */
+	}
+	s->started = true;
+	/* The deadline is ours to keep: the stream has none. */
+	ev = cq_wait_until(c, s->cq, &s->tag_op, true, deadline);
+	if (ev.type == GRPC_QUEUE_TIMEOUT) {
+		op_drop(s, true); /* (send_bb goes with it) */
+		status_local(st, ETIMEDOUT, "%s: no answer within the deadline", method);
+		st->code = WSB_DEADLINE_EXCEEDED;
+		return -ETIMEDOUT;
+	}
+	grpc_byte_buffer_destroy(s->send_bb);
+	s->send_bb = NULL;
+	if (ev.success && s->recv_bb) {
+		r = op_unpack(s->recv_bb, method, reply_desc, ret_reply, st);
+		grpc_byte_buffer_destroy(s->recv_bb);
+		s->recv_bb = NULL;
+		s->used = true;
+		s->idle_ns = wsb_mono_ns();
+		if (r < 0 && !st->has_errno && (st->err == EBADMSG || st->err == EPROTO))
+			op_drop(s, false); /* a stream that sends such is not to be trusted */
+		return r;
+	}
+	/* The stream ended: its status says why. */
+	until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+			     gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
+	if (!op_status_wait(s, until)) {
+		op_drop(s, false);
+		status_local(st, EIO, "%s: the op stream ended without a status", method);
+		st->code = WSB_UNAVAILABLE;
+		return -EIO;
+	}
+	if (s->code == GRPC_STATUS_UNIMPLEMENTED && !s->used) {
+		/* An agentd without Ops: nothing was called. */
+		atomic_store(&c->ops_unsupported, true);
+		op_drop(s, false);
+		return 1;
+	}
+	r = status_from_call(st, s->code, &s->details, &s->trailing_md, false);
+	if (r == 0 || s->code == GRPC_STATUS_CANCELLED) {
+		/* Ended with the op unanswered: as a broken connection. */
+		status_local(st, EIO, "%s: the op stream ended (%s%s%s)", method,
+			     wsb_status_name((int)s->code), st->msg[0] ? ": " : "", st->msg);
+		st->code = WSB_UNAVAILABLE;
+		r = -EIO;
+	}
+	op_drop(s, false);
+	return r;
+}
+
 int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		 const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **ret_reply,
 		 int64_t timeout_ms, struct wsc_status *st)
@@ -1080,6 +1549,13 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 	if (!st)
 		st = &tmp;
 	status_clear(st);
+	if (c->ops && !atomic_load(&c->ops_unsupported) &&
+	    strncmp(method, OPS_SERVICE, sizeof(OPS_SERVICE) - 1) == 0) {
+		r = op_call(c, method, req, reply_desc, ret_reply, timeout_ms, st);
+		if (r <= 0)
+			return r;
+		status_clear(st);
+	}
 	unary_reap(c);
 	u = calloc(1, sizeof(*u));
 	if (!u)

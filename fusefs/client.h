@@ -79,6 +79,13 @@ struct wsc_options {
 	 * for themselves. Needs gRPC's epoll1 engine (the default on Linux),
 	 * in which any polling thread reads every connection. */
 	bool idle_poller;
+	/** Make wsc_unary() calls of "/wsbridge.v1.Workspace/" methods as
+	 * messages of a stream of the calling thread's own (Workspace/Ops,
+	 * client.c "Op streams"), which saves a call's set-up and tear-down;
+	 * with an agentd that has no Ops, and for other methods, calls are
+	 * made one by one. Errors, deadlines and replies are as they would
+	 * be. For a caller with a few long-lived threads (wsfs). */
+	bool op_streams;
 };
 
 /** wsc_stream_open_ex() flag: the stream's waits do not poll (with

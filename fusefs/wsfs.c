@@ -51,6 +51,7 @@ struct opts {
 	unsigned max_dir_entries;
 	unsigned write_behind;
 	unsigned setattr_behind;
+	unsigned op_streams;
 	unsigned gather_ms;
 	int foreground;
 	int single;
@@ -81,6 +82,7 @@ static const struct fuse_opt spec[] = {
 	FUSE_OPT_KEY("max_dir_entries=", KEY_NUM),
 	FUSE_OPT_KEY("write_behind=", KEY_NUM),
 	FUSE_OPT_KEY("setattr_behind=", KEY_NUM),
+	FUSE_OPT_KEY("op_streams=", KEY_NUM),
 	FUSE_OPT_KEY("gather_ms=", KEY_NUM),
 	OPT("token_file=%s", token_file, 0),
 	OPT("--token-file=%s", token_file, 0),
@@ -118,6 +120,7 @@ static const struct num_opt {
 	{ "max_dir_entries", offsetof(struct opts, max_dir_entries), false },
 	{ "write_behind", offsetof(struct opts, write_behind), false },
 	{ "setattr_behind", offsetof(struct opts, setattr_behind), false },
+	{ "op_streams", offsetof(struct opts, op_streams), false },
 	{ "gather_ms", offsetof(struct opts, gather_ms), false },
 };
 
@@ -255,6 +258,9 @@ static void usage(FILE *f)
 		"  -o setattr_behind=0|1  chmod, chown and utimes of a file wsfs created and\n"
 		"                         holds open for writing reach agentd merged, by\n"
 		"                         its close (close reports their errors; default 1)\n"
+		"  -o op_streams=0|1      send each worker thread's calls as messages of one\n"
+		"                         stream of its own, not one gRPC call each (default\n"
+		"                         1; agentd without Ops: calls one by one)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
@@ -376,6 +382,7 @@ int main(int argc, char **argv)
 		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
 		.write_behind = WSFS_WRITE_BEHIND_DEFAULT,
 		.setattr_behind = 1,
+		.op_streams = 1,
 		.gather_ms = WSFS_GATHER_MS_DEFAULT,
 	};
 	struct wsc_options wo = { 0 };
@@ -464,6 +471,10 @@ int main(int argc, char **argv)
 	}
 	if (o.setattr_behind > 1) {
 		fprintf(stderr, "wsfs: setattr_behind wants 0 or 1\n");
+		goto out;
+	}
+	if (o.op_streams > 1) {
+		fprintf(stderr, "wsfs: op_streams wants 0 or 1\n");
 		goto out;
 	}
 	if (o.gather_ms > WSFS_GATHER_MS_MAX) {
@@ -610,6 +621,7 @@ int main(int argc, char **argv)
 	wo.session = session_id_new(session) == 0 ? session : NULL;
 	wo.timeout_ms = cfg.rpc_timeout_ms;
 	wo.idle_poller = idle_poller;
+	wo.op_streams = o.op_streams != 0;
 	r = wsc_connect(&wo, &client);
 	if (r < 0) {
 		fprintf(stderr, "wsfs: cannot connect to '%s': %s\n", addr ? addr : o.exec_cmd,

@@ -230,4 +230,52 @@ int wsb_pack(const ProtobufCMessage *msg, uint8_t **ret_buf, size_t *ret_len);
 int wsb_unpack(const ProtobufCMessageDescriptor *desc, const void *data, size_t len,
 	       ProtobufCMessage **ret_msg);
 
+/* ---- protobuf wire format, read in place ---- */
+
+/** Wire types of the protobuf encoding (protobuf.dev/programming-guides/encoding). */
+enum wsb_wire_type {
+	WSB_WIRE_VARINT = 0,
+	WSB_WIRE_I64 = 1,
+	WSB_WIRE_LEN = 2,
+	WSB_WIRE_I32 = 5,
+};
+
+/** One field read by wsb_wire_next(). */
+struct wsb_wire_field {
+	uint32_t number;    /**< field number, >= 1 */
+	unsigned type;      /**< enum wsb_wire_type */
+	uint64_t value;     /**< VARINT, I64 and I32 fields: the value */
+	const uint8_t *ptr; /**< LEN fields: the bytes, in the buffer read */
+	size_t len;         /**< LEN fields: their number */
+};
+
+/**
+ * Read the field at *@p pos of a serialised message that ends at @p end,
+ * and move *@p pos past it. Bytes are not copied (@p f->ptr points into the
+ * buffer). Returns 1 for a field, 0 at @p end, -EBADMSG for a malformed
+ * or truncated field or a group (wire types 3 and 4). For messages whose
+ * payload should not be copied: proto/wsbridge.proto OpRequest and OpReply.
+ * Any thread.
+ */
+int wsb_wire_next(const uint8_t **pos, const uint8_t *end, struct wsb_wire_field *f);
+
+/**
+ * Write the key and length of LEN field @p number with @p len bytes to
+ * come, at @p out (room for WSB_WIRE_LEN_HEAD_MAX bytes). Returns the
+ * bytes written. Any thread.
+ */
+size_t wsb_wire_len_head(uint8_t *out, uint32_t number, size_t len);
+
+/**
+ * Write VARINT field @p number with @p value at @p out (room for
+ * WSB_WIRE_VARINT_MAX bytes). Negative int32 values take 10 bytes, as
+ * protobuf encodes them. Returns the bytes written. Any thread.
+ */
+size_t wsb_wire_varint_field(uint8_t *out, uint32_t number, uint64_t value);
+
+/** Most bytes wsb_wire_len_head() writes: a 5-byte key, a 10-byte length. */
+#define WSB_WIRE_LEN_HEAD_MAX 15
+/** Most bytes wsb_wire_varint_field() writes. */
+#define WSB_WIRE_VARINT_MAX 15
+
 #endif /* WSB_H */

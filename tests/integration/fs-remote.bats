@@ -464,6 +464,29 @@ calls() {
 	grep -c "wsbridge.v1.Workspace/$1: " "$AGENTD_ERR" || true
 }
 
+@test "op streams: the mount's calls travel as messages of a stream per thread (Workspace/Ops); -o op_streams=0 makes each its own call" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir "$MNT/os"
+	echo one >"$MNT/os/f"
+	assert_content "$ROOT/os/f" $'one\n'
+	local ops unary
+	ops=$(grep -c "wsbridge.v1.Workspace/[A-Za-z]*: .*(op)$" "$AGENTD_ERR" || true)
+	unary=$(grep "wsbridge.v1.Workspace/[A-Za-z]*: " "$AGENTD_ERR" |
+		grep -v "(op)$" | grep -cv "Workspace/\(Watch\|Ops\): " || true)
+	echo "# calls as ops: $ops; other unary calls: $unary" >&3
+	[ "$ops" -ge 3 ] # mkdir, create, write, release...
+	assert_eq "$unary" 0
+	umount_wsfs
+	wsfs_wait_exit
+	: >"$AGENTD_ERR"
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,op_streams=0"
+	echo two >"$MNT/os/g"
+	assert_content "$ROOT/os/g" $'two\n'
+	assert_eq "$(grep -c '(op)$' "$AGENTD_ERR" || true)" 0
+	[ "$(calls Write)" -ge 1 ]
+}
+
 @test "R1: find on a fresh mount lists a whole tree in one ReadDir; a change in the POD still shows" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"

@@ -19,6 +19,13 @@ what comes back before wsfs sees it:
     names 300 bytes long, attributes with random values), and the stream
     ended without a status.
 
+Workspace/Ops (op streams) is served too: each OpRequest is forwarded as
+the unary call it names and lied about as above (a made-up failure becomes
+that op's OpReply status); the OpReply itself may come back garbled (bytes
+that are no OpReply, cut short, a status code out of range), and the stream
+may end with a made-up status. With --lie old-watch there is no Ops, as in
+an agentd from before it (wsfs then makes every call on its own).
+
 While the file named by --calm exists, replies pass through untouched (the
 test's check that wsfs still works once agentd is honest again). With
 --lie KIND it tells one lie only, in every Stat of the root: "root-file" (a
@@ -212,6 +219,30 @@ class Liars:
         return Liar(random.Random("%d/%s/%d" % (self.seed, method, n)), self.rate)
 
 
+class OpAbort(Exception):
+    def __init__(self, code, details, md):
+        super().__init__(details)
+        self.code, self.details, self.md = code, details, md
+
+
+class OpContext:
+    """What a unary handler's context does, for one op of an Ops stream:
+    its abort() becomes that op's failure, not the stream's."""
+
+    def __init__(self, real):
+        self.real = real
+        self.md = ()
+
+    def invocation_metadata(self):
+        return self.real.invocation_metadata()
+
+    def set_trailing_metadata(self, md):
+        self.md = tuple(md)
+
+    def abort(self, code, details):
+        raise OpAbort(code, details, self.md)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
@@ -228,6 +259,7 @@ def main():
     up = wsbtest.channel(a.upstream)
     svc = pb.DESCRIPTOR.services_by_name["Workspace"]
     handlers = {}
+    unary = {}
 
     def fwd_md(context):
         return tuple((k, v) for k, v in context.invocation_metadata()
@@ -276,6 +308,7 @@ def main():
                 return liar.reply(cls, data, context) if liar else data
 
             handlers[meth.name] = grpc.unary_unary_rpc_method_handler(uu)
+            unary[meth.name] = uu
         elif not cs and ss:
             call = up.unary_stream(path)
 
@@ -318,6 +351,34 @@ def main():
                 return liar.reply(cls, data, context) if liar else data
 
             handlers[meth.name] = grpc.stream_unary_rpc_method_handler(su)
+
+    def ops(reqs, context):
+        for raw in reqs:
+            op = pb.OpRequest.FromString(raw)
+            svc_path, _, name = op.method.rpartition("/")
+            fn = unary.get(name) if svc_path == "/" + SERVICE else None
+            if fn is None:
+                out = pb.OpReply(code=grpc.StatusCode.UNIMPLEMENTED.value[0],
+                                 message="unknown method").SerializeToString()
+            else:
+                ctx = OpContext(context)
+                try:
+                    out = pb.OpReply(reply=fn(op.request, ctx)).SerializeToString()
+                except OpAbort as e:
+                    out = pb.OpReply(code=e.code.value[0], message=e.details,
+                                     errno_name=dict(e.md).get("wsbridge-errno", "")
+                                     ).SerializeToString()
+            liar = None if a.lie else liars.next("Ops")
+            if liar and liar.roll(liar.rate / 4):
+                r = liar.rng
+                out = r.choice([b"\xff\xff\xff", out[:len(out) // 2], b"\x08\x63",
+                                pb.OpReply(code=r.choice([-1, 17, 2**31 - 1])).SerializeToString()])
+            if liar and liar.roll(liar.rate / 8):
+                liar.fail(context)  # the stream ends
+            yield out
+
+    if a.lie != "old-watch":
+        handlers["Ops"] = grpc.stream_stream_rpc_method_handler(ops)
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                          options=[("grpc.max_receive_message_length", 64 << 20),

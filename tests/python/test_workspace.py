@@ -624,5 +624,66 @@ class Behaviour(Base):
         self.assertEqual(off, 300000)
 
 
+class OpStream(Base):
+    """Workspace/Ops: unary calls as messages of one stream, each ending as
+    it would alone."""
+    M = "/wsbridge.v1.Workspace/"
+
+    def op(self, method, req):
+        return pb.OpRequest(method=self.M + method, request=req.SerializeToString())
+
+    def run_ops(self, reqs):
+        return list(self.ws.Ops(iter(reqs), timeout=TIMEOUT))
+
+    def test_calls_in_order(self):
+        with open(rp("ops.txt"), "wb") as f:
+            f.write(b"0123456789")
+        reps = self.run_ops([
+            self.op("Stat", pb.StatRequest(path=b"ops.txt")),
+            self.op("Stat", pb.StatRequest(path=b"ops-missing")),
+            self.op("Open", pb.OpenRequest(path=b"ops.txt", access=pb.Access.RDONLY)),
+        ])
+        self.assertEqual(len(reps), 3)
+        st = pb.StatReply.FromString(reps[0].reply)
+        self.assertEqual((reps[0].code, st.attr.ino, st.attr.size),
+                         (0, os.stat(rp("ops.txt")).st_ino, 10))
+        self.assertEqual((reps[1].code, reps[1].errno_name, reps[1].reply),
+                         (SC.NOT_FOUND.value[0], "ENOENT", b""))
+        self.assertIn("ops-missing", reps[1].message)
+        h = pb.OpenReply.FromString(reps[2].reply).handle
+        self.assertNotEqual(h, 0)
+        # A handle opened in one stream serves calls in another, and unary.
+        reps = self.run_ops([self.op("Read", pb.ReadRequest(handle=h, offset=2, size=3)),
+                             self.op("Release", pb.HandleRequest(handle=h))])
+        self.assertEqual(pb.ReadReply.FromString(reps[0].reply).data, b"234")
+        self.assertEqual(reps[1].code, 0)
+
+    def test_bad_ops_fail_alone(self):
+        reps = self.run_ops([
+            pb.OpRequest(method=self.M + "NoSuch", request=b""),
+            pb.OpRequest(method=self.M + "Watch", request=b""),
+            pb.OpRequest(method=self.M + "Ops", request=b""),
+            pb.OpRequest(method="/wsbridge.v1.Exec/List", request=b""),
+            pb.OpRequest(method=self.M + "Stat", request=b"\xff\xff\xff"),
+            self.op("Stat", pb.StatRequest(path=b"")),
+        ])
+        self.assertEqual([r.code for r in reps[:5]],
+                         [SC.UNIMPLEMENTED.value[0]] * 4 + [SC.INVALID_ARGUMENT.value[0]])
+        self.assertIn("NoSuch", reps[0].message)
+        self.assertEqual(reps[4].errno_name, "EBADMSG")
+        self.assertEqual(reps[5].code, 0)  # the stream goes on
+
+    def test_not_an_op_request_ends_the_stream(self):
+        ch = wsbtest.channel()
+        try:
+            call = ch.stream_stream(self.M + "Ops")
+            with self.assertRaises(grpc.RpcError) as cm:
+                list(call(iter([b"\x0a\xff"]), timeout=TIMEOUT))
+            self.assertEqual((cm.exception.code(), trailer(cm.exception)),
+                             (SC.INVALID_ARGUMENT, "EBADMSG"))
+        finally:
+            ch.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

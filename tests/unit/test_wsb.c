@@ -263,6 +263,82 @@ static void test_deadline(void **state)
 	}
 }
 
+/* wsb_wire_*: what protobuf-c packs reads back field by field, in place,
+ * and what wsb_wire_* writes protobuf-c unpacks; malformed input is
+ * -EBADMSG, never a read past the end. */
+static void test_wire(void **state)
+{
+	Wsbridge__V1__OpReply rep = WSBRIDGE__V1__OP_REPLY__INIT, *back;
+	uint8_t buf[256], *w = buf;
+	const uint8_t *pos, *end;
+	struct wsb_wire_field f;
+	ProtobufCMessage *m;
+	size_t n;
+
+	(void)state;
+	rep.code = -3; /* negative int32: ten bytes */
+	rep.errno_name = (char *)"ENOENT";
+	rep.reply.data = (uint8_t *)"xyz";
+	rep.reply.len = 3;
+	n = protobuf_c_message_pack(&rep.base, buf);
+	pos = buf;
+	end = buf + n;
+	assert_int_equal(wsb_wire_next(&pos, end, &f), 1);
+	assert_int_equal(f.number, 1);
+	assert_int_equal(f.type, WSB_WIRE_VARINT);
+	assert_int_equal((int32_t)f.value, -3);
+	assert_int_equal(wsb_wire_next(&pos, end, &f), 1);
+	assert_int_equal(f.number, 2);
+	assert_int_equal(f.type, WSB_WIRE_LEN);
+	assert_int_equal(f.len, 6);
+	assert_memory_equal(f.ptr, "ENOENT", 6);
+	assert_true(f.ptr > buf && f.ptr < end); /* in place */
+	assert_int_equal(wsb_wire_next(&pos, end, &f), 1);
+	assert_int_equal(f.number, 4);
+	assert_int_equal(f.len, 3);
+	assert_int_equal(wsb_wire_next(&pos, end, &f), 0);
+
+	/* Written by hand, read by protobuf-c. */
+	w += wsb_wire_varint_field(w, 1, (uint64_t)(int64_t)-3);
+	w += wsb_wire_len_head(w, 3, 2);
+	memcpy(w, "hi", 2);
+	w += 2;
+	w += wsb_wire_len_head(w, 4, 300);
+	assert_int_equal(wsb_unpack(&wsbridge__v1__op_reply__descriptor, buf, (size_t)(w - buf), &m),
+			 -EBADMSG); /* 300 bytes promised, none there */
+	w -= 3; /* drop that head (a 2-byte length) */
+	w += wsb_wire_len_head(w, 4, 1);
+	*w++ = 'r';
+	assert_int_equal(wsb_unpack(&wsbridge__v1__op_reply__descriptor, buf, (size_t)(w - buf), &m), 0);
+	back = (Wsbridge__V1__OpReply *)m;
+	assert_int_equal(back->code, -3);
+	assert_string_equal(back->message, "hi");
+	assert_int_equal(back->reply.len, 1);
+	protobuf_c_message_free_unpacked(m, NULL);
+
+	/* Malformed: a truncated varint, a length past the end, a group,
+	 * field number 0, an 11-byte varint, a truncated fixed64. */
+	{
+		static const struct {
+			const char *b;
+			size_t n;
+		} bad[] = {
+			{ "\x08\x80", 2 },
+			{ "\x12\x05" "ab", 4 },
+			{ "\x0b", 1 },
+			{ "\x02\x00", 2 },
+			{ "\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", 12 },
+			{ "\x09\x01\x02", 3 },
+		};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			pos = (const uint8_t *)bad[i].b;
+			end = pos + bad[i].n;
+			assert_int_equal(wsb_wire_next(&pos, end, &f), -EBADMSG);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -277,6 +353,7 @@ int main(void)
 		cmocka_unit_test(test_session_id),
 		cmocka_unit_test(test_time_ns),
 		cmocka_unit_test(test_deadline),
+		cmocka_unit_test(test_wire),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
