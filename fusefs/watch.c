@@ -294,6 +294,19 @@ static uint64_t node_at(struct wsfs *fs, const ProtobufCBinaryData *path, uint64
 	return id;
 }
 
+/*
+ * Whether a node stands for its file beyond its name: a directory the
+ * kernel keeps (a cwd, an open directory) or a file open on the mount. The
+ * name of any other is looked up again after the pod's change (ev_name()
+ * dropped the kernel's entry), and node_lookup() takes it from a node of
+ * another inode then; detaching such a node early only makes an open(2)
+ * racing a pod that renames over the name in a loop fail ESTALE twice.
+ */
+static bool node_held(const struct node_info *info)
+{
+	return info->mode == S_IFDIR ? info->nlookup > 0 : info->open_files > 0;
+}
+
 /* Take @path's name from its node (detached if that was its last name). */
 static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t len)
 {
@@ -307,14 +320,13 @@ static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t
 
 /*
  * The pod removed @path, in the batch that arrived at @batch_ns
- * (CLOCK_MONOTONIC): take the name from its node. Unless agentd said the
- * name is that node within WSFS_EVENT_LATENCY_NS before the batch (the
- * mount may have looked the name up, or made it, since the pod's removal):
- * then, if the node is held (a directory the kernel keeps, a file open on
- * the mount), agentd is asked what the path holds now (one Stat, on this
- * thread), and the name stays if it is the same inode. (An inode number
- * the removal freed and a new file took at once passes for the same:
- * that is the case the time bound is for.)
+ * (CLOCK_MONOTONIC): take the name from its node, if held (node_held()).
+ * Unless agentd said the name is that node within WSFS_EVENT_LATENCY_NS
+ * before the batch (the mount may have looked the name up, or made it,
+ * since the pod's removal): then agentd is asked what the path holds now
+ * (one Stat, on this thread), and the name stays if it is the same inode.
+ * (An inode number the removal freed and a new file took at once passes
+ * for the same: that is the case the time bound is for.)
  */
 static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t batch_ns)
 {
@@ -327,10 +339,9 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
 	size_t len;
 	int r;
 
-	if (!node_at(fs, path, &parent, &name, &len, &info))
+	if (!node_at(fs, path, &parent, &name, &len, &info) || !node_held(&info))
 		return;
-	if (info.bound_ns < batch_ns - WSFS_EVENT_LATENCY_NS || !info.ino ||
-	    !(info.mode == S_IFDIR ? info.nlookup > 0 : info.open_files > 0)) {
+	if (info.bound_ns < batch_ns - WSFS_EVENT_LATENCY_NS || !info.ino) {
 		name_gone(fs, parent, name, len);
 		return;
 	}
@@ -371,7 +382,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 			name_gone(fs, mparent, mname, mlen);
 		return;
 	}
-	if (v && a && vi.ino && vi.ino != a->ino)
+	if (v && a && vi.ino && vi.ino != a->ino && node_held(&vi))
 		name_gone(fs, vparent, vname, vlen);
 }
 
@@ -385,7 +396,8 @@ static void ev_created(struct wsfs *fs, const ProtobufCBinaryData *path,
 	uint64_t parent;
 	size_t len;
 
-	if (a && node_at(fs, path, &parent, &name, &len, &info) && info.ino && info.ino != a->ino)
+	if (a && node_at(fs, path, &parent, &name, &len, &info) && info.ino && info.ino != a->ino &&
+	    node_held(&info))
 		name_gone(fs, parent, name, len);
 }
 
