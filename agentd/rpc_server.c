@@ -515,9 +515,17 @@ static void ops_recv(struct rpc_call *p, bool ok)
 			req_len = f.len;
 		}
 	}
+	/* Running from here (rpc_server_shutdown() leaves the stream be),
+	 * unless the shutdown came first: then the op is not run at all, as
+	 * its reply could not be sent (the stream may be cancelled). */
 	pthread_mutex_lock(&s->lock);
 	p->op_running = true;
 	pthread_mutex_unlock(&s->lock);
+	if (atomic_load(&s->shutting_down) || atomic_load(&p->cancelled)) {
+		grpc_slice_unref(slice);
+		call_end(p, WSB_UNAVAILABLE, 0, "agentd is shutting down");
+		return;
+	}
 	if (r < 0 || !method) {
 		grpc_slice_unref(slice);
 		rpc_finish(p, WSB_INVALID_ARGUMENT, EBADMSG,

@@ -185,6 +185,7 @@ struct wsc {
 	bool ops;                     /* op_streams */
 	atomic_bool ops_unsupported;  /* agentd has no Ops: unary calls only */
 	struct opstream *ops_dead;    /* stuck op streams; protected by lock */
+	unsigned n_ops_dead;          /* their number; protected by lock */
 
 	/* The idle poller (see "Polling" above); only with idle_poller. */
 	bool idle;
@@ -229,7 +230,9 @@ struct wsc_stream {
 
 /* Op streams of every thread (see "Op streams"). */
 static pthread_mutex_t g_ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_ops_cond = PTHREAD_COND_INITIALIZER; /* g_ops_closing fell */
 static struct opstream *g_ops; /* every thread's stream; under g_ops_lock */
+static unsigned g_ops_closing; /* exiting threads closing theirs; under g_ops_lock */
 static pthread_key_t g_ops_key;
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
 static bool g_ops_key_ok;
@@ -1089,6 +1092,10 @@ struct wsc *wsc_free(struct wsc *c)
 			break;
 		op_close(s, false);
 	}
+	pthread_mutex_lock(&g_ops_lock);
+	while (g_ops_closing > 0)
+		pthread_cond_wait(&g_ops_cond, &g_ops_lock);
+	pthread_mutex_unlock(&g_ops_lock);
 	op_reap(c);
 	/* Calls left behind (cancelled already): give them a moment, in all,
 	 * to end; one still stuck keeps its memory and its channel (the
@@ -1230,7 +1237,15 @@ static void op_close(struct opstream *s, bool op_pending)
 	struct wsc *c = s->c;
 	gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
 					  gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
+	unsigned n;
 
+	/* Past WSC_ABANDON_MAX left behind, wait for this one (as unary
+	 * calls do): their memory stays bounded. */
+	pthread_mutex_lock(&c->lock);
+	n = c->n_ops_dead;
+	pthread_mutex_unlock(&c->lock);
+	if (n >= WSC_ABANDON_MAX)
+		until = gpr_inf_future(GPR_CLOCK_MONOTONIC);
 	grpc_call_cancel(s->call, NULL);
 	if (op_pending && grpc_completion_queue_pluck(s->cq, &s->tag_op, until, NULL).type ==
 				  GRPC_OP_COMPLETE)
@@ -1243,6 +1258,7 @@ static void op_close(struct opstream *s, bool op_pending)
 	pthread_mutex_lock(&c->lock);
 	s->next = c->ops_dead;
 	c->ops_dead = s;
+	c->n_ops_dead++;
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1264,6 +1280,7 @@ static void op_reap(struct wsc *c)
 		*pp = s->next;
 		s->next = done;
 		done = s;
+		c->n_ops_dead--;
 	}
 	pthread_mutex_unlock(&c->lock);
 	while ((s = done)) {
@@ -1276,9 +1293,28 @@ static void op_reap(struct wsc *c)
 static void op_thread_exit(void *arg)
 {
 	struct opstream *s = arg;
+	bool mine;
 
-	if (op_unlist(s))
-		op_close(s, false);
+	/* Counted while closing: wsc_free() waits, so that the client is not
+	 * freed under op_close() (libfuse's idle workers exit detached). */
+	pthread_mutex_lock(&g_ops_lock);
+	mine = false;
+	for (struct opstream **pp = &g_ops; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			mine = true;
+			g_ops_closing++;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_ops_lock);
+	if (!mine)
+		return;
+	op_close(s, false);
+	pthread_mutex_lock(&g_ops_lock);
+	if (--g_ops_closing == 0)
+		pthread_cond_broadcast(&g_ops_cond);
+	pthread_mutex_unlock(&g_ops_lock);
 }
 
 static void op_key_init(void)

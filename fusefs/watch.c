@@ -373,7 +373,10 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 
 	m = node_at(fs, from, &mparent, &mname, &mlen, &mi);
 	v = node_at(fs, path, &vparent, &vname, &vlen, &vi);
-	if (m && (!a || !mi.ino || mi.ino == a->ino) && !(v && vi.ino && vi.ino == mi.ino)) {
+	/* (v == m: two names of one file; rename(2) leaves both.) A node of
+	 * the same directory at @path (the mount looked the new name up
+	 * before the event came) gives way to the one that holds a cwd. */
+	if (m && (!a || !mi.ino || mi.ino == a->ino) && v != m) {
 		/* It replaces the node at @path, as a rename through the
 		 * mount does; into a directory the table does not know, it
 		 * cannot be followed. */
@@ -384,6 +387,58 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	}
 	if (v && a && vi.ino && vi.ino != a->ino && node_held(&vi))
 		name_gone(fs, vparent, vname, vlen);
+}
+
+static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path);
+
+/*
+ * @ev and @next are the two halves of the pod's renameat2(RENAME_EXCHANGE)
+ * of two names the mount holds nodes for (inotify reports an exchange as
+ * MOVED a->b then MOVED b->a): then swap the nodes' names and return true.
+ * Such a pair is also what "mv a b; mv b a" leaves in one batch, so agentd
+ * is asked (one Stat) whether b now holds a's inode. False: not an
+ * exchange, each event is applied as a rename of its own.
+ */
+static bool ev_exchanged(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
+			 const Wsbridge__V1__WatchEvent *next)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct node_info mi, vi;
+	uint64_t mparent, vparent, m, v;
+	const char *mname, *vname;
+	size_t mlen, vlen;
+	struct wsc_status st;
+	bool swapped = false;
+
+	if (!next || next->kind != WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED ||
+	    next->from.len != ev->path.len || next->path.len != ev->from.len ||
+	    memcmp(next->from.data, ev->path.data, ev->path.len) != 0 ||
+	    memcmp(next->path.data, ev->from.data, ev->from.len) != 0)
+		return false;
+	m = node_at(fs, &ev->from, &mparent, &mname, &mlen, &mi);
+	v = node_at(fs, &ev->path, &vparent, &vname, &vlen, &vi);
+	if (!m || !v || m == v || !mi.ino || !vi.ino || mi.ino == vi.ino ||
+	    atomic_load(&fs->conn_down))
+		return false;
+	q.path = ev->path;
+	if (wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
+			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
+			 fs->cfg.rpc_timeout_ms, &st) == 0 &&
+	    rep->attr && rep->attr->ino == mi.ino) {
+		self_forget(fs, &ev->from);
+		self_forget(fs, &ev->path);
+		ev_name(fs, &ev->from);
+		ev_name(fs, &ev->path);
+		if (node_rename(fs->nodes, mparent, mname, mlen, vparent, vname, vlen, true) < 0) {
+			name_gone(fs, mparent, mname, mlen);
+			name_gone(fs, vparent, vname, vlen);
+		}
+		swapped = true;
+	}
+	if (rep)
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+	return swapped;
 }
 
 /* The pod made @path (@a: its attributes then, or NULL): a node bound to
@@ -998,6 +1053,10 @@ struct watch_state {
 	unsigned link_checks;
 	/* CLOCK_MONOTONIC ns when the batch arrived */
 	int64_t batch_ns;
+	/* The event after the one handled (NULL: none), and whether that
+	 * handled it too (a RENAME_EXCHANGE's second half). */
+	const Wsbridge__V1__WatchEvent *next;
+	bool skip_next;
 	/* The path of the batch's last CHANGED event found to be an own echo
 	 * (a run of CHANGED events on it is checked once), or NULL. */
 	const ProtobufCBinaryData *last_ok;
@@ -1193,6 +1252,10 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			ev_folded(fs, ev, ws);
 			break;
 		}
+		if (ev_exchanged(fs, ev, ws->next)) {
+			ws->skip_next = true;
+			break;
+		}
 		self_forget(fs, &ev->from);
 		self_forget(fs, &ev->path);
 		/* The kernel's entries first: ev_moved() changes what the
@@ -1308,11 +1371,17 @@ static int run_watch(struct wsfs *fs)
 		ws.link_checks = 0;
 		ws.last_ok = NULL;
 		ws.batch_ns = wsb_mono_ns();
+		ws.skip_next = false;
 		for (size_t i = 0; i < b->n_events; i++) {
 			const Wsbridge__V1__WatchEvent *ev = b->events[i];
 
 			if (!ev)
 				continue;
+			if (ws.skip_next) {
+				ws.skip_next = false;
+				continue;
+			}
+			ws.next = i + 1 < b->n_events ? b->events[i + 1] : NULL;
 			if (ev->kind != WSBRIDGE__V1__WATCH_EVENT__KIND__CHANGED)
 				ws.last_ok = NULL;
 			if (handle_event(fs, ev, &ws))

@@ -7,6 +7,7 @@ does; a step whose errno may differ prints only whether it failed.
 
 Usage: pod_renames.py VIEW POD SETTLE_SECONDS
 """
+import ctypes
 import os
 import sys
 import time
@@ -124,3 +125,46 @@ attempt("E: reopen through /proc/self/fd:",
         lambda: open("/proc/self/fd/%d" % fd).read())
 print("E: the pod's renamed file:", "%o" % (os.stat(p("e", "f2")).st_mode & 0o777))
 os.close(fd)
+
+# Two directories the pod exchanges (renameat2 RENAME_EXCHANGE): the cwd and
+# an open directory each stay with their own.
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs(v("x", "a"))
+os.makedirs(v("x", "b"))
+open(v("x", "a", "fa"), "w").close()
+open(v("x", "b", "fb"), "w").close()
+os.chdir(v("x", "a"))
+dfd = os.open(v("x", "b"), os.O_RDONLY | os.O_DIRECTORY)
+settle()
+if libc.renameat2(-100, p("x", "a").encode(), -100, p("x", "b").encode(), 2) != 0:
+    sys.exit("renameat2: errno %d" % ctypes.get_errno())
+settle()
+attempt("F: the cwd (was a) lists:", lambda: sorted(os.listdir(".")))
+attempt("F: the open directory (was b) lists:", lambda: sorted(os.listdir(dfd)))
+attempt("F: create in the cwd:", lambda: open("mine", "w").close())
+print("F: it is in the pod's x/b:", os.path.exists(p("x", "b", "mine")))
+os.close(dfd)
+os.chdir(home)
+
+# A cwd the pod renames, its new name looked up on the mount before the
+# rename's event came; then the pod makes the old name anew.
+os.makedirs(p("y", "d"))
+open(p("y", "d", "old"), "w").close()
+settle()
+os.chdir(v("y", "d"))
+settle()
+os.rename(p("y", "d"), p("y", "e"))
+for i in range(1000):
+    try:
+        os.stat(v("y", "e"))
+        break
+    except FileNotFoundError:
+        pass
+settle()
+os.mkdir(p("y", "d"))
+open(p("y", "d", "new"), "w").close()
+settle()
+attempt("G: the cwd lists:", lambda: sorted(os.listdir(".")))
+attempt("G: create in the cwd:", lambda: open("mine", "w").close())
+print("G: it is in the pod's y/e:", os.path.exists(p("y", "e", "mine")))
+os.chdir(home)
