@@ -28,6 +28,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -61,6 +62,8 @@
 #define M_RMDIR M_WS "Rmdir"
 #define M_RENAME M_WS "Rename"
 #define M_READLINK M_WS "Readlink"
+#define M_SYMLINK M_WS "Symlink"
+#define M_MKNOD M_WS "Mknod"
 #define M_UPLOAD M_WS "Upload"
 #define M_DOWNLOAD M_WS "Download"
 #define M_EXEC "/wsbridge.v1.Exec/Start"
@@ -1472,43 +1475,20 @@ static int get_in_place(const char *remote, const char *target)
 	return exit_for(0);
 }
 
-static int cmd_get(int argc, char **argv)
+/*
+ * Download remote file @remote to local path @target (taken over: freed
+ * here), as get does: a new or plain file by a temp file and a rename, the
+ * rest in place. Returns the exit status.
+ */
+static int get_file(const char *remote, char *target)
 {
-	const char *remote, *local;
-	char *target = NULL, *tmp = NULL, *dir, *slash;
+	char *tmp = NULL, *dir, *slash;
 	struct wsc_status st;
 	struct stat sb;
 	bool exists = false;
 	uint32_t mode;
 	int fd, r;
 
-	if (argc != 3)
-		usage_error("get: want REMOTE LOCAL");
-	remote = argv[1];
-	local = argv[2];
-	if (!strcmp(local, "-")) {
-		r = download(remote, STDOUT_FILENO, false, &mode, &st);
-		if (r < 0 && !interrupted())
-			report(remote, &st);
-		return exit_for(r);
-	}
-
-	if (stat(local, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		char *b = base_name(remote);
-
-		if (!b) {
-			msg("get %s: names no file", q(remote));
-			return EXIT_FAILURE;
-		}
-		target = join(local, b);
-		free(b);
-	} else {
-		target = strdup(local);
-		if (!target) {
-			report_errno(local, ENOMEM);
-			return EXIT_FAILURE;
-		}
-	}
 	/* Only a new file, or a regular one with no other name, is replaced by
 	 * a rename (atomic: a reader sees the old file or the new one, never
 	 * part of it); anything else is written in place, as cp(1) does: a
@@ -1539,7 +1519,7 @@ static int cmd_get(int argc, char **argv)
 	/* Temp file beside the target: ".NAME.wsctl-XXXXXX". */
 	dir = strdup(target);
 	if (!dir) {
-		report_errno(local, ENOMEM);
+		report_errno(target, ENOMEM);
 		free(target);
 		return EXIT_FAILURE;
 	}
@@ -1549,7 +1529,7 @@ static int cmd_get(int argc, char **argv)
 		tmp = NULL;
 	free(dir);
 	if (!tmp) {
-		report_errno(local, ENOMEM);
+		report_errno(target, ENOMEM);
 		free(target);
 		return EXIT_FAILURE;
 	}
@@ -1603,6 +1583,164 @@ fail:
 	free(tmp);
 	free(target);
 	return exit_for(r);
+}
+
+/*
+ * get -r: copy remote directory @remote to local directory @local (made,
+ * or merged into when it is one already), as cp -r does: directories with
+ * their mode less the umask, files as get does, symlinks as symlinks,
+ * FIFOs as FIFOs; anything else is reported and skipped. @mode: @remote's.
+ * Returns 0, or -1 when anything failed (each failure reported).
+ */
+static int get_tree(const char *remote, const char *local, uint32_t mode)
+{
+	struct wsc_status st;
+	struct entry *e = NULL;
+	size_t n = 0;
+	struct stat sb;
+	int rc = 0, r;
+
+	/* (An existing symlink is not followed: the tree stays below LOCAL.) */
+	if (mkdir(local, mode & 07777 & ~g_umask) < 0 &&
+	    !(errno == EEXIST && lstat(local, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+		report_errno(local, errno);
+		return -1;
+	}
+	if (list_dir(remote, &e, &n, &st) < 0) {
+		report(remote, &st);
+		return -1;
+	}
+	for (size_t i = 0; i < n && !interrupted(); i++) {
+		char *rp = join(remote, e[i].name), *lp = join(local, e[i].name);
+		uint32_t m = e[i].attr.mode;
+
+		if (!rp || !lp) {
+			report_errno(NULL, ENOMEM);
+			free(rp);
+			free(lp);
+			rc = -1;
+			break;
+		}
+		if (!e[i].has_attr) {
+			Wsbridge__V1__StatReply *sr;
+
+			if (rpc_stat(rp, false, &sr, &st) < 0) {
+				report(rp, &st);
+				free(rp);
+				free(lp);
+				rc = -1;
+				continue;
+			}
+			m = sr->attr->mode;
+			protobuf_c_message_free_unpacked(&sr->base, NULL);
+		}
+		if (S_ISDIR(m)) {
+			if (get_tree(rp, lp, m) < 0)
+				rc = -1;
+		} else if (S_ISREG(m)) {
+			if (get_file(rp, lp) != 0)
+				rc = -1;
+			lp = NULL; /* get_file() took it */
+		} else if (S_ISLNK(m)) {
+			Wsbridge__V1__PathRequest req = WSBRIDGE__V1__PATH_REQUEST__INIT;
+			Wsbridge__V1__ReadlinkReply *rl;
+			ProtobufCMessage *msg_;
+			char *t;
+
+			req.path = bin(rp);
+			if (wsc_unary(g_client, M_READLINK, &req.base,
+				      &wsbridge__v1__readlink_reply__descriptor, &msg_, &st) < 0) {
+				report(rp, &st);
+				rc = -1;
+			} else {
+				rl = (Wsbridge__V1__ReadlinkReply *)msg_;
+				t = strndup((const char *)rl->target.data, rl->target.len);
+				r = !t ? ENOMEM : strlen(t) != rl->target.len ? EINVAL
+					: symlink(t, lp) < 0 ? errno : 0;
+				if (r) {
+					report_errno(lp, r);
+					rc = -1;
+				}
+				free(t);
+				protobuf_c_message_free_unpacked(msg_, NULL);
+			}
+		} else if (S_ISFIFO(m)) {
+			if (mkfifo(lp, m & 07777 & ~g_umask) < 0) {
+				report_errno(lp, errno);
+				rc = -1;
+			}
+		} else {
+			msg("get %s: not a regular file, directory, symlink or FIFO: skipped", q(rp));
+			rc = -1;
+		}
+		free(rp);
+		free(lp);
+	}
+	entries_free(e, n);
+	return interrupted() ? -1 : rc;
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	static const struct option opts[] = { { "recursive", no_argument, NULL, 'r' }, {} };
+	const char *remote, *local;
+	Wsbridge__V1__StatReply *sr = NULL;
+	char *target = NULL;
+	bool recursive = false;
+	struct wsc_status st;
+	struct stat sb;
+	uint32_t mode;
+	int r, c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+rR", opts, NULL)) != -1) {
+		if (c == 'r' || c == 'R')
+			recursive = true;
+		else
+			usage_error("get: unknown option");
+	}
+	if (argc - optind != 2)
+		usage_error("get: want [-r] REMOTE LOCAL");
+	remote = argv[optind];
+	local = argv[optind + 1];
+	if (!strcmp(local, "-")) {
+		r = download(remote, STDOUT_FILENO, false, &mode, &st);
+		if (r < 0 && !interrupted())
+			report(remote, &st);
+		return exit_for(r);
+	}
+	if (recursive) {
+		r = rpc_stat(remote, false, &sr, &st);
+		if (r < 0) {
+			report(remote, &st);
+			return EXIT_FAILURE;
+		}
+		mode = sr->attr->mode;
+		protobuf_c_message_free_unpacked(&sr->base, NULL);
+	}
+
+	if (stat(local, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		char *b = base_name(remote);
+
+		if (!b) {
+			msg("get %s: names no file", q(remote));
+			return EXIT_FAILURE;
+		}
+		target = join(local, b);
+		free(b);
+	} else {
+		target = strdup(local);
+	}
+	if (!target) {
+		report_errno(local, ENOMEM);
+		return EXIT_FAILURE;
+	}
+	if (recursive && S_ISDIR(mode)) {
+		r = get_tree(remote, target, mode);
+		free(target);
+		return exit_for(r);
+	}
+	return get_file(remote, target);
 }
 
 /* ---- upload ---- */
@@ -1710,80 +1848,30 @@ static int up_data(struct upload *u, int fd, bool regular, uint64_t size, struct
 	}
 }
 
-static int cmd_put(int argc, char **argv)
+/*
+ * Upload what @fd (opened on @local, "-" for stdin; fstat in *@sb) holds to
+ * remote file @target. Reports its failure itself. Returns 0 or -errno.
+ */
+static int put_file(const char *local, int fd, const struct stat *sb, const char *target)
 {
 	Wsbridge__V1__UploadChunk first = WSBRIDGE__V1__UPLOAD_CHUNK__INIT;
 	Wsbridge__V1__UploadHeader hdr = WSBRIDGE__V1__UPLOAD_HEADER__INIT;
 	Wsbridge__V1__UploadReply *rep = NULL;
-	const char *local, *remote;
-	char *target = NULL;
+	bool std_in = !strcmp(local, "-");
 	struct upload u = { 0 };
 	struct wsc_status st;
 	ProtobufCMessage *m;
-	struct stat sb;
-	bool std_in;
-	int fd, r;
-
-	if (argc != 3)
-		usage_error("put: want LOCAL REMOTE");
-	local = argv[1];
-	remote = argv[2];
-	std_in = !strcmp(local, "-");
-	if (std_in) {
-		fd = STDIN_FILENO;
-	} else {
-		fd = open(local, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			report_errno(local, errno);
-			return EXIT_FAILURE;
-		}
-	}
-	if (fstat(fd, &sb) < 0) {
-		report_errno(local, errno);
-		r = -1;
-		goto out;
-	}
-	if (S_ISDIR(sb.st_mode)) {
-		report_errno(local, EISDIR);
-		r = -1;
-		goto out;
-	}
-
-	/* Into an existing directory, as cp(1) does. */
-	r = std_in ? 0 : remote_is_dir(remote, &st);
-	if (r < 0) {
-		report(remote, &st);
-		goto out;
-	}
-	if (r > 0) {
-		char *b = base_name(local);
-
-		if (!b) {
-			report_errno(local, EINVAL);
-			r = -1;
-			goto out;
-		}
-		target = join(remote, b);
-		free(b);
-	} else {
-		target = strdup(remote);
-		if (!target) {
-			report_errno(NULL, ENOMEM);
-			r = -1;
-			goto out;
-		}
-	}
+	int r;
 
 	u.buf = malloc(CHUNK);
 	if (!u.buf) {
 		report_errno(NULL, ENOMEM);
-		r = -1;
-		goto out;
+		return -ENOMEM;
 	}
-	progress_init(&u.pr, local, S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0);
+	progress_init(&u.pr, local, S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0);
 	hdr.path = bin(target);
-	hdr.mode = (std_in || !S_ISREG(sb.st_mode) ? 0666 : sb.st_mode & 0777) & ~g_umask;
-	hdr.size_hint = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+	hdr.mode = (std_in || !S_ISREG(sb->st_mode) ? 0666 : sb->st_mode & 0777) & ~g_umask;
+	hdr.size_hint = S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0;
 	first.header = &hdr;
 	r = wsc_stream_open(g_client, M_UPLOAD, NULL, 0, &u.s, &st);
 	if (r < 0) {
@@ -1794,7 +1882,7 @@ static int cmd_put(int argc, char **argv)
 	r = wsc_stream_send(u.s, &first.base, &st);
 	if (r < 0)
 		goto failed;
-	r = up_data(&u, fd, S_ISREG(sb.st_mode), (uint64_t)sb.st_size, &st);
+	r = up_data(&u, fd, S_ISREG(sb->st_mode), (uint64_t)sb->st_size, &st);
 	if (r == 0)
 		r = up_flush(&u, true, &st);
 	if (r < 0) {
@@ -1828,6 +1916,199 @@ out:
 	set_active(NULL);
 	wsc_stream_free(u.s);
 	free(u.buf);
+	return r;
+}
+
+/* One unary call that changes @path (Mkdir, Symlink, Mknod) and returns an
+ * AttrReply. Reports a failure unless it is -EEXIST and @quiet_exist. */
+static int put_node(const char *method, const ProtobufCMessage *req, const char *path,
+		    bool quiet_exist)
+{
+	struct wsc_status st;
+	int r = wsc_unary(g_client, method, req, &wsbridge__v1__attr_reply__descriptor, NULL, &st);
+
+	if (r < 0 && !(r == -EEXIST && quiet_exist))
+		report(path, &st);
+	return r;
+}
+
+/*
+ * put -r: copy local directory @local to remote directory @remote (made, or
+ * merged into when it is one already), as cp -r does: directories with
+ * their mode less the umask, files as put does, symlinks as symlinks (not
+ * followed), FIFOs as FIFOs; anything else is reported and skipped.
+ * Returns 0, or -1 when anything failed (each failure reported).
+ */
+static int put_tree(const char *local, const char *remote, const struct stat *sb)
+{
+	Wsbridge__V1__MkdirRequest mk = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
+	struct dirent *de;
+	int rc = 0, r;
+	DIR *dir;
+
+	mk.path = bin(remote);
+	mk.mode = sb->st_mode & 07777 & ~g_umask;
+	r = put_node(M_MKDIR, &mk.base, remote, true);
+	if (r == -EEXIST) {
+		struct wsc_status st;
+
+		r = remote_is_dir(remote, &st);
+		if (r <= 0) {
+			if (r == 0)
+				report_errno(remote, EEXIST);
+			else
+				report(remote, &st);
+			return -1;
+		}
+	} else if (r < 0) {
+		return -1;
+	}
+	dir = opendir(local);
+	if (!dir) {
+		report_errno(local, errno);
+		return -1;
+	}
+	while (!interrupted() && (errno = 0, de = readdir(dir))) {
+		char *lp, *rp;
+		struct stat cs;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		lp = join(local, de->d_name);
+		rp = join(remote, de->d_name);
+		if (!lp || !rp) {
+			report_errno(NULL, ENOMEM);
+			free(lp);
+			free(rp);
+			rc = -1;
+			break;
+		}
+		if (lstat(lp, &cs) < 0) {
+			report_errno(lp, errno);
+			rc = -1;
+		} else if (S_ISDIR(cs.st_mode)) {
+			if (put_tree(lp, rp, &cs) < 0)
+				rc = -1;
+		} else if (S_ISREG(cs.st_mode)) {
+			int fd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+			if (fd < 0) {
+				report_errno(lp, errno);
+				rc = -1;
+			} else {
+				if (fstat(fd, &cs) < 0 || put_file(lp, fd, &cs, rp) < 0)
+					rc = -1;
+				close(fd);
+			}
+		} else if (S_ISLNK(cs.st_mode)) {
+			Wsbridge__V1__SymlinkRequest sl = WSBRIDGE__V1__SYMLINK_REQUEST__INIT;
+			char target[PATH_MAX];
+			ssize_t n = readlink(lp, target, sizeof(target) - 1);
+
+			if (n < 0) {
+				report_errno(lp, errno);
+				rc = -1;
+			} else {
+				sl.target.data = (uint8_t *)target;
+				sl.target.len = (size_t)n;
+				sl.path = bin(rp);
+				if (put_node(M_SYMLINK, &sl.base, rp, false) < 0)
+					rc = -1;
+			}
+		} else if (S_ISFIFO(cs.st_mode)) {
+			Wsbridge__V1__MknodRequest mn = WSBRIDGE__V1__MKNOD_REQUEST__INIT;
+
+			mn.path = bin(rp);
+			mn.mode = S_IFIFO | (cs.st_mode & 07777 & ~g_umask);
+			if (put_node(M_MKNOD, &mn.base, rp, false) < 0)
+				rc = -1;
+		} else {
+			msg("put %s: not a regular file, directory, symlink or FIFO: skipped", q(lp));
+			rc = -1;
+		}
+		free(lp);
+		free(rp);
+	}
+	if (errno && !interrupted()) {
+		report_errno(local, errno);
+		rc = -1;
+	}
+	closedir(dir);
+	return interrupted() ? -1 : rc;
+}
+
+static int cmd_put(int argc, char **argv)
+{
+	static const struct option opts[] = { { "recursive", no_argument, NULL, 'r' }, {} };
+	const char *local, *remote;
+	char *target = NULL;
+	bool recursive = false;
+	struct wsc_status st;
+	struct stat sb;
+	bool std_in;
+	int fd, r, c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+rR", opts, NULL)) != -1) {
+		if (c == 'r' || c == 'R')
+			recursive = true;
+		else
+			usage_error("put: unknown option");
+	}
+	if (argc - optind != 2)
+		usage_error("put: want [-r] LOCAL REMOTE");
+	local = argv[optind];
+	remote = argv[optind + 1];
+	std_in = !strcmp(local, "-");
+	if (std_in) {
+		fd = STDIN_FILENO;
+	} else {
+		fd = open(local, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			report_errno(local, errno);
+			return EXIT_FAILURE;
+		}
+	}
+	if (fstat(fd, &sb) < 0) {
+		report_errno(local, errno);
+		r = -1;
+		goto out;
+	}
+	if (S_ISDIR(sb.st_mode) && !recursive) {
+		msg("put %s: Is a directory (put -r copies a directory)", q(local));
+		r = -1;
+		goto out;
+	}
+
+	/* Into an existing directory, as cp(1) does. */
+	r = std_in ? 0 : remote_is_dir(remote, &st);
+	if (r < 0) {
+		report(remote, &st);
+		goto out;
+	}
+	if (r > 0) {
+		char *b = base_name(local);
+
+		if (!b) {
+			report_errno(local, EINVAL);
+			r = -1;
+			goto out;
+		}
+		target = join(remote, b);
+		free(b);
+	} else {
+		target = strdup(remote);
+	}
+	if (!target) {
+		report_errno(NULL, ENOMEM);
+		r = -1;
+		goto out;
+	}
+	if (S_ISDIR(sb.st_mode))
+		r = put_tree(local, target, &sb);
+	else
+		r = put_file(local, fd, &sb, target);
+out:
 	free(target);
 	if (!std_in && fd >= 0)
 		close(fd);
@@ -2391,11 +2672,13 @@ static void help(void)
 	       "  kill [-s SIGNAL] ID|TAG  signal a command's whole tree (default TERM)\n"
 	       "  wait ID|TAG            wait for a command to end; exit with its status\n"
 	       "  cat PATH...            write remote files to stdout\n"
-	       "  get REMOTE LOCAL       download (LOCAL '-' = stdout); holes kept; a new or\n"
+	       "  get [-r] REMOTE LOCAL  download (LOCAL '-' = stdout); holes kept; a new or\n"
 	       "                         plain file is written to a temp file and renamed\n"
 	       "                         (keeping its mode), a device, FIFO or hard-linked\n"
-	       "                         file in place, a symlink's target as cp(1) does\n"
-	       "  put LOCAL REMOTE       upload (LOCAL '-' = stdin); holes kept\n"
+	       "                         file in place, a symlink's target as cp(1) does;\n"
+	       "                         -r: a directory and all below it, as cp -r\n"
+	       "  put [-r] LOCAL REMOTE  upload (LOCAL '-' = stdin); holes kept; -r: a\n"
+	       "                         directory and all below it, as cp -r\n"
 	       "  ls [-l] [PATH]         list a directory\n"
 	       "  stat [-L|--follow] PATH...  show attributes\n"
 	       "  mkdir [-p] PATH...     make directories\n"

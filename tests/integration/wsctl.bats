@@ -214,6 +214,71 @@ teardown() {
 	assert_eq "$(ls -A "$L")" $'into\nr.txt'
 }
 
+@test "wsctl put -r and get -r copy a tree as cp -r does: modes, symlinks, FIFOs, holes, empty directories" {
+	umask 022
+	mkdir -p "$L/t/a/b" "$L/t/empty"
+	printf 'one\n' >"$L/t/a/f"
+	chmod 640 "$L/t/a/f"
+	chmod 750 "$L/t/a/b"
+	ln -s ../f "$L/t/a/b/link"
+	ln -s /etc/passwd "$L/t/abs"
+	mkfifo "$L/t/fifo"
+	truncate -s 8M "$L/t/sparse"
+	printf 'x' | dd of="$L/t/sparse" bs=1 seek=4000000 conv=notrunc status=none
+	run --separate-stderr "$WSCTL" put -r "$L/t" tree
+	assert_status 0
+	assert_eq "$stderr" ""
+	# LOCAL and ROOT/tree the same: names, types, modes, link targets.
+	listing() { (cd "$1" && find . -printf '%p %y %m %l %s\n' | sort); }
+	assert_eq "$(listing "$ROOT/tree")" "$(listing "$L/t")"
+	cmp "$L/t/sparse" "$ROOT/tree/sparse"
+	[ "$(alloc_kib "$ROOT/tree/sparse")" -lt 1024 ] # holes kept
+	# Into an existing directory: REMOTE/NAME, as cp -r.
+	run --separate-stderr "$WSCTL" put -r "$L/t" tree
+	assert_status 0
+	[ -d "$ROOT/tree/t/a/b" ]
+	rm -rf "$ROOT/tree/t"
+	run --separate-stderr "$WSCTL" get -r tree "$L/back"
+	assert_status 0
+	assert_eq "$stderr" ""
+	assert_eq "$(listing "$L/back")" "$(listing "$L/t")"
+	cmp "$L/t/sparse" "$L/back/sparse"
+	[ "$(alloc_kib "$L/back/sparse")" -lt 1024 ]
+	mkdir "$L/into"
+	run --separate-stderr "$WSCTL" get -r tree/a "$L/into"
+	assert_status 0
+	assert_eq "$(cat "$L/into/a/f")" "one"
+	# Without -r a directory is refused, with a hint.
+	run --separate-stderr "$WSCTL" put "$L/t" other
+	assert_status 1
+	assert_contains "$stderr" "put -r"
+	[ ! -e "$ROOT/other" ]
+}
+
+@test "wsctl get -r and put -r: what they cannot copy is reported, the rest copied, exit 1; a local symlink is not followed" {
+	mkdir -p "$ROOT/s/d" "$L/out" "$L/dst"
+	echo in >"$ROOT/s/d/f"
+	echo ok >"$ROOT/s/g"
+	# LOCAL/dst/d is a symlink out of the destination: get -r must not
+	# write through it.
+	ln -s "$L/out" "$L/dst/d"
+	run --separate-stderr "$WSCTL" get -r s/. "$L/dst"
+	assert_status 1
+	assert_contains "$stderr" "d"
+	assert_eq "$(ls -A "$L/out")" ""
+	assert_eq "$(cat "$L/dst/g")" "ok"
+	# A socket cannot be put: skipped with a message, the rest copied.
+	mkdir "$L/p"
+	echo a >"$L/p/a"
+	"$PY" -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$L/p/sock"
+	run --separate-stderr "$WSCTL" put -r "$L/p" p
+	assert_status 1
+	assert_contains "$stderr" "sock"
+	assert_contains "$stderr" "skipped"
+	assert_eq "$(cat "$ROOT/p/a")" "a"
+	[ ! -e "$ROOT/p/sock" ]
+}
+
 @test "wsctl get of a missing file fails and leaves nothing behind" {
 	echo keep >"$L/existing"
 	run --separate-stderr "$WSCTL" get missing "$L/existing"
