@@ -240,6 +240,7 @@ static bool g_ops_key_ok;
 static atomic_uint g_ops_epoch;
 static __thread unsigned t_ops_epoch; /* g_ops_epoch when this thread's was made */
 
+static struct opstream *op_unlist(struct opstream *s, const struct wsc *c, bool closing);
 static void op_close(struct opstream *s, bool op_pending);
 static void op_reap(struct wsc *c);
 
@@ -1076,22 +1077,8 @@ struct wsc *wsc_free(struct wsc *c)
 	 * exits later finds its stream gone from g_ops, and one that calls
 	 * again does not touch it (g_ops_epoch). */
 	atomic_fetch_add(&g_ops_epoch, 1);
-	for (;;) {
-		struct opstream **pp, *s = NULL;
-
-		pthread_mutex_lock(&g_ops_lock);
-		for (pp = &g_ops; *pp; pp = &(*pp)->next) {
-			if ((*pp)->c == c) {
-				s = *pp;
-				*pp = s->next;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&g_ops_lock);
-		if (!s)
-			break;
+	for (struct opstream *s; (s = op_unlist(NULL, c, false));)
 		op_close(s, false);
-	}
 	pthread_mutex_lock(&g_ops_lock);
 	while (g_ops_closing > 0)
 		pthread_cond_wait(&g_ops_cond, &g_ops_lock);
@@ -1186,17 +1173,20 @@ static void unary_reap(struct wsc *c)
 #define OPS_METHOD "/wsbridge.v1.Workspace/Ops"
 #define OPS_SERVICE "/wsbridge.v1.Workspace/"
 
-/* Take @s off g_ops; false when someone else (wsc_free, the thread's exit)
- * did first. Compares pointers only: @s may be freed already. */
-static bool op_unlist(struct opstream *s)
+/* Take @s off g_ops, or the first stream of client @c when @s is NULL;
+ * NULL when someone else (wsc_free, the thread's exit) took it first.
+ * Compares pointers only: @s may be freed already. @closing: count it in
+ * g_ops_closing (op_thread_exit). */
+static struct opstream *op_unlist(struct opstream *s, const struct wsc *c, bool closing)
 {
-	bool found = false;
+	struct opstream *found = NULL;
 
 	pthread_mutex_lock(&g_ops_lock);
 	for (struct opstream **pp = &g_ops; *pp; pp = &(*pp)->next) {
-		if (*pp == s) {
-			*pp = s->next;
-			found = true;
+		if (s ? *pp == s : (*pp)->c == c) {
+			found = *pp;
+			*pp = found->next;
+			g_ops_closing += closing;
 			break;
 		}
 	}
@@ -1293,22 +1283,10 @@ static void op_reap(struct wsc *c)
 static void op_thread_exit(void *arg)
 {
 	struct opstream *s = arg;
-	bool mine;
 
 	/* Counted while closing: wsc_free() waits, so that the client is not
 	 * freed under op_close() (libfuse's idle workers exit detached). */
-	pthread_mutex_lock(&g_ops_lock);
-	mine = false;
-	for (struct opstream **pp = &g_ops; *pp; pp = &(*pp)->next) {
-		if (*pp == s) {
-			*pp = s->next;
-			mine = true;
-			g_ops_closing++;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&g_ops_lock);
-	if (!mine)
+	if (!op_unlist(s, NULL, true))
 		return;
 	op_close(s, false);
 	pthread_mutex_lock(&g_ops_lock);
@@ -1326,7 +1304,7 @@ static void op_key_init(void)
 static void op_drop(struct opstream *s, bool op_pending)
 {
 	pthread_setspecific(g_ops_key, NULL);
-	if (op_unlist(s))
+	if (op_unlist(s, NULL, false))
 		op_close(s, op_pending);
 }
 

@@ -1680,9 +1680,31 @@ static int get_tree(const char *remote, const char *local, uint32_t mode)
 	return interrupted() ? -1 : rc;
 }
 
-static int cmd_get(int argc, char **argv)
+/*
+ * The options of get and put (@cmd): -r (-R, --recursive), and then the two
+ * operands @operands names, from argv[optind]. Returns whether -r was
+ * given; exits 2 on a usage error.
+ */
+static bool transfer_args(int argc, char **argv, const char *cmd, const char *operands)
 {
 	static const struct option opts[] = { { "recursive", no_argument, NULL, 'r' }, {} };
+	bool recursive = false;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+rR", opts, NULL)) != -1) {
+		if (c == 'r' || c == 'R')
+			recursive = true;
+		else
+			usage_error("%s: unknown option", cmd);
+	}
+	if (argc - optind != 2)
+		usage_error("%s: want [-r] %s", cmd, operands);
+	return recursive;
+}
+
+static int cmd_get(int argc, char **argv)
+{
 	const char *remote, *local;
 	Wsbridge__V1__StatReply *sr = NULL;
 	char *target = NULL;
@@ -1690,17 +1712,9 @@ static int cmd_get(int argc, char **argv)
 	struct wsc_status st;
 	struct stat sb;
 	uint32_t mode;
-	int r, c;
+	int r;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+rR", opts, NULL)) != -1) {
-		if (c == 'r' || c == 'R')
-			recursive = true;
-		else
-			usage_error("get: unknown option");
-	}
-	if (argc - optind != 2)
-		usage_error("get: want [-r] REMOTE LOCAL");
+	recursive = transfer_args(argc, argv, "get", "REMOTE LOCAL");
 	remote = argv[optind];
 	local = argv[optind + 1];
 	if (!strcmp(local, "-")) {
@@ -2039,24 +2053,15 @@ static int put_tree(const char *local, const char *remote, const struct stat *sb
 
 static int cmd_put(int argc, char **argv)
 {
-	static const struct option opts[] = { { "recursive", no_argument, NULL, 'r' }, {} };
 	const char *local, *remote;
 	char *target = NULL;
 	bool recursive = false;
 	struct wsc_status st;
 	struct stat sb;
 	bool std_in;
-	int fd, r, c;
+	int fd, r;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+rR", opts, NULL)) != -1) {
-		if (c == 'r' || c == 'R')
-			recursive = true;
-		else
-			usage_error("put: unknown option");
-	}
-	if (argc - optind != 2)
-		usage_error("put: want [-r] LOCAL REMOTE");
+	recursive = transfer_args(argc, argv, "put", "LOCAL REMOTE");
 	local = argv[optind];
 	remote = argv[optind + 1];
 	std_in = !strcmp(local, "-");
