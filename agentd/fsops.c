@@ -1138,8 +1138,14 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 	 * full with it (the rest stays for opens). */
 	if (h && ret_kept && !(flags & (RENAME_NOREPLACE | RENAME_EXCHANGE)) &&
 	    4 * ((size_t)fsops_handles_count(h) + 1) <= 3 * (size_t)h->max) {
+		struct stat src;
+
 		kfd = openat(tdir, tname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		/* Not when both names are one file: rename(2) replaces nothing
+		 * then (POSIX), and nothing is to be kept. */
 		if (kfd >= 0 && (fstat(kfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+				 (fstatat(fdir, fname, &src, AT_SYMLINK_NOFOLLOW) == 0 &&
+				  src.st_dev == st.st_dev && src.st_ino == st.st_ino) ||
 				 handle_reserve(h, &e) < 0)) {
 			close(kfd);
 			kfd = -1;

@@ -337,9 +337,23 @@ static void test_rename_keep(void **state)
 	assert_int_equal(fsops_read(h, ro, 0, buf, sizeof(buf)), 3);
 	assert_memory_equal(buf, "old", 3);
 	assert_int_equal(fsops_handles_count(h), 2);
-	/* Nothing replaced, a failed rename, an exchange: nothing kept. */
+	/* Nothing replaced, a failed rename, an exchange, a rename onto
+	 * itself or another name of the same file: nothing kept. */
 	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("a"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("b"), P("b"), 0, &kept, &st), 0);
+	assert_int_equal(kept, 0);
+	snprintf(path, sizeof(path), "%s/b", fx->rootdir);
+	{
+		char other[160];
+
+		snprintf(other, sizeof(other), "%s/b.link", fx->rootdir);
+		assert_int_equal(link(path, other), 0);
+		assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("b.link"), P("b"), 0, &kept,
+						   &st), 0);
+		assert_int_equal(kept, 0);
+		assert_int_equal(unlink(other), 0);
+	}
 	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("nope"), P("b"), 0, &kept, NULL),
 			 -ENOENT);
 	assert_int_equal(kept, 0);
