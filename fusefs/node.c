@@ -1239,10 +1239,15 @@ int node_rename(struct node_table *t, uint64_t oldparent, const char *oldname, s
 		goto out; /* the same name, or both unknown */
 	if (src && dst && src->node == dst->node)
 		goto out; /* two links of one file: rename(2) does nothing */
-	if (src)
+	if (src) {
 		attr_drop(t, src->node); /* ctime */
-	if (dst)
+		src->node->bound_ns = wsb_mono_ns(); /* a change gave it the name */
+	}
+	if (dst) {
 		attr_drop(t, dst->node);
+		if (exchange)
+			dst->node->bound_ns = wsb_mono_ns();
+	}
 	if ((src && is_ancestor(t, src->node, np)) ||
 	    (exchange && dst && is_ancestor(t, dst->node, op))) {
 		r = -EINVAL;

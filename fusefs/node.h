@@ -84,8 +84,9 @@ struct node_info {
 	unsigned names;   /**< names (hard links) known; 0 when detached or the root */
 	unsigned open_files;
 	struct node_seen seen;
-	/** CLOCK_MONOTONIC ns of the last node_lookup() that gave it: when
-	 * a reply of agentd's (or an own change) last said a name is it. */
+	/** CLOCK_MONOTONIC ns of the last node_lookup() that gave it, or
+	 * node_rename() that moved it: when a reply of agentd's (or an own
+	 * change) last said a name is it. */
 	int64_t bound_ns;
 };
 

@@ -319,6 +319,19 @@ static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t
 #define WSFS_EVENT_LATENCY_NS (200 * 1000000LL)
 
 /*
+ * Whether agentd said within WSFS_EVENT_LATENCY_NS before the batch that
+ * arrived at @batch_ns that the node's name is it: then the binding may be
+ * newer than the event (the mount's own create or rename of the name, or
+ * a lookup, after the pod's change; an own change's echo that agentd
+ * folded with others is not always told from the pod's), and the event is
+ * no ground to take the name from it.
+ */
+static bool bound_lately(const struct node_info *info, int64_t batch_ns)
+{
+	return info->bound_ns >= batch_ns - WSFS_EVENT_LATENCY_NS;
+}
+
+/*
  * The pod removed @path, in the batch that arrived at @batch_ns
  * (CLOCK_MONOTONIC): take the name from its node, if held (node_held()).
  * Unless agentd said the name is that node within WSFS_EVENT_LATENCY_NS
@@ -341,7 +354,7 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
 
 	if (!node_at(fs, path, &parent, &name, &len, &info) || !node_held(&info))
 		return;
-	if (info.bound_ns < batch_ns - WSFS_EVENT_LATENCY_NS || !info.ino) {
+	if (!bound_lately(&info, batch_ns) || !info.ino) {
 		name_gone(fs, parent, name, len);
 		return;
 	}
@@ -359,12 +372,16 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
 
 /*
  * The pod renamed @from to @path (@a: the file's attributes then, or
- * NULL): the node of @from follows, unless it is known to be another file
- * (the mount looked @from up again since); else a node at @path that is
- * known to be another file is taken from it.
+ * NULL), in the batch that arrived at @batch_ns: the node of @from
+ * follows, unless it is known, or may be, another file (the mount looked
+ * @from up again, or made it, since: bound lately; an inode number alone
+ * does not tell, the file system gives a freed one to the next file);
+ * else a held node at @path that is known to be another file, and was not
+ * bound lately, is taken from it.
  */
 static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
-		     const ProtobufCBinaryData *path, const Wsbridge__V1__Attr *a)
+		     const ProtobufCBinaryData *path, const Wsbridge__V1__Attr *a,
+		     int64_t batch_ns)
 {
 	struct node_info mi, vi;
 	uint64_t mparent = 0, vparent = 0, m, v;
@@ -376,7 +393,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	/* (v == m: two names of one file; rename(2) leaves both.) A node of
 	 * the same directory at @path (the mount looked the new name up
 	 * before the event came) gives way to the one that holds a cwd. */
-	if (m && (!a || !mi.ino || mi.ino == a->ino) && v != m) {
+	if (m && !bound_lately(&mi, batch_ns) && (!a || mi.ino == a->ino) && v != m) {
 		/* It replaces the node at @path, as a rename through the
 		 * mount does; into a directory the table does not know, it
 		 * cannot be followed. */
@@ -385,7 +402,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 			name_gone(fs, mparent, mname, mlen);
 		return;
 	}
-	if (v && a && vi.ino && vi.ino != a->ino && node_held(&vi))
+	if (v && a && vi.ino && vi.ino != a->ino && node_held(&vi) && !bound_lately(&vi, batch_ns))
 		name_gone(fs, vparent, vname, vlen);
 }
 
@@ -441,10 +458,11 @@ static bool ev_exchanged(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	return swapped;
 }
 
-/* The pod made @path (@a: its attributes then, or NULL): a node bound to
- * it that is known to be another file is taken from it. */
+/* The pod made @path (@a: its attributes then, or NULL), in the batch
+ * that arrived at @batch_ns: a held node bound to it, not lately, that is
+ * known to be another file is taken from it. */
 static void ev_created(struct wsfs *fs, const ProtobufCBinaryData *path,
-		       const Wsbridge__V1__Attr *a)
+		       const Wsbridge__V1__Attr *a, int64_t batch_ns)
 {
 	struct node_info info;
 	const char *name;
@@ -452,7 +470,7 @@ static void ev_created(struct wsfs *fs, const ProtobufCBinaryData *path,
 	size_t len;
 
 	if (a && node_at(fs, path, &parent, &name, &len, &info) && info.ino && info.ino != a->ino &&
-	    node_held(&info))
+	    node_held(&info) && !bound_lately(&info, batch_ns))
 		name_gone(fs, parent, name, len);
 }
 
@@ -1235,7 +1253,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		}
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
-		ev_created(fs, &ev->path, ev->attr);
+		ev_created(fs, &ev->path, ev->attr, ws->batch_ns);
 		new_name(fs, ev, &ws->link_checks);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__DELETED:
@@ -1262,7 +1280,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 * paths resolve to. */
 		ev_name(fs, &ev->from);
 		ev_name(fs, &ev->path);
-		ev_moved(fs, &ev->from, &ev->path, ev->attr);
+		ev_moved(fs, &ev->from, &ev->path, ev->attr, ws->batch_ns);
 		/* A link made and moved before agentd reported it. */
 		new_name(fs, ev, &ws->link_checks);
 		break;
