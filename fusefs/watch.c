@@ -318,6 +318,9 @@ static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t
  * something and sends at once (docs/protocol.md "Watch"). */
 #define WSFS_EVENT_LATENCY_NS (200 * 1000000LL)
 
+/** Most Stats ev_gone() makes per batch (each one RPC on the watch thread). */
+#define WSFS_GONE_CHECKS_MAX 32
+
 /*
  * Whether agentd said within WSFS_EVENT_LATENCY_NS before the batch that
  * arrived at @batch_ns that the node's name is it: then the binding may be
@@ -339,9 +342,13 @@ static bool bound_lately(const struct node_info *info, int64_t batch_ns)
  * since the pod's removal): then agentd is asked what the path holds now
  * (one Stat, on this thread), and the name stays if it is the same inode.
  * (An inode number the removal freed and a new file took at once passes
- * for the same: that is the case the time bound is for.)
+ * for the same: that is the case the time bound is for.) At most
+ * WSFS_GONE_CHECKS_MAX such Stats per batch (*@checks counts them: an
+ * rm -rf in the pod of a tree just listed must not hold up the stream);
+ * past them the name stays.
  */
-static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t batch_ns)
+static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t batch_ns,
+		    unsigned *checks)
 {
 	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
 	Wsbridge__V1__StatReply *rep = NULL;
@@ -358,8 +365,9 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
 		name_gone(fs, parent, name, len);
 		return;
 	}
-	if (atomic_load(&fs->conn_down))
+	if (atomic_load(&fs->conn_down) || *checks >= WSFS_GONE_CHECKS_MAX)
 		return;
+	++*checks;
 	q.path = *path;
 	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
 			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
@@ -1067,8 +1075,8 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 
 /* What handle_event() carries from one event to the next. */
 struct watch_state {
-	/* check_link() calls in the batch */
-	unsigned link_checks;
+	/* check_link() and ev_gone() calls in the batch */
+	unsigned link_checks, gone_checks;
 	/* CLOCK_MONOTONIC ns when the batch arrived */
 	int64_t batch_ns;
 	/* The event after the one handled (NULL: none), and whether that
@@ -1261,7 +1269,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 			break;
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->path);
-		ev_gone(fs, &ev->path, ws->batch_ns);
+		ev_gone(fs, &ev->path, ws->batch_ns, &ws->gone_checks);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED:
 		if (self_match(fs, &ev->from, WSFS_SELF_MOVED_FROM, NULL, NULL) &&
@@ -1387,6 +1395,7 @@ static int run_watch(struct wsfs *fs)
 		 * timeouts, fs.c ttl_for); a batch of own echoes only
 		 * sends none and bumps nothing. */
 		ws.link_checks = 0;
+		ws.gone_checks = 0;
 		ws.last_ok = NULL;
 		ws.batch_ns = wsb_mono_ns();
 		ws.skip_next = false;
