@@ -1599,10 +1599,13 @@ static int get_tree(const char *remote, const char *local, uint32_t mode)
 	size_t n = 0;
 	struct stat sb;
 	int rc = 0, r;
+	bool made;
 
-	/* (An existing symlink is not followed: the tree stays below LOCAL.) */
-	if (mkdir(local, mode & 07777 & ~g_umask) < 0 &&
-	    !(errno == EEXIST && lstat(local, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+	/* (An existing symlink is not followed: the tree stays below LOCAL.)
+	 * Made writable for its owner until it is filled, as cp -r does: a
+	 * directory of mode 0555 is copied too. */
+	made = mkdir(local, (mode | 0700) & 07777 & ~g_umask) == 0;
+	if (!made && !(errno == EEXIST && lstat(local, &sb) == 0 && S_ISDIR(sb.st_mode))) {
 		report_errno(local, errno);
 		return -1;
 	}
@@ -1677,6 +1680,10 @@ static int get_tree(const char *remote, const char *local, uint32_t mode)
 		free(lp);
 	}
 	entries_free(e, n);
+	if (made && (mode & 0700) != 0700 && chmod(local, mode & 07777 & ~g_umask) < 0) {
+		report_errno(local, errno);
+		rc = -1;
+	}
 	return interrupted() ? -1 : rc;
 }
 
@@ -1964,14 +1971,20 @@ static int put_tree(const char *local, const char *remote, const struct stat *sb
 	mk.mode = sb->st_mode & 07777 & ~g_umask;
 	r = put_node(M_MKDIR, &mk.base, remote, true);
 	if (r == -EEXIST) {
+		/* A directory there is merged into; anything else (a symlink
+		 * to one too: not followed, as cp -r does not) is an error. */
+		Wsbridge__V1__StatReply *sr;
 		struct wsc_status st;
 
-		r = remote_is_dir(remote, &st);
-		if (r <= 0) {
-			if (r == 0)
-				report_errno(remote, EEXIST);
-			else
-				report(remote, &st);
+		r = rpc_stat(remote, false, &sr, &st);
+		if (r < 0) {
+			report(remote, &st);
+			return -1;
+		}
+		r = S_ISDIR(sr->attr->mode);
+		protobuf_c_message_free_unpacked(&sr->base, NULL);
+		if (!r) {
+			msg("put %s: exists and is not a directory", q(remote));
 			return -1;
 		}
 	} else if (r < 0) {

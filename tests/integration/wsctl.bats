@@ -279,6 +279,34 @@ teardown() {
 	[ ! -e "$ROOT/p/sock" ]
 }
 
+@test "wsctl get -r copies directories without write permission (as cp -r: filled, then given their mode); put -r does not follow a remote symlink where a directory goes" {
+	mkdir -p "$ROOT/t/ro/inner"
+	echo a >"$ROOT/t/ro/g"
+	chmod 555 "$ROOT/t/ro/inner" "$ROOT/t/ro"
+	# (A directory nobody may write to: the test's own is below 0700 ones.)
+	local d
+	d=$(mktemp -d /tmp/wsctl-nobody.XXXXXX)
+	chmod 777 "$d"
+	run --separate-stderr setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		"$WSCTL" get -r t "$d/g"
+	local got
+	got=$(cat "$d/g/ro/g" 2>&1; stat -c %a "$d/g/ro" "$d/g/ro/inner" 2>&1)
+	chmod -R u+w "$d"
+	rm -rf "$d"
+	assert_status 0
+	assert_eq "$stderr" ""
+	assert_eq "$got" $'a\n555\n555'
+	# The remote P/ps/d is a symlink to P/tgt: put -r reports it and
+	# leaves tgt alone, as cp -r refuses to write through one.
+	mkdir -p "$L/ps/d" "$ROOT/P/ps" "$ROOT/P/tgt"
+	echo new >"$L/ps/d/f"
+	ln -s ../tgt "$ROOT/P/ps/d"
+	run --separate-stderr "$WSCTL" put -r "$L/ps" P
+	assert_status 1
+	assert_contains "$stderr" "not a directory"
+	assert_eq "$(ls -A "$ROOT/P/tgt")" ""
+}
+
 @test "wsctl get of a missing file fails and leaves nothing behind" {
 	echo keep >"$L/existing"
 	run --separate-stderr "$WSCTL" get missing "$L/existing"
