@@ -375,6 +375,24 @@ static int bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *des
 	return rc;
 }
 
+/*
+ * A unary call's reply @m of type @desc, decoded with result @r (0 or
+ * -errno): to *@ret_reply (the caller's), or freed when that is NULL; on
+ * failure @st says so. Returns @r.
+ */
+static int reply_give(struct wsc_status *st, const char *method,
+		      const ProtobufCMessageDescriptor *desc, int r, ProtobufCMessage *m,
+		      ProtobufCMessage **ret_reply)
+{
+	if (r < 0)
+		status_local(st, -r, "%s: the reply does not decode as %s", method, desc->name);
+	else if (ret_reply)
+		*ret_reply = m;
+	else
+		protobuf_c_message_free_unpacked(m, NULL);
+	return r;
+}
+
 /* ---- exec_cmd child ---- */
 
 /*
@@ -1438,16 +1456,10 @@ static int op_unpack(grpc_byte_buffer *bb, const char *method,
 	} else {
 		r = status_set(st, code, msg, msg_len, ename, ename_len, false);
 		if (r == 0) {
-			ProtobufCMessage *m;
+			ProtobufCMessage *m = NULL;
 
 			r = wsb_unpack(desc, reply, reply_len, &m);
-			if (r < 0)
-				status_local(st, -r, "%s: the reply does not decode as %s", method,
-					     desc->name);
-			else if (ret_reply)
-				*ret_reply = m;
-			else
-				protobuf_c_message_free_unpacked(m, NULL);
+			r = reply_give(st, method, desc, r, m, ret_reply);
 		}
 	}
 	grpc_slice_unref(slice);
@@ -1634,16 +1646,10 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 	if (r == 0 && !u->recv_bb) {
 		r = status_local(st, EPROTO, "%s: status OK without a reply", method);
 	} else if (r == 0) {
-		ProtobufCMessage *reply;
+		ProtobufCMessage *reply = NULL;
 
 		r = bb_unpack(u->recv_bb, reply_desc, &reply);
-		if (r < 0)
-			status_local(st, -r, "%s: the reply does not decode as %s", method,
-				     reply_desc->name);
-		else if (ret_reply)
-			*ret_reply = reply;
-		else
-			protobuf_c_message_free_unpacked(reply, NULL);
+		r = reply_give(st, method, reply_desc, r, reply, ret_reply);
 	}
 	unary_free(c, u);
 	return r;

@@ -297,13 +297,24 @@ PY
 	assert_eq "$output" "new name seen: True"
 }
 
+# mount_vs_local: run the Python script on stdin (argv[1]: the directory to
+# work in) on $MNT and on a local directory; their outputs in out_mnt and
+# out_local (the mount's also shown on fd 3), to be the same.
+mount_vs_local() {
+	local script d
+	script=$(cat)
+	mkdir "$BATS_TEST_TMPDIR/local"
+	for d in "$MNT" "$BATS_TEST_TMPDIR/local"; do
+		"$PY" - "$d" >"$BATS_TEST_TMPDIR/out" <<<"$script"
+		if [ "$d" = "$MNT" ]; then out_mnt=$(cat "$BATS_TEST_TMPDIR/out"); else out_local=$(cat "$BATS_TEST_TMPDIR/out"); fi
+	done
+	printf '%s\n' "$out_mnt" | sed 's/^/# mount: /' >&3
+}
+
 @test "a directory removed through the mount while it is a process's cwd and open: ls, stat and fstat of it work, as on a local disk" {
 	up
-	mkdir "$BATS_TEST_TMPDIR/local"
-	local d out_mnt out_local
-	for d in "$MNT" "$BATS_TEST_TMPDIR/local"; do
-		# Everything but the inode number, which differs.
-		"$PY" - "$d" >"$BATS_TEST_TMPDIR/out" <<'PY'
+	# Everything but the inode number, which differs.
+	mount_vs_local <<'PY'
 import os, stat, subprocess, sys
 top = sys.argv[1] + "/rd"
 os.mkdir(top)
@@ -327,9 +338,6 @@ try:
 except OSError as e:
     print("create:", e.strerror)
 PY
-		if [ "$d" = "$MNT" ]; then out_mnt=$(cat "$BATS_TEST_TMPDIR/out"); else out_local=$(cat "$BATS_TEST_TMPDIR/out"); fi
-	done
-	printf '%s\n' "$out_mnt" | sed 's/^/# mount: /' >&3
 	assert_eq "$out_mnt" "$out_local"
 	assert_contains "$out_mnt" "stat . drwxr-x--- 0"
 }
@@ -354,10 +362,7 @@ PY
 
 @test "a directory replaced by rename(2) through the mount while it is a process's cwd and open: ls, stat and fstat of it work, as on a local disk" {
 	up
-	mkdir "$BATS_TEST_TMPDIR/local"
-	local d out_mnt out_local
-	for d in "$MNT" "$BATS_TEST_TMPDIR/local"; do
-		"$PY" - "$d" >"$BATS_TEST_TMPDIR/out" <<'PY'
+	mount_vs_local <<'PY'
 import os, stat, subprocess, sys
 top = sys.argv[1] + "/rd"
 os.mkdir(top)
@@ -378,9 +383,6 @@ show("stat new", lambda: os.stat(top))
 r = subprocess.run(["ls", "-a"], capture_output=True, text=True)
 print("ls", r.returncode, repr(r.stdout), repr(r.stderr))
 PY
-		if [ "$d" = "$MNT" ]; then out_mnt=$(cat "$BATS_TEST_TMPDIR/out"); else out_local=$(cat "$BATS_TEST_TMPDIR/out"); fi
-	done
-	printf '%s\n' "$out_mnt" | sed 's/^/# mount: /' >&3
 	assert_eq "$out_mnt" "$out_local"
 	assert_contains "$out_mnt" "stat . drwxr-x--- 0"
 }
