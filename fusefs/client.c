@@ -44,6 +44,18 @@
  * state when the batch ends at last (the peer reads again, or the
  * connection breaks); the next unary call frees what has ended (unary_reap).
  *
+ * Stalled links. A call may be given a longer deadline than the client's
+ * default (wsfs's writes behind others in flight, which share the link);
+ * with a peer that stopped answering, each would wait out its own, and a
+ * caller waiting for all of them (a close(2) after a stream of writes) for
+ * the longest. So such a call also ends, as DEADLINE_EXCEEDED, once it has
+ * waited the default timeout and no call has had its answer (a reply, or a
+ * status of the server's own) for as long (wsc.heard_ns, call_wait()).
+ * Stream messages do not count: one may be taken long after it came (wsfs's
+ * watch thread blocks in the kernel's page invalidation behind the very
+ * writes that wait). A slow link that still answers keeps such calls
+ * going; a stalled one ends every call within about the default timeout.
+ *
  * Op streams (wsc_options.op_streams). A unary Workspace call costs gRPC a
  * call's set-up and tear-down: HEADERS both ways, trailers, a request slot
  * on the server (a 64-byte ping-pong took 67-74 us as unary calls and 32 us
@@ -181,6 +193,8 @@ struct wsc {
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
 	grpc_metadata md[2]; /* authorization, wsbridge-session: either may be absent */
 	size_t n_md;
+
+	atomic_int_fast64_t heard_ns; /* CLOCK_MONOTONIC: a call last had its answer */
 
 	bool ops;                     /* op_streams */
 	atomic_bool ops_unsupported;  /* agentd has no Ops: unary calls only */
@@ -905,6 +919,50 @@ static grpc_event cq_wait_until(struct wsc *c, grpc_completion_queue *cq, void *
 	return ev;
 }
 
+/* A call had its answer: the link moves ("Stalled links"). */
+static void heard(struct wsc *c)
+{
+	atomic_store_explicit(&c->heard_ns, wsb_mono_ns(), memory_order_relaxed);
+}
+
+/*
+ * cq_wait_until() on a polling queue for a call begun at @start_ns
+ * (CLOCK_MONOTONIC) with a deadline of @timeout_ms: when that is longer than
+ * the client's default, the wait also ends once the call has waited the
+ * default and nothing came from the server for as long ("Stalled links"):
+ * a GRPC_QUEUE_TIMEOUT event with *@stalled set.
+ */
+static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
+			    gpr_timespec until, int64_t start_ns, int64_t timeout_ms, bool *stalled)
+{
+	int64_t quiet_ns = (int64_t)c->timeout_ms * 1000000;
+	grpc_event ev;
+
+	*stalled = false;
+	if (c->timeout_ms == 0 || timeout_ms == 0 || timeout_ms <= (int64_t)c->timeout_ms)
+		return cq_wait_until(c, cq, tag, true, until);
+	for (;;) {
+		int64_t last = atomic_load_explicit(&c->heard_ns, memory_order_relaxed);
+		int64_t now = wsb_mono_ns();
+		int64_t stall = (last > start_ns ? last : start_ns) + quiet_ns;
+		gpr_timespec w;
+
+		if (stall <= now) {
+			*stalled = true;
+			memset(&ev, 0, sizeof(ev));
+			ev.type = GRPC_QUEUE_TIMEOUT;
+			return ev;
+		}
+		w = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+				 gpr_time_from_nanos(stall - now, GPR_TIMESPAN));
+		if (gpr_time_cmp(w, until) >= 0)
+			return cq_wait_until(c, cq, tag, true, until);
+		ev = cq_wait_until(c, cq, tag, true, w);
+		if (ev.type != GRPC_QUEUE_TIMEOUT)
+			return ev;
+	}
+}
+
 /* Wait for @tag on @cq for as long as it takes (a stream's; the call's
  * deadline, if any, bounds it). True when the batch succeeded. */
 static bool cq_wait(struct wsc *c, grpc_completion_queue *cq, void *tag, bool polls)
@@ -997,6 +1055,7 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	c->ops = o->op_streams;
 	atomic_init(&c->ops_unsupported, false);
 	atomic_init(&c->n_abandoned, 0);
+	atomic_init(&c->heard_ns, 0);
 	atomic_init(&c->waiting, 0);
 	atomic_init(&c->quiet_ns, 0);
 	atomic_init(&c->idle_polling, false);
@@ -1476,11 +1535,13 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 		   int64_t timeout_ms, struct wsc_status *st)
 {
 	gpr_timespec deadline = deadline_of(c, timeout_ms), until;
+	int64_t start_ns = wsb_mono_ns();
 	struct opstream *s;
 	grpc_call_error e;
 	grpc_event ev;
 	grpc_op ops[4];
 	size_t n = 0;
+	bool stalled;
 	int r;
 
 	op_reap(c);
@@ -1514,10 +1575,14 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 	}
 	s->started = true;
 	/* The deadline is ours to keep: the stream has none. */
-	ev = cq_wait_until(c, s->cq, &s->tag_op, true, deadline);
+	ev = call_wait(c, s->cq, &s->tag_op, deadline, start_ns, timeout_ms, &stalled);
 	if (ev.type == GRPC_QUEUE_TIMEOUT) {
 		op_drop(s, true); /* (send_bb goes with it) */
-		status_local(st, ETIMEDOUT, "%s: no answer within the deadline", method);
+		if (stalled)
+			status_local(st, ETIMEDOUT, "%s: nothing came from agentd for %u ms",
+				     method, c->timeout_ms);
+		else
+			status_local(st, ETIMEDOUT, "%s: no answer within the deadline", method);
 		st->code = WSB_DEADLINE_EXCEEDED;
 		return -ETIMEDOUT;
 	}
@@ -1529,6 +1594,7 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 		s->recv_bb = NULL;
 		s->used = true;
 		s->idle_ns = wsb_mono_ns();
+		atomic_store_explicit(&c->heard_ns, s->idle_ns, memory_order_relaxed);
 		if (r < 0 && !st->has_errno && (st->err == EBADMSG || st->err == EPROTO))
 			op_drop(s, false); /* a stream that sends such is not to be trusted */
 		return r;
@@ -1565,11 +1631,13 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		 int64_t timeout_ms, struct wsc_status *st)
 {
 	gpr_timespec deadline = deadline_of(c, timeout_ms), until;
+	int64_t start_ns = wsb_mono_ns();
 	struct wsc_status tmp;
 	struct unary *u;
 	grpc_call_error e;
 	grpc_event ev;
 	grpc_op ops[6];
+	bool stalled = false;
 	int r;
 
 	if (!st)
@@ -1624,24 +1692,35 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		return r;
 	}
 	until = gpr_time_add(deadline, gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
-	if (atomic_load(&c->n_abandoned) >= WSC_ABANDON_MAX)
-		until = gpr_inf_future(GPR_CLOCK_MONOTONIC);
-	ev = cq_wait_until(c, u->cq, &u->tag, true, until);
+	if (atomic_load(&c->n_abandoned) < WSC_ABANDON_MAX)
+		ev = call_wait(c, u->cq, &u->tag, until, start_ns, timeout_ms, &stalled);
+	else
+		ev = cq_wait_until(c, u->cq, &u->tag, true, gpr_inf_future(GPR_CLOCK_MONOTONIC));
 	if (ev.type == GRPC_QUEUE_TIMEOUT) {
-		/* Stuck (see "Stuck calls"): leave it to unary_reap(). */
+		/* Stuck (see "Stuck calls") or stalled ("Stalled links"):
+		 * leave it to unary_reap(). */
 		grpc_call_cancel_with_status(u->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-					     "the call outlived its deadline", NULL);
+					     stalled ? "the link stalled"
+						     : "the call outlived its deadline",
+					     NULL);
 		pthread_mutex_lock(&c->lock);
 		u->next = c->abandoned;
 		c->abandoned = u;
 		atomic_fetch_add(&c->n_abandoned, 1);
 		pthread_mutex_unlock(&c->lock);
-		status_local(st, ETIMEDOUT,
-			     "%s: no answer %d ms past the deadline (the connection is stuck)",
-			     method, WSC_STUCK_GRACE_MS);
+		if (stalled)
+			status_local(st, ETIMEDOUT, "%s: nothing came from agentd for %u ms",
+				     method, c->timeout_ms);
+		else
+			status_local(st, ETIMEDOUT,
+				     "%s: no answer %d ms past the deadline (the connection is stuck)",
+				     method, WSC_STUCK_GRACE_MS);
 		st->code = WSB_DEADLINE_EXCEEDED;
 		return -ETIMEDOUT;
 	}
+	if (u->recv_bb || (u->code != GRPC_STATUS_DEADLINE_EXCEEDED &&
+			   u->code != GRPC_STATUS_UNAVAILABLE && u->code != GRPC_STATUS_CANCELLED))
+		heard(c);
 	r = status_from_call(st, u->code, &u->details, &u->trailing_md, false);
 	if (r == 0 && !u->recv_bb) {
 		r = status_local(st, EPROTO, "%s: status OK without a reply", method);

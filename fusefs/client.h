@@ -153,15 +153,19 @@ int wsc_unary(struct wsc *c, const char *method, const ProtobufCMessage *req,
  *                   (protobuf_c_message_free_unpacked(msg, NULL)); may be
  *                   NULL to drop the reply
  * @param timeout_ms deadline in milliseconds from now; 0 = none, < 0 = the
- *                   client's default
+ *                   client's default. A longer one than the default also
+ *                   ends once the call has waited the default while nothing
+ *                   came from the server for as long (client.c "Stalled
+ *                   links").
  * @param st         filled with the outcome, or NULL
  * @return 0, or -err of the status (-ENOENT for NOT_FOUND from agentd, ...),
  *         -EBADMSG for a reply that does not decode, -ENOMEM, or
  *         -ETIMEDOUT (status DEADLINE_EXCEEDED) when the call has not ended
  *         1 s after its deadline: a connection whose peer stopped reading
  *         during a large message, which gRPC's deadline cannot end
- *         (client.c "Stuck calls"); the call is cancelled and left to end
- *         in the background. The wait is unbounded with no deadline.
+ *         (client.c "Stuck calls"), or when the link stalled; the call is
+ *         cancelled and left to end in the background. The wait is
+ *         unbounded with no deadline.
  * Thread safety: any thread, concurrently with other calls.
  */
 int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
