@@ -137,6 +137,7 @@ struct exec_process {
 	bool pty;
 	int master;                       /* PTY master (owned by out[0]) or -1 */
 	int cg_fd;                        /* O_PATH fd of cmd-<id>, or -1 */
+	bool cg_fresh;                    /* cmd-<id> made anew for it */
 
 	struct journal j[EXEC_NSTREAMS];
 	size_t flow_high, flow_low;       /* lossless lag marks, bytes */
@@ -536,7 +537,29 @@ static int cg_create(struct exec_process *p)
 	if (t->cg_fd < 0)
 		return -1;
 	snprintf(name, sizeof(name), "cmd-%llu", (unsigned long long)p->id);
-	if (mkdirat(t->cg_fd, name, 0755) < 0 && errno != EEXIST) {
+	if (mkdirat(t->cg_fd, name, 0755) == 0) {
+		p->cg_fresh = true;
+	} else if (errno == EEXIST) {
+		/*
+		 * Stale: left by an earlier table of this process (ids start
+		 * at 1 again) or an earlier agentd with this pid, when an
+		 * unreaped zombie kept it populated (cg_remove()). It may
+		 * have been killed through cgroup.kill, and Linux SIGKILLs
+		 * every child cloned into such a cgroup with CLONE_INTO_CGROUP
+		 * (cgroup_css_set_fork() takes the kill_seq of the parent's
+		 * cgroup, cgroup_post_fork() compares the target's). Make it
+		 * anew; if it is still busy, the child joins it by writing
+		 * cgroup.procs instead (not fresh: no clone3 into it).
+		 */
+		int old = openat(t->cg_fd, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+		if (old >= 0) {
+			cg_move_all(old, t->cg_fd);
+			close(old);
+		}
+		if (unlinkat(t->cg_fd, name, AT_REMOVEDIR) == 0 && mkdirat(t->cg_fd, name, 0755) == 0)
+			p->cg_fresh = true;
+	} else {
 		cg_note_fallback(t, "cannot create a command cgroup", errno);
 		return -1;
 	}
@@ -1961,7 +1984,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	c.cwd_fd = spec->cwd_fd;
 	snprintf(c.cwd_path, sizeof(c.cwd_path), "/proc/self/fd/%d", spec->cwd_fd);
 	c.cg_procs = cg_procs;
-	c.cg_dir = cg_procs >= 0 ? p->cg_fd : -1;
+	c.cg_dir = cg_procs >= 0 && p->cg_fresh ? p->cg_fd : -1;
 	c.err_w = perrp[1];
 	perrp[1] = -1;
 	c.argv = p->argv;

@@ -1151,6 +1151,57 @@ static void test_tags_and_info(void **state)
 	result_done(&r);
 }
 
+/*
+ * A stale cmd-<id> killed through cgroup.kill (an earlier table of this
+ * process leaves one when an unreaped zombie kept it busy) does not kill
+ * the next command of that id: Linux SIGKILLs a child cloned into a killed
+ * cgroup with CLONE_INTO_CGROUP. Skipped without cgroups.
+ */
+static void test_stale_killed_cgroup(void **state)
+{
+	struct fixture *f = *state;
+	const char *argv[] = { "cat", "/proc/self/cgroup", NULL };
+	struct exec_spec cat = { .argv = argv, .cwd_fd = -1 };
+	struct exec_spec seven = { .shell = "exit 7", .cwd_fd = -1 };
+	char mnt[256] = "", dir[512], line[1024], *cg, *nl, *sep;
+	struct result r;
+	FILE *fp;
+	int fd;
+
+	run(f, &cat, &r); /* id 1: cmd-1 */
+	cg = r.out[0] ? strstr((char *)r.out[0], "0::/") : NULL;
+	nl = cg ? strstr(cg, "/cmd-1\n") : NULL;
+	fp = fopen("/proc/self/mountinfo", "re");
+	assert_non_null(fp);
+	while (!mnt[0] && fgets(line, sizeof(line), fp)) {
+		char root[256], point[256];
+
+		sep = strstr(line, " - cgroup2 ");
+		if (sep && sscanf(line, "%*s %*s %*s %255s %255s", root, point) == 2 &&
+		    strcmp(root, "/") == 0)
+			strcpy(mnt, point);
+	}
+	fclose(fp);
+	if (!nl || !mnt[0]) {
+		result_done(&r);
+		print_message("# no cgroup v2 for commands here\n");
+		skip();
+	}
+	/* cmd-2, as an earlier table left it: killed */
+	snprintf(dir, sizeof(dir), "%s%.*s/cmd-2", mnt, (int)(nl - cg - 3), cg + 3);
+	result_done(&r);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	strcat(dir, "/cgroup.kill");
+	fd = open(dir, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "1", 1), 1);
+	close(fd);
+	run(f, &seven, &r); /* id 2: cmd-2 */
+	assert_int_equal(r.ex.signal, 0);
+	assert_int_equal(r.ex.code, 7);
+	result_done(&r);
+}
+
 /* E8: the exit status is kept for exit_keep_ms (300 ms in setup_small). */
 static void test_exit_kept_then_dropped(void **state)
 {
@@ -1460,6 +1511,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_signal_delivered_once, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reap_orphan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tags_and_info, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stale_killed_cgroup, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_exit_kept_then_dropped, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_max_kept, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_pty, setup, teardown),
