@@ -1525,6 +1525,8 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 			r = -EISDIR;
 			goto fail;
 		}
+		if (opts->keep_mode && S_ISREG(st.st_mode))
+			u->mode = st.st_mode & 07777;
 	}
 	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 &&
 	    opts->size_hint / vfs.f_frsize > vfs.f_bavail) {

@@ -1089,6 +1089,7 @@ static int upload_take(struct rpc_call *call, struct upload_call *uc,
 			.mkdirs = h->mkdirs,
 			.exclusive = h->exclusive,
 			.size_hint = h->size_hint,
+			.keep_mode = h->keep_mode,
 		};
 		r = fsops_upload_begin(&uc->ad->root, h->path.data, h->path.len, &o, &uc->u);
 		if (r < 0) {

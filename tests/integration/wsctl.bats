@@ -164,11 +164,15 @@ teardown() {
 	run --separate-stderr "$WSCTL" put "$L/h.txt" dir
 	assert_status 0
 	cmp "$L/h.txt" "$ROOT/dir/h.txt"
-	# Overwrite replaces the content entirely.
+	# Overwrite replaces the content entirely, and keeps the mode of the
+	# file there, as cp(1) does.
 	printf 'x' >"$L/short"
+	chmod 600 "$L/short"
+	chmod 604 "$ROOT/h.txt"
 	run --separate-stderr "$WSCTL" put "$L/short" h.txt
 	assert_status 0
 	assert_eq "$(cat "$ROOT/h.txt")" "x"
+	assert_eq "$(stat -c %a "$ROOT/h.txt")" 604 "mode of the file put over"
 	# No temp files left behind.
 	assert_eq "$(ls -A "$ROOT")" $'dir\nh.txt'
 	assert_eq "$(ls -A "$ROOT/dir")" "h.txt"

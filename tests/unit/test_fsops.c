@@ -695,6 +695,7 @@ static void test_upload_atomic(void **state)
 	struct fsops_upload_opts o = { .mode = 0640 };
 	struct fsops_upload *u;
 	struct stat st;
+	char path[512];
 	char *s;
 
 	write_at(fx->rootdir, "t", "old");
@@ -723,6 +724,22 @@ static void test_upload_atomic(void **state)
 	assert_string_equal(s, "new content");
 	free(s);
 	assert_int_equal(count_temps(fx->rootdir), 0);
+
+	/* keep_mode: the file there keeps its bits (cp over a file); a new
+	 * one gets the mode asked for */
+	snprintf(path, sizeof(path), "%s/t", fx->rootdir);
+	assert_int_equal(chmod(path, 0604), 0);
+	o.keep_mode = true;
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), 0);
+	assert_int_equal(fsops_upload_write(u, "kept", 4), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0604);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t3"), &o, &u), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	snprintf(path, sizeof(path), "%s/t3", fx->rootdir);
+	assert_int_equal(unlink(path), 0);
+	o.keep_mode = false;
 
 	/* exclusive */
 	o.exclusive = true;
