@@ -1493,6 +1493,80 @@ int fsops_mkdirs(const struct resolve_root *root, const void *path, size_t len)
 	return r;
 }
 
+/*
+ * While *@name in *@dirfd (what resolve_parent() gave for wire path @path,
+ * @len bytes) is a symlink, put there the parent and name of what it leads
+ * to, resolved beneath the root as open(2) follows a final symlink: a
+ * relative target from the link's directory, an absolute one -EXDEV (as
+ * resolve.h), at most 40 links (-ELOOP, path_resolution(7)). -ENOENT when a
+ * link leads nowhere (cp(1) does not write through a dangling symlink
+ * either). On failure *@dirfd and *@name are the caller's to free still.
+ */
+static int upload_follow(const struct resolve_root *root, const void *path, size_t len,
+			 int *dirfd, char **name)
+{
+	char *cur = NULL, link[PATH_MAX];
+	size_t cur_len = len;
+	int r = 0;
+
+	for (int hops = 0;; hops++) {
+		const char *p = cur ? cur : path;
+		const char *slash;
+		struct stat st;
+		size_t dir_len;
+		ssize_t n;
+		char *next;
+		int nfd;
+
+		if (fstatat(*dirfd, *name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			r = errno == ENOENT && hops == 0 ? 0 : -errno;
+			break;
+		}
+		if (!S_ISLNK(st.st_mode))
+			break;
+		if (hops == 40) {
+			r = -ELOOP;
+			break;
+		}
+		n = readlinkat(*dirfd, *name, link, sizeof(link));
+		if (n < 0 || (size_t)n >= sizeof(link)) {
+			r = n < 0 ? -errno : -ENAMETOOLONG;
+			break;
+		}
+		if (n == 0 || link[0] == '/') {
+			r = n == 0 ? -ENOENT : -EXDEV;
+			break;
+		}
+		/* The link's directory in wire terms, then its target. */
+		slash = memrchr(p, '/', cur_len);
+		dir_len = slash ? (size_t)(slash - p) + 1 : 0;
+		next = malloc(dir_len + (size_t)n + 1);
+		if (!next) {
+			r = -ENOMEM;
+			break;
+		}
+		memcpy(next, p, dir_len);
+		memcpy(next + dir_len, link, (size_t)n);
+		next[dir_len + (size_t)n] = '\0';
+		free(cur);
+		cur = next;
+		cur_len = dir_len + (size_t)n;
+		{
+			char *nname;
+
+			r = resolve_parent(root, cur, cur_len, &nfd, &nname);
+			if (r < 0)
+				break;
+			close(*dirfd);
+			free(*name);
+			*dirfd = nfd;
+			*name = nname;
+		}
+	}
+	free(cur);
+	return r;
+}
+
 int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t len,
 		       const struct fsops_upload_opts *opts, struct fsops_upload **ret)
 {
@@ -1514,6 +1588,8 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 			goto fail;
 	}
 	r = resolve_parent(root, path, len, &u->dirfd, &u->name);
+	if (r == 0 && opts->follow && !opts->exclusive)
+		r = upload_follow(root, path, len, &u->dirfd, &u->name);
 	if (r < 0)
 		goto fail;
 	if (fstatat(u->dirfd, u->name, &st, AT_SYMLINK_NOFOLLOW) == 0) {

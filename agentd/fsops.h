@@ -356,6 +356,7 @@ struct fsops_upload_opts {
 	bool exclusive;     /**< fail with -EEXIST if the target exists */
 	uint64_t size_hint; /**< bytes expected; -ENOSPC early if they cannot fit */
 	bool keep_mode;     /**< a regular file at the target keeps its permission bits */
+	bool follow;        /**< a symlink at the target is followed (-ENOENT: dangling) */
 };
 
 /**

@@ -1090,6 +1090,7 @@ static int upload_take(struct rpc_call *call, struct upload_call *uc,
 			.exclusive = h->exclusive,
 			.size_hint = h->size_hint,
 			.keep_mode = h->keep_mode,
+			.follow = h->follow,
 		};
 		r = fsops_upload_begin(&uc->ad->root, h->path.data, h->path.len, &o, &uc->u);
 		if (r < 0) {

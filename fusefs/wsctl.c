@@ -1893,8 +1893,10 @@ static int put_file(const char *local, int fd, const struct stat *sb, const char
 	hdr.path = bin(target);
 	hdr.mode = (std_in || !S_ISREG(sb->st_mode) ? 0666 : sb->st_mode & 0777) & ~g_umask;
 	hdr.size_hint = S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0;
-	/* As cp(1): an existing file keeps its mode. */
+	/* As cp(1): an existing file keeps its mode, and a symlink there is
+	 * written through. */
 	hdr.keep_mode = true;
+	hdr.follow = true;
 	first.header = &hdr;
 	r = wsc_stream_open(g_client, M_UPLOAD, NULL, 0, &u.s, &st);
 	if (r < 0) {

@@ -178,6 +178,30 @@ teardown() {
 	assert_eq "$(ls -A "$ROOT/dir")" "h.txt"
 }
 
+@test "wsctl put writes through a remote symlink to a file, as cp(1); a dangling one fails" {
+	mkdir "$ROOT/d"
+	printf 'old\n' >"$ROOT/d/target"
+	ln -s d/target "$ROOT/link"
+	printf 'new\n' >"$L/n"
+	run --separate-stderr "$WSCTL" put "$L/n" link
+	assert_status 0
+	assert_eq "$(cat "$ROOT/d/target")" new "the file the link leads to"
+	assert_eq "$(readlink "$ROOT/link")" d/target "the link stays"
+	ln -s nowhere "$ROOT/dangling"
+	run --separate-stderr "$WSCTL" put "$L/n" dangling
+	assert_status 1
+	assert_contains "$stderr" "dangling"
+	assert_contains "$stderr" "No such file or directory"
+	assert_eq "$(readlink "$ROOT/dangling")" nowhere "the dangling link stays"
+	assert_eq "$(ls -A "$ROOT")" $'d\ndangling\nlink' "nothing made for the dangling link"
+	# A link leading out of the workspace is refused, nothing written.
+	ln -s ../../outside "$ROOT/d/out"
+	run --separate-stderr "$WSCTL" put "$L/n" d/out
+	assert_status 1
+	assert_contains "$stderr" "escapes the workspace root"
+	assert_eq "$(ls -A "$ROOT/d")" $'out\ntarget' "no temp file left"
+}
+
 @test "wsctl put from stdin" {
 	run --separate-stderr bash -c 'printf "from stdin" | "$0" put - s.txt' "$WSCTL"
 	assert_status 0

@@ -929,6 +929,71 @@ static void test_readdir_paging(void **state)
 	}
 }
 
+/* Upload with follow: through a symlink (and a chain of them) the file it
+ * leads to is replaced and the links stay, as cp(1) writes through one; a
+ * dangling link, an absolute one, one leading out and a loop fail. */
+static void upload_to(struct fx *fx, const char *path, const char *data, int want)
+{
+	struct fsops_upload_opts o = { .mode = 0600, .follow = true, .keep_mode = true };
+	struct fsops_upload *u;
+	int r;
+
+	r = fsops_upload_begin(&fx->root, path, strlen(path), &o, &u);
+	if (r == 0) {
+		assert_int_equal(fsops_upload_write(u, data, strlen(data)), 0);
+		r = fsops_upload_commit(u, NULL);
+	}
+	assert_int_equal(r, want);
+}
+
+static void test_upload_follow(void **state)
+{
+	struct fx *fx = *state;
+	char p[512], l[512], *s;
+	struct stat st;
+
+#define AT(rel) (snprintf(p, sizeof(p), "%s/%s", fx->rootdir, rel), p)
+	assert_int_equal(mkdir(AT("d"), 0755), 0);
+	write_at(fx->rootdir, "d/target", "old");
+	assert_int_equal(chmod(AT("d/target"), 0640), 0);
+	assert_int_equal(symlink("d/target", AT("ln")), 0);   /* relative to the root */
+	assert_int_equal(symlink("../ln", AT("d/ln2")), 0);   /* a chain, via .. */
+	upload_to(fx, "d/ln2", "new", 0);
+	s = read_at(fx->rootdir, "d/target");
+	assert_string_equal(s, "new");
+	free(s);
+	assert_int_equal(lstat(AT("ln"), &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(lstat(AT("d/ln2"), &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(stat(AT("d/target"), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640); /* keep_mode, through the links */
+	assert_int_equal(count_temps(fx->rootdir), 0);
+
+	assert_int_equal(symlink("nowhere", AT("dangling")), 0);
+	upload_to(fx, "dangling", "x", -ENOENT);
+	assert_int_equal(lstat(AT("nowhere"), &st), -1);
+	snprintf(l, sizeof(l), "%s/f", fx->rootdir);
+	assert_int_equal(symlink(l, AT("absolute")), 0);
+	upload_to(fx, "absolute", "x", -EXDEV);
+	assert_int_equal(symlink("../../etc/passwd", AT("d/out")), 0);
+	upload_to(fx, "d/out", "x", -EXDEV);
+	assert_int_equal(symlink("loop", AT("loop")), 0);
+	upload_to(fx, "loop", "x", -ELOOP);
+	/* Each left as it was. */
+	s = read_at(fx->rootdir, "f");
+	assert_string_equal(s, "hello");
+	free(s);
+	assert_int_equal(lstat(AT("loop"), &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_int_equal(count_temps(fx->rootdir), 0);
+	/* A new name is made as without follow. */
+	upload_to(fx, "d/fresh", "fresh", 0);
+	assert_int_equal(stat(AT("d/fresh"), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+#undef AT
+}
+
 /* Each test twice: "<name> openat2" and "<name> walk". */
 #define BOTH(t)                                                                   \
 	{ #t " openat2", t, setup, teardown, (void *)&use_openat2 },                 \
@@ -950,6 +1015,7 @@ int main(void)
 		BOTH(test_links),
 		BOTH(test_xattr_nofollow),
 		BOTH(test_upload_atomic),
+		BOTH(test_upload_follow),
 		BOTH(test_sparse_round_trip),
 		BOTH(test_read_file),
 		BOTH(test_readdir_paging),
