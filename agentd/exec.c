@@ -557,8 +557,13 @@ static int cg_create(struct exec_process *p)
 			cg_move_all(old, t->cg_fd);
 			close(old);
 		}
-		if (unlinkat(t->cg_fd, name, AT_REMOVEDIR) == 0 && mkdirat(t->cg_fd, name, 0755) == 0)
+		if (unlinkat(t->cg_fd, name, AT_REMOVEDIR) == 0) {
+			if (mkdirat(t->cg_fd, name, 0755) < 0) {
+				cg_note_fallback(t, "cannot create a command cgroup", errno);
+				return -1;
+			}
 			p->cg_fresh = true;
+		}
 	} else {
 		cg_note_fallback(t, "cannot create a command cgroup", errno);
 		return -1;

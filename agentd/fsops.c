@@ -1601,8 +1601,12 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 			r = -EISDIR;
 			goto fail;
 		}
+		/* Not the set-user-ID, set-group-ID and sticky bits: the new
+		 * file is agentd's, not the old one's owner's (cp writes into
+		 * the old inode, and a write by one without CAP_FSETID clears
+		 * them, write(2)). */
 		if (opts->keep_mode && S_ISREG(st.st_mode))
-			u->mode = st.st_mode & 07777;
+			u->mode = st.st_mode & 0777;
 	}
 	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 &&
 	    opts->size_hint / vfs.f_frsize > vfs.f_bavail) {

@@ -355,7 +355,7 @@ struct fsops_upload_opts {
 	bool mkdirs;        /**< create missing parent directories (0755) */
 	bool exclusive;     /**< fail with -EEXIST if the target exists */
 	uint64_t size_hint; /**< bytes expected; -ENOSPC early if they cannot fit */
-	bool keep_mode;     /**< a regular file at the target keeps its permission bits */
+	bool keep_mode;     /**< a regular file at the target keeps its rwx bits (0777) */
 	bool follow;        /**< a symlink at the target is followed (-ENOENT: dangling) */
 };
 

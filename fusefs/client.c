@@ -919,10 +919,16 @@ static grpc_event cq_wait_until(struct wsc *c, grpc_completion_queue *cq, void *
 	return ev;
 }
 
-/* A call had its answer: the link moves ("Stalled links"). */
-static void heard(struct wsc *c)
+/* A call had its answer at @now_ns: the link moves ("Stalled links").
+ * Never backwards (a thread preempted before its store). */
+static void heard(struct wsc *c, int64_t now_ns)
 {
-	atomic_store_explicit(&c->heard_ns, wsb_mono_ns(), memory_order_relaxed);
+	int_fast64_t old = atomic_load_explicit(&c->heard_ns, memory_order_relaxed);
+
+	while (old < now_ns && !atomic_compare_exchange_weak_explicit(&c->heard_ns, &old, now_ns,
+								       memory_order_relaxed,
+								       memory_order_relaxed))
+		;
 }
 
 /*
@@ -1535,7 +1541,7 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 		   int64_t timeout_ms, struct wsc_status *st)
 {
 	gpr_timespec deadline = deadline_of(c, timeout_ms), until;
-	int64_t start_ns = wsb_mono_ns();
+	int64_t start_ns;
 	struct opstream *s;
 	grpc_call_error e;
 	grpc_event ev;
@@ -1574,6 +1580,7 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 		return 1; /* not sent */
 	}
 	s->started = true;
+	start_ns = wsb_mono_ns();
 	/* The deadline is ours to keep: the stream has none. */
 	ev = call_wait(c, s->cq, &s->tag_op, deadline, start_ns, timeout_ms, &stalled);
 	if (ev.type == GRPC_QUEUE_TIMEOUT) {
@@ -1594,7 +1601,7 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 		s->recv_bb = NULL;
 		s->used = true;
 		s->idle_ns = wsb_mono_ns();
-		atomic_store_explicit(&c->heard_ns, s->idle_ns, memory_order_relaxed);
+		heard(c, s->idle_ns);
 		if (r < 0 && !st->has_errno && (st->err == EBADMSG || st->err == EPROTO))
 			op_drop(s, false); /* a stream that sends such is not to be trusted */
 		return r;
@@ -1631,7 +1638,7 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		 int64_t timeout_ms, struct wsc_status *st)
 {
 	gpr_timespec deadline = deadline_of(c, timeout_ms), until;
-	int64_t start_ns = wsb_mono_ns();
+	int64_t start_ns;
 	struct wsc_status tmp;
 	struct unary *u;
 	grpc_call_error e;
@@ -1691,6 +1698,7 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		unary_free(c, u);
 		return r;
 	}
+	start_ns = wsb_mono_ns();
 	until = gpr_time_add(deadline, gpr_time_from_millis(WSC_STUCK_GRACE_MS, GPR_TIMESPAN));
 	if (atomic_load(&c->n_abandoned) < WSC_ABANDON_MAX)
 		ev = call_wait(c, u->cq, &u->tag, until, start_ns, timeout_ms, &stalled);
@@ -1718,10 +1726,10 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		st->code = WSB_DEADLINE_EXCEEDED;
 		return -ETIMEDOUT;
 	}
-	if (u->recv_bb || (u->code != GRPC_STATUS_DEADLINE_EXCEEDED &&
-			   u->code != GRPC_STATUS_UNAVAILABLE && u->code != GRPC_STATUS_CANCELLED))
-		heard(c);
 	r = status_from_call(st, u->code, &u->details, &u->trailing_md, false);
+	/* A reply, or agentd's errno: not a status of gRPC's own. */
+	if (u->recv_bb || st->has_errno)
+		heard(c, wsb_mono_ns());
 	if (r == 0 && !u->recv_bb) {
 		r = status_local(st, EPROTO, "%s: status OK without a reply", method);
 	} else if (r == 0) {

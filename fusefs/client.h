@@ -154,9 +154,10 @@ int wsc_unary(struct wsc *c, const char *method, const ProtobufCMessage *req,
  *                   NULL to drop the reply
  * @param timeout_ms deadline in milliseconds from now; 0 = none, < 0 = the
  *                   client's default. A longer one than the default also
- *                   ends once the call has waited the default while nothing
- *                   came from the server for as long (client.c "Stalled
- *                   links").
+ *                   ends once the call has waited the default while no call
+ *                   had an answer for as long (client.c "Stalled links"):
+ *                   it suits calls that share a slow link, not one that
+ *                   may run long on the server alone (give it 0).
  * @param st         filled with the outcome, or NULL
  * @return 0, or -err of the status (-ENOENT for NOT_FOUND from agentd, ...),
  *         -EBADMSG for a reply that does not decode, -ENOMEM, or

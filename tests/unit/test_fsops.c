@@ -734,6 +734,12 @@ static void test_upload_atomic(void **state)
 	assert_int_equal(fsops_upload_write(u, "kept", 4), 0);
 	assert_int_equal(fsops_upload_commit(u, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0604);
+	/* ... but never set-user-ID or set-group-ID: the new file is not the
+	 * old one's owner's */
+	assert_int_equal(chmod(path, 06755), 0);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0755);
 	assert_int_equal(fsops_upload_begin(&fx->root, P("t3"), &o, &u), 0);
 	assert_int_equal(fsops_upload_commit(u, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0640);
