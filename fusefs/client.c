@@ -935,7 +935,7 @@ static void heard(struct wsc *c, int64_t now_ns)
  * cq_wait_until() on a polling queue for a call begun at @start_ns
  * (CLOCK_MONOTONIC) with a deadline of @timeout_ms: when that is longer than
  * the client's default, the wait also ends once the call has waited the
- * default and nothing came from the server for as long ("Stalled links"):
+ * default and no call had an answer for as long ("Stalled links"):
  * a GRPC_QUEUE_TIMEOUT event with *@stalled set.
  */
 static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
@@ -1586,7 +1586,7 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 	if (ev.type == GRPC_QUEUE_TIMEOUT) {
 		op_drop(s, true); /* (send_bb goes with it) */
 		if (stalled)
-			status_local(st, ETIMEDOUT, "%s: nothing came from agentd for %u ms",
+			status_local(st, ETIMEDOUT, "%s: no call had an answer from agentd for %u ms",
 				     method, c->timeout_ms);
 		else
 			status_local(st, ETIMEDOUT, "%s: no answer within the deadline", method);
@@ -1717,7 +1717,7 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		atomic_fetch_add(&c->n_abandoned, 1);
 		pthread_mutex_unlock(&c->lock);
 		if (stalled)
-			status_local(st, ETIMEDOUT, "%s: nothing came from agentd for %u ms",
+			status_local(st, ETIMEDOUT, "%s: no call had an answer from agentd for %u ms",
 				     method, c->timeout_ms);
 		else
 			status_local(st, ETIMEDOUT,
