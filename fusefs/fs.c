@@ -2683,6 +2683,18 @@ again:
 		release_handle(fs, rep->handle);
 	if (r == 0 && !replaced)
 		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
+	if (r == 0 && replaced && fs->se) {
+		/*
+		 * The kernel's inode is the old file's, which the pod has just
+		 * replaced (the name was looked up for this very open): it
+		 * takes the opened file's attributes and pages, or fstat(2)
+		 * would give the old size for the new bytes, and a mmap(2) of
+		 * that size die of SIGBUS past the new file's end. Its next
+		 * GETATTR is answered through this open file (node_stat()).
+		 */
+		node_attr_drop(fs->nodes, ino);
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+	}
 	/*
 	 * Not the contents this mount saw last (or none seen): the pages go
 	 * (no keep_cache), and so must the kernel's attributes, before the

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A file the pod replaces by rename every 2 ms (a build rewriting its
+output, git's index.lock) while a host process opens it and reads it whole:
+fstat's size must be the size of the bytes the descriptor reads, and a
+mmap(2) of that size must read them. An open that raced two of the pod's
+renames got the new file on the old file's kernel inode, with the old size:
+reads of another size, and SIGBUS past the new file's end.
+
+Usage: pod_replace_read.py VIEW POD SECONDS; prints the count of opens and
+of those that differ, exits 1 when any differs.
+"""
+import mmap
+import os
+import subprocess
+import sys
+import time
+
+VIEW, POD, SECONDS = sys.argv[1], sys.argv[2], sys.argv[3]
+RENAMER = r"""
+import os, sys, time
+d, end = sys.argv[1], time.monotonic() + float(sys.argv[2])
+i = 0
+while time.monotonic() < end:
+    n = 100 + (i * 7919) % 30000
+    with open(os.path.join(d, "h.tmp"), "w") as f:
+        f.write("%08d" % n + "x" * (n - 8))
+    os.rename(os.path.join(d, "h.tmp"), os.path.join(d, "h"))
+    i += 1
+    time.sleep(0.002)
+"""
+
+with open(os.path.join(POD, "h"), "w") as f:
+    f.write("%08d" % 100 + "x" * 92)
+time.sleep(0.3)
+pod = subprocess.Popen([sys.executable, "-c", RENAMER, POD, SECONDS])
+opens = bad = 0
+while pod.poll() is None:
+    try:
+        fd = os.open(os.path.join(VIEW, "h"), os.O_RDONLY)
+    except FileNotFoundError:
+        continue
+    try:
+        size = os.fstat(fd).st_size
+        data = b""
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            data += b
+        m = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ)
+        mapped = m[:]
+        m.close()
+        opens += 1
+        if len(data) != size or mapped != data or int(data[:8]) != size:
+            bad += 1
+            if bad <= 3:
+                print("fstat %d, read %d bytes of a %s-byte file" % (size, len(data), data[:8]))
+    except (OSError, ValueError) as e:
+        bad += 1
+        if bad <= 3:
+            print("fails:", e)
+    finally:
+        os.close(fd)
+print("%d opens, %d differ" % (opens, bad))
+sys.exit(1 if bad or opens < 100 else 0)
