@@ -426,6 +426,28 @@ static char *join(const char *dir, const char *name)
 	return r;
 }
 
+/*
+ * Where a copy of @src goes for destination @dst: @dst/basename(@src) when
+ * @into (@dst is a directory, which cp(1) copies into), else @dst;
+ * malloc'd. NULL with errno EINVAL when @src has no last component (the
+ * root), or ENOMEM.
+ */
+static char *copy_target(const char *dst, bool into, const char *src)
+{
+	char *b, *t;
+
+	if (!into)
+		return strdup(dst);
+	b = base_name(src);
+	if (!b) {
+		errno = EINVAL;
+		return NULL;
+	}
+	t = join(dst, b);
+	free(b);
+	return t;
+}
+
 /* True when @p names the workspace root: only "", "/" and "." parts. */
 static bool is_root(const char *p)
 {
@@ -1740,20 +1762,12 @@ static int cmd_get(int argc, char **argv)
 		protobuf_c_message_free_unpacked(&sr->base, NULL);
 	}
 
-	if (stat(local, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		char *b = base_name(remote);
-
-		if (!b) {
-			msg("get %s: names no file", q(remote));
-			return EXIT_FAILURE;
-		}
-		target = join(local, b);
-		free(b);
-	} else {
-		target = strdup(local);
-	}
+	target = copy_target(local, stat(local, &sb) == 0 && S_ISDIR(sb.st_mode), remote);
 	if (!target) {
-		report_errno(local, ENOMEM);
+		if (errno == EINVAL)
+			msg("get %s: names no file", q(remote));
+		else
+			report_errno(local, ENOMEM);
 		return EXIT_FAILURE;
 	}
 	if (recursive && S_ISDIR(mode)) {
@@ -2108,21 +2122,9 @@ static int cmd_put(int argc, char **argv)
 		report(remote, &st);
 		goto out;
 	}
-	if (r > 0) {
-		char *b = base_name(local);
-
-		if (!b) {
-			report_errno(local, EINVAL);
-			r = -1;
-			goto out;
-		}
-		target = join(remote, b);
-		free(b);
-	} else {
-		target = strdup(remote);
-	}
+	target = copy_target(remote, r > 0, local);
 	if (!target) {
-		report_errno(NULL, ENOMEM);
+		report_errno(errno == EINVAL ? local : NULL, errno);
 		r = -1;
 		goto out;
 	}
