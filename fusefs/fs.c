@@ -2538,6 +2538,44 @@ static bool stale_retry(struct wsfs *fs, pid_t tid)
 	return r;
 }
 
+/*
+ * Make the kernel's i_size of @ino at least @size bytes, the size of the file
+ * that @f has just opened: stores the file's last byte, read through @f,
+ * into the inode's page cache (FUSE_NOTIFY_STORE extends i_size to cover
+ * what it stores: fs/fuse/dev.c fuse_notify_store(); a store of no bytes
+ * leaves it). For an open that gave the kernel's inode another file (the
+ * "replaced" open of ws_open()): the GETATTR that follows is answered with
+ * the new size, but the kernel drops the reply's attributes when an
+ * invalidation of the inode (a watch event of the name) crossed it
+ * (fs/fuse/inode.c fuse_change_attributes(), attr_version), and fstat(2)
+ * still shows the reply: a mmap(2) of that size then died of SIGBUS past
+ * the old i_size (filemap_fault()). A stored byte in a page not yet read
+ * leaves the page not uptodate (read again when needed). Best effort: a
+ * failed Read or store leaves i_size as it was. Costs one Read; FUSE
+ * worker thread.
+ */
+static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, off_t size)
+{
+	Wsbridge__V1__ReadRequest q = WSBRIDGE__V1__READ_REQUEST__INIT;
+	Wsbridge__V1__ReadReply *rep = NULL;
+	struct hslot s = { f, &q.handle };
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(1);
+	int r;
+
+	if (size <= 0)
+		return;
+	q.offset = (uint64_t)size - 1;
+	q.size = 1;
+	read_mark(fs); /* agentd's read may set atime */
+	r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor, &rep);
+	if (r == 0 && rep->data.len == 1) {
+		bv.buf[0].mem = rep->data.data;
+		(void)fuse_lowlevel_notify_store(fs->se, ino, size - 1, &bv, 0);
+	}
+	read_mark(fs);
+	free_reply(rep);
+}
+
 static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -2690,10 +2728,12 @@ again:
 		 * takes the opened file's attributes and pages, or fstat(2)
 		 * would give the old size for the new bytes, and a mmap(2) of
 		 * that size die of SIGBUS past the new file's end. Its next
-		 * GETATTR is answered through this open file (node_stat()).
+		 * GETATTR is answered through this open file (node_stat()),
+		 * and its i_size made to cover the file (isize_cover()).
 		 */
 		node_attr_drop(fs->nodes, ino);
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+		isize_cover(fs, ino, file_of(fi), st.st_size);
 	}
 	/*
 	 * Not the contents this mount saw last (or none seen): the pages go
