@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -37,6 +38,7 @@
 #include <unistd.h>
 
 #include "fsops.h"
+#include "wsb.h"
 
 #ifndef SYS_fchmodat2
 #define SYS_fchmodat2 452 /* Linux 6.6, same number on every architecture */
@@ -747,17 +749,63 @@ int fsops_fstat(struct fsops_handles *h, uint64_t id, struct stat *ret_st)
 /* ---- path operations ---- */
 
 int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bool follow,
-	       struct stat *ret_st)
+	       struct stat *ret_st, int64_t *ret_btime_ns)
 {
 	int fd, r = 0;
 
 	fd = resolve_open(root, path, len, O_PATH | (follow ? 0 : O_NOFOLLOW), 0);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, ret_st) < 0)
+	if (ret_btime_ns)
+		r = fsops_birth(fd, "", AT_EMPTY_PATH, ret_st, ret_btime_ns);
+	else if (fstat(fd, ret_st) < 0)
 		r = -errno;
 	close(fd);
 	return r;
+}
+
+int fsops_birth(int dirfd, const char *name, int flags, struct stat *ret_st,
+		int64_t *ret_btime_ns)
+{
+	struct statx sx;
+
+	if (statx(dirfd, name, flags, STATX_BASIC_STATS | STATX_BTIME, &sx) < 0)
+		return -errno;
+	memset(ret_st, 0, sizeof(*ret_st));
+	ret_st->st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+	ret_st->st_ino = sx.stx_ino;
+	ret_st->st_mode = sx.stx_mode;
+	ret_st->st_nlink = sx.stx_nlink;
+	ret_st->st_uid = sx.stx_uid;
+	ret_st->st_gid = sx.stx_gid;
+	ret_st->st_rdev = makedev(sx.stx_rdev_major, sx.stx_rdev_minor);
+	ret_st->st_size = (off_t)sx.stx_size;
+	ret_st->st_blksize = (blksize_t)sx.stx_blksize;
+	ret_st->st_blocks = (blkcnt_t)sx.stx_blocks;
+	ret_st->st_atim = (struct timespec){ sx.stx_atime.tv_sec, sx.stx_atime.tv_nsec };
+	ret_st->st_mtim = (struct timespec){ sx.stx_mtime.tv_sec, sx.stx_mtime.tv_nsec };
+	ret_st->st_ctim = (struct timespec){ sx.stx_ctime.tv_sec, sx.stx_ctime.tv_nsec };
+	*ret_btime_ns = 0;
+	if (sx.stx_mask & STATX_BTIME) {
+		struct timespec b = { sx.stx_btime.tv_sec, sx.stx_btime.tv_nsec };
+
+		*ret_btime_ns = wsb_ns_of_ts(&b);
+	}
+	return 0;
+}
+
+int64_t fsops_fbirth(struct fsops_handles *h, uint64_t id)
+{
+	struct fsops_handle *e = handle_get(h, id);
+	struct stat st;
+	int64_t b = 0;
+
+	if (!e)
+		return 0;
+	if (fsops_birth(e->fd, "", AT_EMPTY_PATH, &st, &b) < 0)
+		b = 0;
+	handle_put(h, e);
+	return b;
 }
 
 void fsops_dirents_free(struct fsops_dirent *ents, size_t n)
@@ -841,7 +889,8 @@ int fsops_readdir(const struct resolve_root *root, const void *path, size_t len,
 			}
 			n++;
 			de->next_offset = (int64_t)d->d_off;
-			de->has_attr = fstatat(fd, d->d_name, &de->st, AT_SYMLINK_NOFOLLOW) == 0;
+			de->has_attr = fsops_birth(fd, d->d_name, AT_SYMLINK_NOFOLLOW, &de->st,
+						   &de->btime_ns) == 0;
 			if (n == max)
 				full = true;
 		}

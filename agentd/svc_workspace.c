@@ -159,12 +159,14 @@ static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	Wsbridge__V1__StatReply rep = WSBRIDGE__V1__STAT_REPLY__INIT;
 	Wsbridge__V1__Attr a;
 	struct stat st;
+	int64_t btime;
 	int r;
 
-	r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st);
+	r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st, &btime);
 	if (r < 0)
 		return fail_path(call, r, "stat", &q->path);
 	attr_from_stat(&a, &st);
+	a.btime_ns = btime;
 	rep.attr = &a;
 	rpc_reply(call, &rep.base);
 }
@@ -216,6 +218,7 @@ static int listing_msgs(struct listing *l)
 		l->de[i].next_offset = l->ents[i].next_offset;
 		if (l->ents[i].has_attr) {
 			attr_from_stat(&l->attrs[i], &l->ents[i].st);
+			l->attrs[i].btime_ns = l->ents[i].btime_ns;
 			l->de[i].attr = &l->attrs[i];
 		}
 		l->dep[i] = &l->de[i];
@@ -444,6 +447,7 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	Wsbridge__V1__Attr a;
 	uint8_t *buf = NULL;
 	struct stat st, after;
+	int64_t btime;
 	uint64_t id;
 	bool created = false;
 	int flags, r;
@@ -495,7 +499,9 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		return fail_handle(call, r, "reopen", q->reopen);
 	if (r < 0)
 		return fail_path(call, r, "open", &q->path);
+	btime = fsops_fbirth(ad->handles, id);
 	attr_from_stat(&a, &st);
+	a.btime_ns = btime;
 	rep.handle = id;
 	rep.attr = &a;
 	rep.existed = q->create && !created;
@@ -524,8 +530,10 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		    after.st_mtim.tv_sec == st.st_mtim.tv_sec &&
 		    after.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
 		    after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
-		    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec)
+		    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
 			attr_from_stat(&a, &after);
+			a.btime_ns = btime;
+		}
 	}
 	rpc_reply(call, &rep.base);
 	free(buf);
@@ -1412,10 +1420,13 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 		      (!ev[i].is_dir || ev[i].changed))) &&
 		    n_attr < WATCH_ATTRS_MAX) {
 			struct stat st;
-			int sr = fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st);
+			int64_t btime;
+			int sr = fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st,
+					    &btime);
 
 			if (sr == 0) {
 				attr_from_stat(&a[n_attr], &st);
+				a[n_attr].btime_ns = btime;
 				e[i].attr = &a[n_attr++];
 			} else if (sr == -ENOENT || sr == -ENOTDIR) {
 				e[i].gone = true;

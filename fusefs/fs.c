@@ -70,6 +70,7 @@ struct wsfs_file {
 	uint64_t gen;  /* conn_gen when sh was obtained; under lock */
 	bool broken;   /* could not be reopened safely: EIO; under lock */
 	uint64_t ino;  /* server inode at open */
+	int64_t birth; /* and its birth time (st_birth()) */
 	Wsbridge__V1__Access access;
 	bool append;
 	bool direct_io; /* opened FOPEN_DIRECT_IO: writes bypass the kernel's pages */
@@ -276,6 +277,11 @@ static void free_reply(void *msg)
  * and the kernel maps it to INVALID_UID and then refuses every write to the
  * inode, creates in a directory too, with EACCES for as long as it keeps the
  * attributes (fs/namei.c inode_permission, HAS_UNMAPPED_ID).
+ *
+ * st_dev carries the file's birth time (Attr.btime_ns; st_birth()): with
+ * st_ino it names one file, as (st_dev, st_ino) does in POSIX, where a
+ * server inode number alone is reused. The kernel never sees it: FUSE's
+ * attributes have no device (struct fuse_attr), the mount's is st_dev.
  */
 static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 {
@@ -306,7 +312,21 @@ static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 	st->st_atim = wsb_ts_of_ns(a->atime_ns);
 	st->st_mtim = wsb_ts_of_ns(a->mtime_ns);
 	st->st_ctim = wsb_ts_of_ns(a->ctime_ns);
+	st->st_dev = (dev_t)a->btime_ns;
 	return 0;
+}
+
+/* The birth time attr_to_stat() left in @st (ns, 0 unknown). */
+static int64_t st_birth(const struct stat *st)
+{
+	return (int64_t)st->st_dev;
+}
+
+/* Whether @st (attr_to_stat()) is the file of node @info: its server
+ * inode, and its birth as far as both are known (node_same_birth()). */
+static bool same_file(const struct node_info *info, const struct stat *st)
+{
+	return info->ino == st->st_ino && node_same_birth(info->birth, st_birth(st));
 }
 
 static struct node_seen seen_of(const struct stat *st)
@@ -594,8 +614,8 @@ static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, 
 	uint64_t id;
 	int r;
 
-	r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), st->st_ino, st->st_mode,
-			(uint32_t)st->st_nlink, &id);
+	r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), st->st_ino, st_birth(st),
+			st->st_mode, (uint32_t)st->st_nlink, &id);
 	if (r < 0) {
 		reply_err(req, r == -ESTALE ? -ENOENT : r);
 		return 0;
@@ -708,6 +728,7 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
 	f->sh = sh;
 	f->gen = atomic_load(&fs->conn_gen);
 	f->ino = st->st_ino;
+	f->birth = st_birth(st);
 	f->access = access;
 	f->append = append;
 	pthread_mutex_lock(&files_lock);
@@ -858,7 +879,10 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 	}
 	if (r < 0)
 		goto out;
-	if (!rep->attr || rep->attr->ino != f->ino) {
+	if (!rep->attr || rep->attr->ino != f->ino ||
+	    !node_same_birth(rep->attr->btime_ns, f->birth)) {
+		/* Another file under the name (perhaps on the freed inode
+		 * number): not the one this handle had open. */
 		release_handle(fs, rep->handle);
 		f->broken = true;
 		r = -EIO;
@@ -1156,7 +1180,8 @@ static bool lookup_keep(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, cons
 
 	if (!id || !fs->se || node_info(fs->nodes, id, &info) < 0 || !info.ino || !info.nlookup)
 		return false;
-	if (node_lookup(fs->nodes, NODE_ANY, parent, name, len, info.ino, info.mode, 1, &got) < 0)
+	if (node_lookup(fs->nodes, NODE_ANY, parent, name, len, info.ino, info.birth, info.mode, 1,
+			&got) < 0)
 		return false;
 	if (got != id) {
 		node_forget(fs->nodes, got, 1);
@@ -1211,8 +1236,8 @@ again:
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
 	if (r == 0) {
-		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st.st_mode,
-				(uint32_t)st.st_nlink, &id);
+		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st_birth(&st),
+				st.st_mode, (uint32_t)st.st_nlink, &id);
 		if (r == -ESTALE) {
 			reply_err(req, -ENOENT); /* the parent went */
 			goto done;
@@ -1398,7 +1423,7 @@ static void own_keep(struct wsfs *fs, fuse_ino_t ino, const struct stat *st, uin
 	/* The node's own file, not one a handle opened by name after the pod
 	 * renamed another over it (ws_open). */
 	if (st && S_ISREG(st->st_mode) && st->st_nlink == 1 && gen == gen0 + 1 &&
-	    node_info(fs->nodes, ino, &info) == 0 && info.ino == st->st_ino)
+	    node_info(fs->nodes, ino, &info) == 0 && same_file(&info, st))
 		node_own_set(fs->nodes, ino, st, gen, seq0, wsfs_now_ns());
 	else
 		node_own_set(fs->nodes, ino, NULL, 0, 0, 0);
@@ -2671,7 +2696,7 @@ again:
 	if (r < 0)
 		goto out;
 	r = attr_to_stat(rep->attr, &st);
-	if (r == 0 && info.ino && info.ino != st.st_ino && !q.reopen && !q.truncate &&
+	if (r == 0 && info.ino && !same_file(&info, &st) && !q.reopen && !q.truncate &&
 	    (q.reopen = node_kept(fs->nodes, ino)) != 0) {
 		/* This mount's rename replaced the name while this open was on
 		 * its way: the kernel opened the old file, which it now keeps
@@ -2689,7 +2714,7 @@ again:
 	}
 	if (r == 0 && info.ino && info.mode != (st.st_mode & S_IFMT)) {
 		r = -ESTALE; /* another kind of file under this name now */
-	} else if (r == 0 && info.ino && info.ino != st.st_ino) {
+	} else if (r == 0 && info.ino && !same_file(&info, &st)) {
 		/*
 		 * The name was replaced (a rename over it in the pod) after the
 		 * kernel looked it up: open(2) must get the file the name holds
@@ -2827,7 +2852,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	r = attr_to_stat(rep->attr, &e.attr);
 	if (r == 0)
 		r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), e.attr.st_ino,
-				e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
+				st_birth(&e.attr), e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
 	if (r < 0) {
 		release_handle(fs, rep->handle);
 		if (r == -ESTALE)
@@ -3035,7 +3060,8 @@ static int file_pos_handle(struct wsfs *fs, struct wsfs_file *f, uint64_t failed
 	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
 	if (r == -ENOENT || r == -ELOOP)
 		r = -EIO;
-	if (r == 0 && (!rep->attr || rep->attr->ino != f->ino)) {
+	if (r == 0 && (!rep->attr || rep->attr->ino != f->ino ||
+		       !node_same_birth(rep->attr->btime_ns, f->birth))) {
 		release_handle(fs, rep->handle);
 		r = -EIO;
 	}
@@ -4248,7 +4274,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				 * directory goes without its node (the kernel
 				 * looks it up when it needs it). */
 				if (node_lookup(fs->nodes, d->ngen, ino, name, strlen(name), st->st_ino,
-						st->st_mode, (uint32_t)st->st_nlink, &id) == 0) {
+						st_birth(st), st->st_mode, (uint32_t)st->st_nlink,
+						&id) == 0) {
 					e.ino = id;
 					e.attr_timeout = t.attr;
 					e.entry_timeout = t.entry;

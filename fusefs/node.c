@@ -43,6 +43,7 @@ struct node {
 	struct link *links;  /* NULL for the root and for detached nodes */
 	unsigned n_links;
 	uint64_t ino;
+	int64_t birth; /* ns, 0 unknown: node_same_birth() */
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
@@ -315,12 +316,13 @@ static void ino_remove(struct node_table *t, struct node *n)
 	n->in_ino = false;
 }
 
-/* A named non-directory node with server inode @ino and type @mode. */
-static struct node *by_ino(struct node_table *t, uint64_t ino, uint32_t mode)
+/* A named non-directory node with server inode @ino, birth @birth and type
+ * @mode. */
+static struct node *by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint32_t mode)
 {
 	struct node *n = t->by_ino[mix64(ino) & (t->ino_cap - 1)];
 
-	while (n && !(n->ino == ino && n->mode == mode))
+	while (n && !(n->ino == ino && n->mode == mode && node_same_birth(n->birth, birth)))
 		n = n->ino_next;
 	return n;
 }
@@ -792,7 +794,8 @@ bool node_names_still(struct node_table *t, uint64_t dir, uint64_t since)
 }
 
 int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
-		size_t len, uint64_t ino, uint32_t mode, uint32_t nlink, uint64_t *ret_id)
+		size_t len, uint64_t ino, int64_t birth, uint32_t mode, uint32_t nlink,
+		uint64_t *ret_id)
 {
 	struct node *p, *n = NULL, *fresh = NULL;
 	struct link *l, *nl = NULL;
@@ -811,9 +814,12 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 	if (since == NODE_OWN)
 		p->ngen++;
 	l = link_find(t, parent, name, len);
-	if (l && l->node->ino == ino && l->node->mode == mode) {
+	if (l && l->node->ino == ino && l->node->mode == mode &&
+	    node_same_birth(l->node->birth, birth)) {
 		/* The name still holds the same file. */
 		n = l->node;
+		if (!n->birth)
+			n->birth = birth;
 		link_to_front(l);
 		goto found;
 	}
@@ -841,12 +847,13 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 	 * name it walked, which must be the node's path (-o
 	 * transform_symlinks computes the target from it). */
 	if (!S_ISDIR(mode) && !S_ISLNK(mode) && nlink > 1 && ino)
-		n = by_ino(t, ino, mode);
+		n = by_ino(t, ino, birth, mode);
 	if (!n) {
 		n = fresh;
 		fresh = NULL;
 		n->id = t->next_id++;
 		n->ino = ino;
+		n->birth = birth;
 		n->mode = mode;
 		id_insert(t, n);
 	}
@@ -1300,6 +1307,7 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 		r = -ESTALE;
 	} else {
 		ret->ino = n->ino;
+		ret->birth = n->birth;
 		ret->parent_ino = n == t->root ? n->ino : n->links ? n->links->parent->ino : 0;
 		ret->mode = n->mode;
 		ret->nlookup = n->nlookup;
@@ -1313,14 +1321,15 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 	return r;
 }
 
-size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t max)
+size_t node_ids_by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint64_t *ids,
+		       size_t max)
 {
 	struct node *n;
 	size_t k = 0;
 
 	pthread_mutex_lock(&t->lock);
 	for (n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n && k < max; n = n->ino_next)
-		if (n->ino == ino)
+		if (n->ino == ino && node_same_birth(n->birth, birth))
 			ids[k++] = n->id;
 	pthread_mutex_unlock(&t->lock);
 	return k;

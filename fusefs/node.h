@@ -77,6 +77,7 @@ struct node_seen {
 /** A copy of one node's state (node_info()). */
 struct node_info {
 	uint64_t ino;     /**< server inode number; 0 = not known yet */
+	int64_t birth;    /**< its birth time, ns; 0 = unknown (node_same_birth()) */
 	uint64_t parent_ino; /**< the parent's server inode; the root's own for the root, 0 if detached */
 	uint32_t mode;    /**< file type bits (S_IFMT) as last seen */
 	uint64_t nlookup; /**< kernel lookups outstanding */
@@ -152,12 +153,14 @@ void node_dir_offs(uint64_t *offs, size_t n);
 
 /**
  * The kernel learnt the name @p name (@p len bytes) in directory @p parent,
- * which is the server file with inode @p ino, type @p mode (S_IFMT bits;
- * permission bits are ignored) and link count @p nlink: find the node bound
+ * which is the server file with inode @p ino, birth time @p birth (ns, 0 =
+ * unknown: node_same_birth()), type @p mode (S_IFMT bits; permission bits
+ * are ignored) and link count @p nlink: find the node bound
  * to that name, or bind the name (to the node of another name of the same
  * file when @p nlink > 1, else to a new node), and count one lookup (a FUSE
  * lookup/create/mkdir/link/... reply, or a READDIRPLUS entry). A name bound
- * to a node with another server inode or type is taken from that node first.
+ * to a node with another server inode, birth time or type is taken from that
+ * node first (a freed inode number comes back with the next file made).
  *
  * @param since  NODE_OWN for a name this mount made (create, mkdir, link,
  *               ...: moves the names generation), NODE_ANY for one that
@@ -171,7 +174,19 @@ void node_dir_offs(uint64_t *offs, size_t n);
  *         (node_name_ok()); -ENOMEM.
  */
 int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
-		size_t len, uint64_t ino, uint32_t mode, uint32_t nlink, uint64_t *ret_id);
+		size_t len, uint64_t ino, int64_t birth, uint32_t mode, uint32_t nlink,
+		uint64_t *ret_id);
+
+/**
+ * Whether birth times @p a and @p b (ns; 0 = unknown: agentd's file system
+ * keeps none, or the reply carries none) may be one file's: equal, or
+ * either unknown. (server inode, birth time) names one file where an inode
+ * number alone is reused (wsbridge.proto Attr.btime_ns).
+ */
+static inline bool node_same_birth(int64_t a, int64_t b)
+{
+	return !a || !b || a == b;
+}
 
 /** node_lookup()'s @p since for a change of this mount's own. */
 #define NODE_OWN 0
@@ -356,9 +371,11 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret);
 
 /**
  * Up to @p max ids of the named non-directory nodes with server inode
- * @p ino into @p ids (the caller's array). Returns how many. Any thread.
+ * @p ino and birth time @p birth (node_same_birth()) into @p ids (the
+ * caller's array). Returns how many. Any thread.
  */
-size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t *ids, size_t max);
+size_t node_ids_by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint64_t *ids,
+		       size_t max);
 
 /**
  * Set the server inode number and type of @p id (the root's, learnt from its

@@ -199,7 +199,7 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	 */
 	if (attr) {
 		/* (A file with more names than this is kept attr_timeout.) */
-		n = node_ids_by_ino(fs->nodes, attr->ino, ids, 64);
+		n = node_ids_by_ino(fs->nodes, attr->ino, attr->btime_ns, ids, 64);
 		node_attr_drop_ino(fs->nodes, attr->ino);
 	} else if (wsfs_now_ns() - atomic_load(&fs->pod_names_ns) <=
 			   (int64_t)(fs->cfg.watch_timeout * 1e9) ||
@@ -223,12 +223,13 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	}
 }
 
-/* The attributes of server inode @ino changed (not its contents, as far as
- * anyone knows): drop what the mount and the kernel keep of them. */
-static void ev_attr_only(struct wsfs *fs, uint64_t ino)
+/* The attributes of server inode @ino, born at @birth (ns, 0 unknown),
+ * changed (not its contents, as far as anyone knows): drop what the mount
+ * and the kernel keep of them. */
+static void ev_attr_only(struct wsfs *fs, uint64_t ino, int64_t birth)
 {
 	uint64_t ids[64];
-	size_t n = node_ids_by_ino(fs->nodes, ino, ids, 64);
+	size_t n = node_ids_by_ino(fs->nodes, ino, birth, ids, 64);
 
 	node_attr_drop_ino(fs->nodes, ino);
 	for (size_t i = 0; i < n && i < 64; i++)
@@ -292,6 +293,13 @@ static uint64_t node_at(struct wsfs *fs, const ProtobufCBinaryData *path, uint64
 	if (!id || !*ret_parent || node_info(fs->nodes, id, ret_info) < 0)
 		return 0;
 	return id;
+}
+
+/* Whether @a (agentd's attributes of a path) are of node @info's file: its
+ * server inode, and birth time as far as both are known. */
+static bool attr_is(const struct node_info *info, const Wsbridge__V1__Attr *a)
+{
+	return info->ino == a->ino && node_same_birth(info->birth, a->btime_ns);
 }
 
 /*
@@ -372,7 +380,7 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
 	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
 			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
 			 fs->cfg.rpc_timeout_ms, &st);
-	if ((r == -ENOENT || r == -ENOTDIR) || (r == 0 && rep->attr && rep->attr->ino != info.ino))
+	if ((r == -ENOENT || r == -ENOTDIR) || (r == 0 && rep->attr && !attr_is(&info, rep->attr)))
 		name_gone(fs, parent, name, len);
 	if (rep)
 		protobuf_c_message_free_unpacked(&rep->base, NULL);
@@ -401,7 +409,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	/* (v == m: two names of one file; rename(2) leaves both.) A node of
 	 * the same directory at @path (the mount looked the new name up
 	 * before the event came) gives way to the one that holds a cwd. */
-	if (m && !bound_lately(&mi, batch_ns) && (!a || mi.ino == a->ino) && v != m) {
+	if (m && !bound_lately(&mi, batch_ns) && (!a || attr_is(&mi, a)) && v != m) {
 		/* It replaces the node at @path, as a rename through the
 		 * mount does; into a directory the table does not know, it
 		 * cannot be followed. */
@@ -410,7 +418,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 			name_gone(fs, mparent, mname, mlen);
 		return;
 	}
-	if (v && a && vi.ino && vi.ino != a->ino && node_held(&vi) && !bound_lately(&vi, batch_ns))
+	if (v && a && vi.ino && !attr_is(&vi, a) && node_held(&vi) && !bound_lately(&vi, batch_ns))
 		name_gone(fs, vparent, vname, vlen);
 }
 
@@ -450,7 +458,7 @@ static bool ev_exchanged(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 	if (wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
 			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
 			 fs->cfg.rpc_timeout_ms, &st) == 0 &&
-	    rep->attr && rep->attr->ino == mi.ino) {
+	    rep->attr && attr_is(&mi, rep->attr)) {
 		self_forget(fs, &ev->from);
 		self_forget(fs, &ev->path);
 		ev_name(fs, &ev->from);
@@ -477,7 +485,7 @@ static void ev_created(struct wsfs *fs, const ProtobufCBinaryData *path,
 	uint64_t parent;
 	size_t len;
 
-	if (a && node_at(fs, path, &parent, &name, &len, &info) && info.ino && info.ino != a->ino &&
+	if (a && node_at(fs, path, &parent, &name, &len, &info) && info.ino && !attr_is(&info, a) &&
 	    node_held(&info) && !bound_lately(&info, batch_ns))
 		name_gone(fs, parent, name, len);
 }
@@ -495,7 +503,7 @@ static void ev_linked(struct wsfs *fs, const Wsbridge__V1__Attr *a)
 {
 	if (a->nlink <= 1 || (a->mode & S_IFMT) == S_IFDIR)
 		return;
-	ev_attr_only(fs, a->ino);
+	ev_attr_only(fs, a->ino, a->btime_ns);
 }
 
 /*
@@ -1144,7 +1152,7 @@ static void ev_folded(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 * goes (AUTO_INVAL_DATA drops its pages if the attributes
 		 * fetched again say so). */
 		if (ev->kind == WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED && ev->attr && !ev->is_dir)
-			ev_attr_only(fs, ev->attr->ino);
+			ev_attr_only(fs, ev->attr->ino, ev->attr->btime_ns);
 		return;
 	}
 	if (!ev->changed || ev->gone)

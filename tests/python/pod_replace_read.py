@@ -6,8 +6,9 @@ mmap(2) of that size must read them. An open that raced two of the pod's
 renames got the new file on the old file's kernel inode, with the old size:
 reads of another size, and SIGBUS past the new file's end.
 
-Usage: pod_replace_read.py VIEW POD SECONDS; prints the count of opens and
-of those that differ, exits 1 when any differs.
+Usage: pod_replace_read.py VIEW POD SECONDS [PERIOD_MS]; PERIOD_MS: the
+pause between the pod's renames (2). Prints the count of opens and of those
+that differ, exits 1 when any differs.
 """
 import mmap
 import os
@@ -16,9 +17,10 @@ import sys
 import time
 
 VIEW, POD, SECONDS = sys.argv[1], sys.argv[2], sys.argv[3]
+PERIOD = float(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.002
 RENAMER = r"""
 import os, sys, time
-d, end = sys.argv[1], time.monotonic() + float(sys.argv[2])
+d, end, period = sys.argv[1], time.monotonic() + float(sys.argv[2]), float(sys.argv[3])
 i = 0
 while time.monotonic() < end:
     n = 100 + (i * 7919) % 30000
@@ -26,13 +28,13 @@ while time.monotonic() < end:
         f.write("%08d" % n + "x" * (n - 8))
     os.rename(os.path.join(d, "h.tmp"), os.path.join(d, "h"))
     i += 1
-    time.sleep(0.002)
+    time.sleep(period)
 """
 
 with open(os.path.join(POD, "h"), "w") as f:
     f.write("%08d" % 100 + "x" * 92)
 time.sleep(0.3)
-pod = subprocess.Popen([sys.executable, "-c", RENAMER, POD, SECONDS])
+pod = subprocess.Popen([sys.executable, "-c", RENAMER, POD, SECONDS, str(PERIOD)])
 opens = bad = 0
 while pod.poll() is None:
     try:

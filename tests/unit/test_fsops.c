@@ -598,8 +598,8 @@ static void test_links(void **state)
 	assert_int_equal(fsops_readlink(&fx->root, P("f"), &t, &n), -EINVAL);
 	assert_int_equal(fsops_symlink(&fx->root, "", 0, P("s2"), &st), -ENOENT);
 	assert_int_equal(fsops_symlink(&fx->root, "a\0b", 3, P("s2"), &st), -EINVAL);
-	assert_int_equal(fsops_stat(&fx->root, P("s"), true, &st), -EXDEV);
-	assert_int_equal(fsops_stat(&fx->root, P("s"), false, &st), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("s"), true, &st, NULL), -EXDEV);
+	assert_int_equal(fsops_stat(&fx->root, P("s"), false, &st, NULL), 0);
 	assert_true(S_ISLNK(st.st_mode));
 	/* link(2) of a symlink links the symlink */
 	assert_int_equal(fsops_link(&fx->root, P("abs"), P("abs_hard"), &st), 0);
@@ -1000,6 +1000,48 @@ static void test_upload_follow(void **state)
 #undef AT
 }
 
+/*
+ * fsops_birth() gives what fstatat(2) gives, and a birth time that tells a
+ * file from the next one the file system makes with its freed inode number.
+ */
+static void test_birth(void **state)
+{
+	struct fx *fx = *state;
+	struct stat want, st, st2;
+	int64_t b = -1, b2 = -1, b3 = -1;
+	int dfd = fx->root.fd;
+
+	assert_int_equal(fstatat(dfd, "f", &want, AT_SYMLINK_NOFOLLOW), 0);
+	assert_int_equal(fsops_birth(dfd, "f", AT_SYMLINK_NOFOLLOW, &st, &b), 0);
+	assert_int_equal(st.st_dev, want.st_dev);
+	assert_int_equal(st.st_ino, want.st_ino);
+	assert_int_equal(st.st_mode, want.st_mode);
+	assert_int_equal(st.st_nlink, want.st_nlink);
+	assert_int_equal(st.st_uid, want.st_uid);
+	assert_int_equal(st.st_size, want.st_size);
+	assert_int_equal(st.st_blocks, want.st_blocks);
+	assert_int_equal(st.st_blksize, want.st_blksize);
+	assert_int_equal(st.st_mtim.tv_sec, want.st_mtim.tv_sec);
+	assert_int_equal(st.st_mtim.tv_nsec, want.st_mtim.tv_nsec);
+	assert_int_equal(st.st_ctim.tv_nsec, want.st_ctim.tv_nsec);
+	/* A symlink, not followed; through fsops_stat() too. */
+	assert_int_equal(fsops_stat(&fx->root, P("l"), false, &st2, &b2), 0);
+	assert_true(S_ISLNK(st2.st_mode));
+	assert_int_equal(fsops_birth(dfd, "nope", 0, &st2, &b2), -ENOENT);
+	/* A file made after "f" is freed (often on its inode number). */
+	assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &b), 0);
+	assert_int_equal(unlinkat(dfd, "f", 0), 0);
+	write_at(fx->rootdir, "g", "x");
+	assert_int_equal(fsops_stat(&fx->root, P("g"), false, &st2, &b3), 0);
+	if (b == 0) {
+		assert_int_equal(b3, 0); /* a file system without birth times */
+		return;
+	}
+	assert_true(b > 1000000000LL * 1600000000LL); /* ns: after 2020 */
+	assert_true(b3 > b || st2.st_ino != st.st_ino);
+	assert_true(b3 != b);
+}
+
 /* Each test twice: "<name> openat2" and "<name> walk". */
 #define BOTH(t)                                                                   \
 	{ #t " openat2", t, setup, teardown, (void *)&use_openat2 },                 \
@@ -1025,6 +1067,7 @@ int main(void)
 		BOTH(test_sparse_round_trip),
 		BOTH(test_read_file),
 		BOTH(test_readdir_paging),
+		BOTH(test_birth),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -48,7 +48,7 @@ static uint64_t add(struct node_table *t, uint64_t parent, const char *name, uin
 {
 	uint64_t id = 0;
 
-	assert_int_equal(node_lookup(t, NODE_OWN, parent, name, strlen(name), ino, mode, 1, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_OWN, parent, name, strlen(name), ino, 0, mode, 1, &id), 0);
 	assert_true(id > NODE_ROOT_ID);
 	return id;
 }
@@ -58,7 +58,7 @@ static uint64_t add_links(struct node_table *t, uint64_t parent, const char *nam
 {
 	uint64_t id = 0;
 
-	assert_int_equal(node_lookup(t, NODE_OWN, parent, name, strlen(name), ino, REG, nlink, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_OWN, parent, name, strlen(name), ino, 0, REG, nlink, &id), 0);
 	return id;
 }
 
@@ -139,12 +139,12 @@ static void test_names(void **state)
 	memset(big, 'n', sizeof(big));
 	assert_true(node_name_ok(big, NODE_NAME_MAX));
 	assert_false(node_name_ok(big, NODE_NAME_MAX + 1));
-	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "a/b", 3, 1, REG, 1, &id), -EINVAL);
-	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "..", 2, 1, REG, 1, &id), -EINVAL);
-	assert_int_equal(node_lookup(t, NODE_OWN, 4242, "x", 1, 1, REG, 1, &id), -ESTALE);
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "a/b", 3, 1, 0, REG, 1, &id), -EINVAL);
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "..", 2, 1, 0, REG, 1, &id), -EINVAL);
+	assert_int_equal(node_lookup(t, NODE_OWN, 4242, "x", 1, 1, 0, REG, 1, &id), -ESTALE);
 
 	/* Bytes are kept exactly: no normalisation, no case folding. */
-	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, bin, sizeof(bin), 5, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, bin, sizeof(bin), 5, 0, REG, 1, &id), 0);
 	{
 		char *p = NULL;
 		size_t len = 0;
@@ -439,8 +439,8 @@ static void test_hard_links(void **state)
 	{
 		uint64_t s1 = 0, s2 = 0;
 
-		assert_int_equal(node_lookup(t, NODE_OWN, d, "s", 1, 70, S_IFLNK, 2, &s1), 0);
-		assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "s2", 2, 70, S_IFLNK, 2, &s2), 0);
+		assert_int_equal(node_lookup(t, NODE_OWN, d, "s", 1, 70, 0, S_IFLNK, 2, &s1), 0);
+		assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "s2", 2, 70, 0, S_IFLNK, 2, &s2), 0);
 		assert_true(s1 != s2);
 		assert_path(t, s1, "d/s");
 		assert_path(t, s2, "s2");
@@ -854,6 +854,49 @@ static void test_known(void **state)
 
 /* A LOOKUP's answer asked for before a change of names through the mount
  * (rename over the name, unlink, create) cannot undo that change. */
+/*
+ * (server inode, birth time) names a file: a name looked up again with its
+ * inode number but another birth (the file system gave the freed number to
+ * the file the pod renamed over it) is another node, so the kernel gives it
+ * another inode; an unknown birth (0) on either side matches.
+ */
+static void test_birth(void **state)
+{
+	struct node_table *t = *state;
+	struct node_info info;
+	uint64_t a, b, c, d, ids[4];
+
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 1000, REG, 1, &a), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 1000, REG, 1, &b), 0);
+	assert_int_equal(b, a);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 0, REG, 1, &b), 0);
+	assert_int_equal(b, a); /* a reply without a birth time */
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 2000, REG, 1, &b), 0);
+	assert_int_not_equal(b, a);
+	assert_int_equal(node_info(t, b, &info), 0);
+	assert_int_equal(info.ino, 77);
+	assert_int_equal(info.birth, 2000);
+	assert_true(info.attached);
+	assert_int_equal(node_info(t, a, &info), 0);
+	assert_false(info.attached); /* the name went to the new file */
+	assert_int_equal(node_ids_by_ino(t, 77, 2000, ids, 4), 1);
+	assert_int_equal(ids[0], b);
+	assert_int_equal(node_ids_by_ino(t, 77, 1000, ids, 4), 0);
+	assert_int_equal(node_ids_by_ino(t, 77, 0, ids, 4), 1);
+	/* A node made without a birth time takes the first one it is told. */
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "m", 1, 88, 0, REG, 1, &c), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "m", 1, 88, 3000, REG, 1, &d), 0);
+	assert_int_equal(d, c);
+	assert_int_equal(node_info(t, c, &info), 0);
+	assert_int_equal(info.birth, 3000);
+	/* Hard links join one node only with the same birth. */
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l1", 2, 99, 5000, REG, 2, &c), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l2", 2, 99, 5000, REG, 2, &d), 0);
+	assert_int_equal(d, c);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l3", 2, 99, 6000, REG, 2, &d), 0);
+	assert_int_not_equal(d, c);
+}
+
 static void test_names_gen(void **state)
 {
 	struct node_table *t = *state;
@@ -863,7 +906,7 @@ static void test_names_gen(void **state)
 	assert_int_not_equal(g0, NODE_OWN);
 	assert_int_not_equal(g0, NODE_ANY);
 	/* A lookup binds a name and does not move the generation. */
-	assert_int_equal(node_lookup(t, g0, NODE_ROOT_ID, "x", 1, 10, REG, 1, &x), 0);
+	assert_int_equal(node_lookup(t, g0, NODE_ROOT_ID, "x", 1, 10, 0, REG, 1, &x), 0);
 	assert_int_equal(node_names_gen(t, NODE_ROOT_ID), g0);
 	/* mv x.new x through the mount, while a LOOKUP of x is out. */
 	xnew = add(t, NODE_ROOT_ID, "x.new", 11, REG); /* own create: moves it */
@@ -872,11 +915,11 @@ static void test_names_gen(void **state)
 	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.new", 5, NODE_ROOT_ID, "x", 1, false), 0);
 	assert_true(node_names_gen(t, NODE_ROOT_ID) > g1);
 	/* The answer from before the rename (x is inode 10) is refused... */
-	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 10, REG, 1, &id), -EAGAIN);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 10, 0, REG, 1, &id), -EAGAIN);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), xnew);
 	/* ...one that agrees with the table is counted; so is one without a
 	 * check, which takes the name (a third try). */
-	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 11, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "x", 1, 11, 0, REG, 1, &id), 0);
 	assert_int_equal(id, xnew);
 	assert_int_equal(node_forget(t, id, 1), 1);
 	/* A stale ENOENT (from before the create) keeps the created name. */
@@ -891,7 +934,7 @@ static void test_names_gen(void **state)
 	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "nope", 4), 0);
 	assert_true(node_names_gen(t, NODE_ROOT_ID) > g1);
 	/* NODE_ANY binds whatever the generation. */
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "x", 1, 10, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "x", 1, 10, 0, REG, 1, &id), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), id);
 	assert_int_not_equal(id, x); /* the renamed-over node stays detached */
 	assert_int_equal(node_unlink_since(t, NODE_ANY, NODE_ROOT_ID, "x", 1), 0);
@@ -903,16 +946,16 @@ static void test_names_gen(void **state)
 	node_names_begin(t, NODE_ROOT_ID, false);
 	g1 = node_names_gen(t, NODE_ROOT_ID);
 	assert_false(node_names_still(t, NODE_ROOT_ID, g1));
-	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, REG, 1, &id), -EAGAIN);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, 0, REG, 1, &id), -EAGAIN);
 	assert_int_equal(node_unlink_since(t, g1, NODE_ROOT_ID, "y", 1), -EAGAIN);
 	/* One that agrees, or binds a name the table does not hold, is taken. */
-	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 20, REG, 1, &id), 0);
-	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "z", 1, 30, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 20, 0, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "z", 1, 30, 0, REG, 1, &id), 0);
 	node_names_end(t, NODE_ROOT_ID, false);
 	assert_true(node_names_gen(t, NODE_ROOT_ID) > g1);
 	g1 = node_names_gen(t, NODE_ROOT_ID);
 	assert_true(node_names_still(t, NODE_ROOT_ID, g1));
-	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, REG, 1, &id), 0);
+	assert_int_equal(node_lookup(t, g1, NODE_ROOT_ID, "y", 1, 21, 0, REG, 1, &id), 0);
 	assert_int_equal(node_unlink_since(t, g1, NODE_ROOT_ID, "z", 1), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "z", 1), 0);
 
@@ -964,6 +1007,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_known, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_gen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_birth, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
