@@ -2390,6 +2390,10 @@ static int cmd_stat(int argc, char **argv)
 		print_time("Access", a->atime_ns);
 		print_time("Modify", a->mtime_ns);
 		print_time("Change", a->ctime_ns);
+		if (a->btime_ns)
+			print_time(" Birth", a->btime_ns);
+		else
+			puts(" Birth: -"); /* as stat(1): the file system keeps none */
 		fflush(stdout);
 		protobuf_c_message_free_unpacked(&sr->base, NULL);
 	}
