@@ -756,10 +756,14 @@ int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bo
 	fd = resolve_open(root, path, len, O_PATH | (follow ? 0 : O_NOFOLLOW), 0);
 	if (fd < 0)
 		return fd;
-	if (ret_btime_ns)
+	if (ret_btime_ns && root->births) {
 		r = fsops_birth(fd, "", AT_EMPTY_PATH, ret_st, ret_btime_ns);
-	else if (fstat(fd, ret_st) < 0)
-		r = -errno;
+	} else {
+		if (fstat(fd, ret_st) < 0)
+			r = -errno;
+		if (ret_btime_ns)
+			*ret_btime_ns = 0;
+	}
 	close(fd);
 	return r;
 }
@@ -769,8 +773,14 @@ int fsops_birth(int dirfd, const char *name, int flags, struct stat *ret_st,
 {
 	struct statx sx;
 
-	if (statx(dirfd, name, flags, STATX_BASIC_STATS | STATX_BTIME, &sx) < 0)
-		return -errno;
+	if (statx(dirfd, name, flags, STATX_BASIC_STATS | STATX_BTIME, &sx) < 0) {
+		/* A seccomp filter that refuses statx(2) (older container
+		 * runtimes: EPERM; glibc emulates it only for ENOSYS). */
+		if (errno != ENOSYS && errno != EPERM)
+			return -errno;
+		*ret_btime_ns = 0;
+		return fstatat(dirfd, name, ret_st, flags) < 0 ? -errno : 0;
+	}
 	memset(ret_st, 0, sizeof(*ret_st));
 	ret_st->st_dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
 	ret_st->st_ino = sx.stx_ino;
@@ -889,8 +899,12 @@ int fsops_readdir(const struct resolve_root *root, const void *path, size_t len,
 			}
 			n++;
 			de->next_offset = (int64_t)d->d_off;
-			de->has_attr = fsops_birth(fd, d->d_name, AT_SYMLINK_NOFOLLOW, &de->st,
-						   &de->btime_ns) == 0;
+			if (root->births)
+				de->has_attr = fsops_birth(fd, d->d_name, AT_SYMLINK_NOFOLLOW,
+							   &de->st, &de->btime_ns) == 0;
+			else
+				de->has_attr = fstatat(fd, d->d_name, &de->st,
+						       AT_SYMLINK_NOFOLLOW) == 0;
 			if (n == max)
 				full = true;
 		}

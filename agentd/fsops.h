@@ -181,7 +181,7 @@ int fsops_fstat(struct fsops_handles *h, uint64_t id, struct stat *ret_st);
 /**
  * stat(2) (@p follow, the final symlink followed inside the root) or
  * lstat(2), into @p ret_st, and the birth time into @p ret_btime_ns (may be
- * NULL; fsops_birth()). Returns 0 or -errno.
+ * NULL; fsops_birth(); 0 unless @p root->births). Returns 0 or -errno.
  */
 int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bool follow,
 	       struct stat *ret_st, int64_t *ret_btime_ns);
@@ -190,8 +190,8 @@ int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bo
  * fstatat(2) of (@p dirfd, @p name) with @p flags (AT_SYMLINK_NOFOLLOW,
  * AT_EMPTY_PATH) into @p ret_st, through statx(2), which also gives the
  * birth time: into @p ret_btime_ns (ns since the epoch; 0 when the file
- * system keeps none, statx(2) STATX_BTIME). Returns 0 or -errno. Any
- * thread.
+ * system keeps none, statx(2) STATX_BTIME, or a seccomp filter refuses
+ * statx(2): then fstatat(2)). Returns 0 or -errno. Any thread.
  */
 int fsops_birth(int dirfd, const char *name, int flags, struct stat *ret_st,
 		int64_t *ret_btime_ns);
@@ -208,7 +208,7 @@ struct fsops_dirent {
 	size_t name_len;     /**< bytes */
 	bool has_attr;       /**< false: the entry vanished before lstat */
 	struct stat st;      /**< lstat(2) of the entry when has_attr */
-	int64_t btime_ns;    /**< its birth time, ns, 0 unknown (fsops_birth()) */
+	int64_t btime_ns;    /**< its birth time, ns, 0 unknown (fsops_birth(); root->births) */
 	int64_t next_offset; /**< d_off cookie: pass as offset to resume after */
 };
 

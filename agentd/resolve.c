@@ -21,12 +21,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "resolve.h"
@@ -61,6 +63,7 @@ static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode)
 
 int resolve_root_open(const char *path, struct resolve_root *root)
 {
+	struct statfs sfs;
 	int fd, probe;
 
 	if (!path || !root)
@@ -74,6 +77,7 @@ int resolve_root_open(const char *path, struct resolve_root *root)
 	root->fd = fd;
 	/* ENOSYS: kernel < 5.6; EPERM/EINVAL: seccomp or sandboxes (gVisor). */
 	root->use_openat2 = probe >= 0;
+	root->births = fstatfs(fd, &sfs) == 0 && sfs.f_type != OVERLAYFS_SUPER_MAGIC;
 	return 0;
 }
 

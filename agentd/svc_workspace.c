@@ -499,7 +499,7 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		return fail_handle(call, r, "reopen", q->reopen);
 	if (r < 0)
 		return fail_path(call, r, "open", &q->path);
-	btime = fsops_fbirth(ad->handles, id);
+	btime = ad->root.births ? fsops_fbirth(ad->handles, id) : 0;
 	attr_from_stat(&a, &st);
 	a.btime_ns = btime;
 	rep.handle = id;
@@ -808,6 +808,8 @@ static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *
 	 * reads the field only with a handle). */
 	if (rep.replaced || r > 0) {
 		attr_from_stat(&a, &st);
+		if (rep.replaced && ad->root.births)
+			a.btime_ns = fsops_fbirth(ad->handles, rep.replaced);
 		rep.replaced_attr = &a;
 	}
 	rpc_reply(call, &rep.base);

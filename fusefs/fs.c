@@ -334,6 +334,7 @@ static struct node_seen seen_of(const struct stat *st)
 	return (struct node_seen){
 		.valid = true,
 		.ino = st->st_ino,
+		.birth = st_birth(st),
 		.size = (uint64_t)st->st_size,
 		.mtime_ns = wsb_ns_of_ts(&st->st_mtim),
 	};
@@ -2355,7 +2356,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		 * node went meanwhile (the kernel held it no more) or is not
 		 * the file agentd kept (the pod replaced it just before). */
 		if (attr_to_stat(rep->replaced_attr, &st) < 0 ||
-		    node_keep(fs->nodes, victim, st.st_ino, rep->replaced) < 0)
+		    node_keep(fs->nodes, victim, st.st_ino, st_birth(&st), rep->replaced) < 0)
 			release_handle(fs, rep->replaced);
 	}
 	if (r == 0 && node_rename(fs->nodes, parent, name, strlen(name), newparent, newname,
@@ -2497,7 +2498,8 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 		fi->direct_io = 1;
 		fi->keep_cache = 0;
 	} else if (node_info(fs->nodes, id, &info) == 0 && info.seen.valid &&
-		   info.seen.ino == now.ino && info.seen.size == now.size &&
+		   info.seen.ino == now.ino && node_same_birth(info.seen.birth, now.birth) &&
+		   info.seen.size == now.size &&
 		   info.seen.mtime_ns == now.mtime_ns) {
 		fi->keep_cache = 1;
 		node_seen_set(fs->nodes, id, &now);
@@ -2575,8 +2577,12 @@ static bool stale_retry(struct wsfs *fs, pid_t tid)
  * (fs/fuse/inode.c fuse_change_attributes(), attr_version), and fstat(2)
  * still shows the reply: a mmap(2) of that size then died of SIGBUS past
  * the old i_size (filemap_fault()). A stored byte in a page not yet read
- * leaves the page not uptodate (read again when needed). Best effort: a
- * failed Read or store leaves i_size as it was. Costs one Read; FUSE
+ * leaves the page not uptodate (read again when needed); the page is
+ * dropped just before, should a reader of the old file have brought it
+ * back since ws_open() dropped them all (a reader faulting it in within
+ * those microseconds would see one byte of the new file). Best effort: a
+ * failed Read or store leaves i_size as it was; nothing for a file @f
+ * cannot read (O_WRONLY: no mmap(2) of it reads). Costs one Read; FUSE
  * worker thread.
  */
 static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, off_t size)
@@ -2587,7 +2593,7 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(1);
 	int r;
 
-	if (size <= 0)
+	if (size <= 0 || f->access == WSBRIDGE__V1__ACCESS__WRONLY)
 		return;
 	q.offset = (uint64_t)size - 1;
 	q.size = 1;
@@ -2595,6 +2601,7 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
 	r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor, &rep);
 	if (r == 0 && rep->data.len == 1) {
 		bv.buf[0].mem = rep->data.data;
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, size - 1, 1);
 		(void)fuse_lowlevel_notify_store(fs->se, ino, size - 1, &bv, 0);
 	}
 	read_mark(fs);
@@ -2776,7 +2783,9 @@ again:
 	if (r == 0 && !replaced && !fi->keep_cache && S_ISREG(st.st_mode) && fs->se) {
 		struct node_seen now = seen_of(&st);
 		bool changed = info.seen.valid &&
-			       (info.seen.ino != now.ino || info.seen.size != now.size ||
+			       (info.seen.ino != now.ino ||
+				!node_same_birth(info.seen.birth, now.birth) ||
+				info.seen.size != now.size ||
 				info.seen.mtime_ns != now.mtime_ns);
 
 		if (changed || (atomic_load(&fs->watch_live) && watch_ttl_ns(fs) > 0))

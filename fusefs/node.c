@@ -1052,17 +1052,18 @@ uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, siz
 
 /* The first detached non-directory of server inode @ino that keeps a
  * handle (@kept) or keeps none; a walk of the whole table. Lock held. */
-static struct node *detached_of_ino(struct node_table *t, uint64_t ino, bool kept)
+static struct node *detached_of_ino(struct node_table *t, uint64_t ino, int64_t birth,
+				    bool kept)
 {
 	for (size_t i = 0; i < t->id_cap; i++)
 		for (struct node *m = t->by_id[i]; m; m = m->id_next)
 			if (m != t->root && !m->links && !S_ISDIR(m->mode) && m->ino == ino &&
-			    (m->kept != 0) == kept)
+			    node_same_birth(m->birth, birth) && (m->kept != 0) == kept)
 				return m;
 	return NULL;
 }
 
-int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle)
+int node_keep(struct node_table *t, uint64_t id, uint64_t ino, int64_t birth, uint64_t handle)
 {
 	struct node *n;
 	int r = -ESTALE;
@@ -1071,11 +1072,12 @@ int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (!(n && n != t->root && !S_ISDIR(n->mode) && n->ino == ino && !n->kept)) {
+	if (!(n && n != t->root && !S_ISDIR(n->mode) && n->ino == ino &&
+	      node_same_birth(n->birth, birth) && !n->kept)) {
 		/* A LOOKUP that raced the rename (the kernel's revalidation
 		 * takes no directory lock) saw the new file under the name and
 		 * detached the node the kernel holds: find it by its inode. */
-		n = detached_of_ino(t, ino, false);
+		n = detached_of_ino(t, ino, birth, false);
 	}
 	if (n) {
 		n->kept = handle;
@@ -1098,7 +1100,7 @@ uint64_t node_kept(struct node_table *t, uint64_t id)
 		/* A LOOKUP answered before the rename but applied after it
 		 * made a second detached node of the replaced file: that one
 		 * keeps it. */
-		struct node *m = detached_of_ino(t, n->ino, true);
+		struct node *m = detached_of_ino(t, n->ino, n->birth, true);
 
 		h = m ? m->kept : 0;
 	}
@@ -1378,7 +1380,7 @@ void node_seen_advance(struct node_table *t, uint64_t id, const struct node_seen
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->seen.valid && n->seen.ino == s->ino &&
+	if (n && n->seen.valid && n->seen.ino == s->ino && node_same_birth(n->seen.birth, s->birth) &&
 	    (n->seen.mtime_ns < s->mtime_ns ||
 	     (n->seen.mtime_ns == s->mtime_ns && n->seen.size <= s->size)))
 		n->seen = *s;

@@ -70,6 +70,7 @@ struct node_fh {
 struct node_seen {
 	bool valid;
 	uint64_t ino;
+	int64_t birth;     /**< ns, 0 unknown (node_same_birth()) */
 	uint64_t size;     /**< bytes */
 	int64_t mtime_ns;  /**< ns since the epoch */
 };
@@ -288,11 +289,13 @@ uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, siz
  * table owns the handle from then on: when the node is freed it goes to
  * node_kept_drain(). When @p id is no such node (a LOOKUP racing the
  * rename detached another node of @p ino), the first detached node of
- * @p ino without one gets it (a walk of the table). Returns 0; -ESTALE
+ * @p ino without one gets it (a walk of the table). @p birth: the file's
+ * birth time (ns, 0 unknown): a node of another birth is another file with
+ * the same inode number (node_same_birth()). Returns 0; -ESTALE
  * when there is none (the caller releases @p handle); -EINVAL for
  * handle 0.
  */
-int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t handle);
+int node_keep(struct node_table *t, uint64_t id, uint64_t ino, int64_t birth, uint64_t handle);
 
 /**
  * The handle node_keep() gave node @p id, or, for a detached node without

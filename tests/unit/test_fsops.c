@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -25,7 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -1040,6 +1045,78 @@ static void test_birth(void **state)
 	assert_true(b > 1000000000LL * 1600000000LL); /* ns: after 2020 */
 	assert_true(b3 > b || st2.st_ino != st.st_ino);
 	assert_true(b3 != b);
+	/* A root on overlayfs (copy-up: a new birth under the old number)
+	 * sends none: fsops_stat() and ReadDir give 0. */
+	assert_true(fx->root.births); /* not overlayfs here */
+	fx->root.births = false;
+	assert_int_equal(fsops_stat(&fx->root, P("g"), false, &st, &b), 0);
+	assert_int_equal(b, 0);
+	assert_int_equal(st.st_ino, st2.st_ino);
+	{
+		struct fsops_dirent *ents = NULL;
+		size_t n = 0;
+		bool eof = false;
+
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
+		assert_true(n > 0);
+		for (size_t i = 0; i < n; i++) {
+			assert_true(ents[i].has_attr);
+			assert_int_equal(ents[i].btime_ns, 0);
+		}
+		fsops_dirents_free(ents, n);
+		fx->root.births = true;
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
+		for (size_t i = 0; i < n; i++)
+			if (strcmp(ents[i].name, "g") == 0)
+				assert_int_equal(ents[i].btime_ns, b3);
+		fsops_dirents_free(ents, n);
+	}
+}
+
+/*
+ * Under a seccomp filter that refuses statx(2) with EPERM (older container
+ * runtimes' default profiles), fsops_birth() falls back to fstatat(2), birth
+ * unknown: in a child, which the filter binds for good.
+ */
+static void test_birth_no_statx(void **state)
+{
+	struct fx *fx = *state;
+	struct sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_statx, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(filter) / sizeof(filter[0]), filter };
+	struct stat want;
+	int status;
+	pid_t pid;
+
+	assert_int_equal(fstatat(fx->root.fd, "f", &want, AT_SYMLINK_NOFOLLOW), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct stat st;
+		struct statx sx;
+		int64_t b = -1;
+
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+			_exit(2);
+		if (statx(fx->root.fd, "f", 0, STATX_BASIC_STATS, &sx) == 0 || errno != EPERM)
+			_exit(3); /* the filter is not in force */
+		if (fsops_birth(fx->root.fd, "f", AT_SYMLINK_NOFOLLOW, &st, &b) != 0)
+			_exit(4);
+		if (b != 0 || st.st_ino != want.st_ino || st.st_size != want.st_size ||
+		    st.st_mtim.tv_nsec != want.st_mtim.tv_nsec)
+			_exit(5);
+		if (fsops_birth(fx->root.fd, "nope", 0, &st, &b) != -ENOENT)
+			_exit(6);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* Each test twice: "<name> openat2" and "<name> walk". */
@@ -1068,6 +1145,7 @@ int main(void)
 		BOTH(test_read_file),
 		BOTH(test_readdir_paging),
 		BOTH(test_birth),
+		BOTH(test_birth_no_statx),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

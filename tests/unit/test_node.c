@@ -266,10 +266,10 @@ static void test_kept(void **state)
 	assert_int_equal(node_child(t, 999999, "x", 1), 0);
 	/* mv x.lock x through the mount: x gets the handle while still
 	 * named, then the rename detaches it. */
-	assert_int_equal(node_keep(t, x, 99, 77), -ESTALE); /* another inode */
-	assert_int_equal(node_keep(t, x, 2, 0), -EINVAL);
-	assert_int_equal(node_keep(t, x, 2, 77), 0);
-	assert_int_equal(node_keep(t, x, 2, 78), -ESTALE); /* keeps one */
+	assert_int_equal(node_keep(t, x, 99, 0, 77), -ESTALE); /* another inode */
+	assert_int_equal(node_keep(t, x, 2, 0, 0), -EINVAL);
+	assert_int_equal(node_keep(t, x, 2, 0, 77), 0);
+	assert_int_equal(node_keep(t, x, 2, 0, 78), -ESTALE); /* keeps one */
 	assert_int_equal(node_kept(t, x), 77);
 	assert_int_equal(node_rename(t, NODE_ROOT_ID, "x.lock", 6, NODE_ROOT_ID, "x", 1, false), 0);
 	assert_int_equal(node_child(t, NODE_ROOT_ID, "x", 1), lock);
@@ -295,7 +295,7 @@ static void test_kept(void **state)
 		b = add_links(t, NODE_ROOT_ID, "hb", 20, 2);
 		assert_int_equal(a, b);
 		z = add(t, NODE_ROOT_ID, "hz", 21, REG);
-		assert_int_equal(node_keep(t, a, 20, 85), 0);
+		assert_int_equal(node_keep(t, a, 20, 0, 85), 0);
 		assert_int_equal(node_rename(t, NODE_ROOT_ID, "hz", 2, NODE_ROOT_ID, "ha", 2, false), 0);
 		assert_int_equal(node_child(t, NODE_ROOT_ID, "ha", 2), z);
 		assert_int_equal(node_child(t, NODE_ROOT_ID, "hb", 2), a);
@@ -307,11 +307,11 @@ static void test_kept(void **state)
 	/* Directories keep none; unmount takes every live node's. */
 	d = add(t, NODE_ROOT_ID, "d", 4, DIR_);
 	assert_int_equal(node_unlink(t, NODE_ROOT_ID, "d", 1), d);
-	assert_int_equal(node_keep(t, d, 4, 80), -ESTALE);
+	assert_int_equal(node_keep(t, d, 4, 0, 80), -ESTALE);
 	h = add(t, NODE_ROOT_ID, "h", 5, REG);
 	y = add(t, NODE_ROOT_ID, "y", 6, REG);
 	assert_int_equal(node_rename(t, NODE_ROOT_ID, "y", 1, NODE_ROOT_ID, "h", 1, false), 0);
-	assert_int_equal(node_keep(t, h, 5, 81), 0);
+	assert_int_equal(node_keep(t, h, 5, 0, 81), 0);
 	assert_int_equal(node_kept_drain(t, ids, 8, true), 1);
 	assert_int_equal(ids[0], 81);
 	assert_int_equal(node_kept(t, h), 0);
@@ -328,12 +328,12 @@ static void test_kept(void **state)
 		assert_true(b != a);
 		assert_int_equal(node_unlink(t, NODE_ROOT_ID, "z", 1), b);
 		other = add(t, NODE_ROOT_ID, "o", 10, REG);
-		assert_int_equal(node_keep(t, other, 9, 90), 0); /* attached: by inode */
+		assert_int_equal(node_keep(t, other, 9, 0, 90), 0); /* attached: by inode */
 		assert_int_equal(node_kept(t, a), 90);
 		assert_int_equal(node_kept(t, b), 90);
 		assert_int_equal(node_kept(t, other), 0);
-		assert_int_equal(node_keep(t, 999999, 9, 91), 0); /* the other one */
-		assert_int_equal(node_keep(t, 999999, 9, 92), -ESTALE); /* both keep one */
+		assert_int_equal(node_keep(t, 999999, 9, 0, 91), 0); /* the other one */
+		assert_int_equal(node_keep(t, 999999, 9, 0, 92), -ESTALE); /* both keep one */
 		assert_int_equal(node_kept_drain(t, ids, 8, true), 2);
 	}
 }
@@ -883,6 +883,13 @@ static void test_birth(void **state)
 	assert_int_equal(ids[0], b);
 	assert_int_equal(node_ids_by_ino(t, 77, 1000, ids, 4), 0);
 	assert_int_equal(node_ids_by_ino(t, 77, 0, ids, 4), 1);
+	/* A handle kept for the file of birth 1000 goes to its own node,
+	 * not to the one of that number the name holds now. */
+	assert_int_equal(node_keep(t, b, 77, 1000, 500), 0);
+	assert_int_equal(node_kept(t, a), 500);
+	assert_int_equal(node_kept(t, b), 0);
+	assert_int_equal(node_keep(t, b, 77, 2000, 501), 0);
+	assert_int_equal(node_kept(t, b), 501);
 	/* A node made without a birth time takes the first one it is told. */
 	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "m", 1, 88, 0, REG, 1, &c), 0);
 	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "m", 1, 88, 3000, REG, 1, &d), 0);
