@@ -1030,8 +1030,19 @@ fail_errno:
 	return r;
 }
 
+/* The birth time of (@dirfd, @name) where root->births, else 0 (fsops_birth()). */
+static int64_t birth_at(const struct resolve_root *root, int dirfd, const char *name, int flags)
+{
+	struct stat st;
+	int64_t b = 0;
+
+	if (!root->births || fsops_birth(dirfd, name, flags, &st, &b) < 0)
+		return 0;
+	return b;
+}
+
 int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
-		struct stat *ret_st)
+		struct stat *ret_st, int64_t *ret_btime_ns)
 {
 	struct stat st;
 	char *name;
@@ -1057,6 +1068,8 @@ int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, m
 		r = fix_mode(fd, &st, (mode & 01777) | (st.st_mode & S_ISGID));
 		if (r == 0 && ret_st)
 			*ret_st = st;
+		if (r == 0 && ret_btime_ns)
+			*ret_btime_ns = birth_at(root, fd, "", AT_EMPTY_PATH);
 	}
 	close(fd);
 out:
@@ -1066,7 +1079,7 @@ out:
 }
 
 int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
-		struct stat *ret_st)
+		struct stat *ret_st, int64_t *ret_btime_ns)
 {
 	mode_t type = mode & S_IFMT;
 	struct stat st;
@@ -1097,6 +1110,8 @@ int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, m
 		r = fix_mode(fd, &st, mode);
 		if (r == 0 && ret_st)
 			*ret_st = st;
+		if (r == 0 && ret_btime_ns)
+			*ret_btime_ns = birth_at(root, fd, "", AT_EMPTY_PATH);
 	}
 	close(fd);
 out:
@@ -1253,7 +1268,7 @@ out:
 }
 
 int fsops_link(const struct resolve_root *root, const void *from, size_t from_len,
-	       const void *to, size_t to_len, struct stat *ret_st)
+	       const void *to, size_t to_len, struct stat *ret_st, int64_t *ret_btime_ns)
 {
 	char *fname, *tname;
 	int fdir, tdir, r;
@@ -1267,6 +1282,8 @@ int fsops_link(const struct resolve_root *root, const void *from, size_t from_le
 	r = linkat(fdir, fname, tdir, tname, 0) < 0 ? -errno : 0;
 	if (r == 0 && ret_st && fstatat(tdir, tname, ret_st, AT_SYMLINK_NOFOLLOW) < 0)
 		r = -errno;
+	if (r == 0 && ret_btime_ns)
+		*ret_btime_ns = birth_at(root, tdir, tname, AT_SYMLINK_NOFOLLOW);
 	close(tdir);
 	free(tname);
 out:
@@ -1276,7 +1293,7 @@ out:
 }
 
 int fsops_symlink(const struct resolve_root *root, const void *target, size_t target_len,
-		  const void *path, size_t len, struct stat *ret_st)
+		  const void *path, size_t len, struct stat *ret_st, int64_t *ret_btime_ns)
 {
 	char *t, *name;
 	int dirfd, r;
@@ -1296,6 +1313,8 @@ int fsops_symlink(const struct resolve_root *root, const void *target, size_t ta
 	r = symlinkat(t, dirfd, name) < 0 ? -errno : 0;
 	if (r == 0 && ret_st && fstatat(dirfd, name, ret_st, AT_SYMLINK_NOFOLLOW) < 0)
 		r = -errno;
+	if (r == 0 && ret_btime_ns)
+		*ret_btime_ns = birth_at(root, dirfd, name, AT_SYMLINK_NOFOLLOW);
 	close(dirfd);
 	free(name);
 out:
@@ -1544,7 +1563,7 @@ int fsops_mkdirs(const struct resolve_root *root, const void *path, size_t len)
 		last = strrchr(norm, '/');
 		last = last ? last + 1 : norm;
 		if (strcmp(last, ".") != 0 && strcmp(last, "..") != 0) {
-			r = fsops_mkdir(root, norm, strlen(norm), 0755, NULL);
+			r = fsops_mkdir(root, norm, strlen(norm), 0755, NULL, NULL);
 			if (r == -EEXIST)
 				r = 0;
 		}

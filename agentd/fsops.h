@@ -258,17 +258,21 @@ struct fsops_setattr {
 int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
 		  size_t len, uint64_t id, const struct fsops_setattr *sa, struct stat *ret_st);
 
-/** mkdir(2) with permission bits @p mode (exact); lstat in *ret_st (may be NULL). */
+/**
+ * mkdir(2) with permission bits @p mode (exact); lstat in *ret_st and the
+ * birth time in *ret_btime_ns (each may be NULL; fsops_stat()'s rule).
+ */
 int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
-		struct stat *ret_st);
+		struct stat *ret_st, int64_t *ret_btime_ns);
 
 /**
  * mknod(2) for S_IFIFO, S_IFSOCK or S_IFREG (type 0 means regular) with the
  * permission bits of @p mode; device nodes (S_IFCHR, S_IFBLK) are -EPERM,
- * other types -EINVAL. lstat in *ret_st (may be NULL).
+ * other types -EINVAL. lstat in *ret_st and the birth time in
+ * *ret_btime_ns (each may be NULL; fsops_stat()'s rule).
  */
 int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
-		struct stat *ret_st);
+		struct stat *ret_st, int64_t *ret_btime_ns);
 
 /**
  * unlink(2) of @p path (@p len bytes). With @p ret_st, a regular file that
@@ -315,17 +319,21 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 		      uint64_t owner, const void *from, size_t from_len, const void *to, size_t to_len,
 		      unsigned flags, uint64_t *ret_kept, struct stat *ret_st);
 
-/** linkat(2) without AT_SYMLINK_FOLLOW; lstat of the new name in *ret_st. */
+/**
+ * linkat(2) without AT_SYMLINK_FOLLOW; lstat of the new name in *ret_st and
+ * its birth time in *ret_btime_ns (each may be NULL; fsops_stat()'s rule).
+ */
 int fsops_link(const struct resolve_root *root, const void *from, size_t from_len,
-	       const void *to, size_t to_len, struct stat *ret_st);
+	       const void *to, size_t to_len, struct stat *ret_st, int64_t *ret_btime_ns);
 
 /**
  * symlinkat(2): @p target (@p target_len bytes, stored as given, never
  * resolved; NUL -> -EINVAL, empty -> -ENOENT, >= PATH_MAX -> -ENAMETOOLONG)
- * at @p path. lstat in *ret_st (may be NULL).
+ * at @p path. lstat in *ret_st and the birth time in *ret_btime_ns (each
+ * may be NULL; fsops_stat()'s rule).
  */
 int fsops_symlink(const struct resolve_root *root, const void *target, size_t target_len,
-		  const void *path, size_t len, struct stat *ret_st);
+		  const void *path, size_t len, struct stat *ret_st, int64_t *ret_btime_ns);
 
 /**
  * readlink(2): a malloc'd copy of the target (NUL-terminated, caller frees)

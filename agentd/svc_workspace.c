@@ -136,12 +136,14 @@ static void reply_empty(struct rpc_call *call)
 	rpc_reply(call, &e.base);
 }
 
-static void reply_attr(struct rpc_call *call, const struct stat *st)
+/* Reply an AttrReply of @st and birth time @btime_ns (0 unknown). */
+static void reply_attr(struct rpc_call *call, const struct stat *st, int64_t btime_ns)
 {
 	Wsbridge__V1__AttrReply rep = WSBRIDGE__V1__ATTR_REPLY__INIT;
 	Wsbridge__V1__Attr a;
 
 	attr_from_stat(&a, st);
+	a.btime_ns = btime_ns;
 	rep.attr = &a;
 	rpc_reply(call, &rep.base);
 }
@@ -720,19 +722,20 @@ static void do_setattr(struct rpc_call *call, const ProtobufCMessage *req, void 
 			return fail_handle(call, r, "setattr", q->handle);
 		return fail_path(call, r, "setattr", &q->path);
 	}
-	reply_attr(call, &st);
+	reply_attr(call, &st, 0);
 }
 
 static void do_mkdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__MkdirRequest *q = (const void *)req;
 	struct stat st;
+	int64_t btime = 0;
 	int r;
 
-	r = fsops_mkdir(&AD(data)->root, q->path.data, q->path.len, q->mode & 07777, &st);
+	r = fsops_mkdir(&AD(data)->root, q->path.data, q->path.len, q->mode & 07777, &st, &btime);
 	if (r < 0)
 		return fail_path(call, r, "mkdir", &q->path);
-	reply_attr(call, &st);
+	reply_attr(call, &st, btime);
 }
 
 static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -740,6 +743,7 @@ static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *d
 	const Wsbridge__V1__MknodRequest *q = (const void *)req;
 	mode_t type = q->mode & S_IFMT;
 	struct stat st;
+	int64_t btime = 0;
 	int r;
 
 	if (type == S_IFCHR || type == S_IFBLK) {
@@ -751,10 +755,10 @@ static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *d
 		free(esc);
 		return;
 	}
-	r = fsops_mknod(&AD(data)->root, q->path.data, q->path.len, q->mode, &st);
+	r = fsops_mknod(&AD(data)->root, q->path.data, q->path.len, q->mode, &st, &btime);
 	if (r < 0)
 		return fail_path(call, r, "mknod", &q->path);
-	reply_attr(call, &st);
+	reply_attr(call, &st, btime);
 }
 
 static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -767,7 +771,7 @@ static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *
 	if (r < 0)
 		return fail_path(call, r, "unlink", &q->path);
 	if (r > 0)
-		return reply_attr(call, &st); /* other names keep the file */
+		return reply_attr(call, &st, 0); /* other names keep the file */
 	rpc_reply(call, &rep.base);
 }
 
@@ -781,7 +785,7 @@ static void do_rmdir(struct rpc_call *call, const ProtobufCMessage *req, void *d
 	if (r < 0)
 		return fail_path(call, r, "rmdir", &q->path);
 	if (r > 0)
-		return reply_attr(call, &st);
+		return reply_attr(call, &st, 0);
 	rpc_reply(call, &rep.base);
 }
 
@@ -819,25 +823,28 @@ static void do_link(struct rpc_call *call, const ProtobufCMessage *req, void *da
 {
 	const Wsbridge__V1__LinkRequest *q = (const void *)req;
 	struct stat st;
+	int64_t btime = 0;
 	int r;
 
-	r = fsops_link(&AD(data)->root, q->from.data, q->from.len, q->to.data, q->to.len, &st);
+	r = fsops_link(&AD(data)->root, q->from.data, q->from.len, q->to.data, q->to.len, &st,
+		       &btime);
 	if (r < 0)
 		return fail_paths(call, r, "link", &q->from, &q->to);
-	reply_attr(call, &st);
+	reply_attr(call, &st, btime);
 }
 
 static void do_symlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__SymlinkRequest *q = (const void *)req;
 	struct stat st;
+	int64_t btime = 0;
 	int r;
 
 	r = fsops_symlink(&AD(data)->root, q->target.data, q->target.len, q->path.data, q->path.len,
-			  &st);
+			  &st, &btime);
 	if (r < 0)
 		return fail_path(call, r, "symlink", &q->path);
-	reply_attr(call, &st);
+	reply_attr(call, &st, btime);
 }
 
 static void do_readlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)

@@ -536,23 +536,23 @@ static void test_create_modes(void **state)
 	struct fx *fx = *state;
 	struct stat st;
 
-	assert_int_equal(fsops_mkdir(&fx->root, P("d"), 0755, &st), 0);
+	assert_int_equal(fsops_mkdir(&fx->root, P("d"), 0755, &st, NULL), 0);
 	assert_true(S_ISDIR(st.st_mode));
 	assert_int_equal(lstat_at(fx->rootdir, "d").st_mode & 07777, 0755);
-	assert_int_equal(fsops_mkdir(&fx->root, P("d"), 0755, &st), -EEXIST);
-	assert_int_equal(fsops_mkdir(&fx->root, P("abs/x"), 0755, &st), -EXDEV);
-	assert_int_equal(fsops_mknod(&fx->root, P("d/fifo"), S_IFIFO | 0644, &st), 0);
+	assert_int_equal(fsops_mkdir(&fx->root, P("d"), 0755, &st, NULL), -EEXIST);
+	assert_int_equal(fsops_mkdir(&fx->root, P("abs/x"), 0755, &st, NULL), -EXDEV);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/fifo"), S_IFIFO | 0644, &st, NULL), 0);
 	assert_true(S_ISFIFO(lstat_at(fx->rootdir, "d/fifo").st_mode));
 	assert_int_equal(lstat_at(fx->rootdir, "d/fifo").st_mode & 07777, 0644);
-	assert_int_equal(fsops_mknod(&fx->root, P("d/reg"), 0664, &st), 0);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/reg"), 0664, &st, NULL), 0);
 	assert_true(S_ISREG(st.st_mode));
 	assert_int_equal(st.st_mode & 07777, 0664);
-	assert_int_equal(fsops_mknod(&fx->root, P("d/sock"), S_IFSOCK | 0600, &st), 0);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/sock"), S_IFSOCK | 0600, &st, NULL), 0);
 	assert_true(S_ISSOCK(st.st_mode));
-	assert_int_equal(fsops_mknod(&fx->root, P("d/chr"), S_IFCHR | 0600, &st), -EPERM);
-	assert_int_equal(fsops_mknod(&fx->root, P("d/blk"), S_IFBLK | 0600, &st), -EPERM);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/chr"), S_IFCHR | 0600, &st, NULL), -EPERM);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/blk"), S_IFBLK | 0600, &st, NULL), -EPERM);
 	assert_false(exists_at(fx->rootdir, "d/chr"));
-	assert_int_equal(fsops_mknod(&fx->root, P("d/dir"), S_IFDIR | 0600, &st), -EINVAL);
+	assert_int_equal(fsops_mknod(&fx->root, P("d/dir"), S_IFDIR | 0600, &st, NULL), -EINVAL);
 	/* a FIFO opened over the wire does not hang the thread */
 	{
 		uint64_t id;
@@ -594,23 +594,23 @@ static void test_links(void **state)
 	char *t;
 	size_t n;
 
-	assert_int_equal(fsops_symlink(&fx->root, P("../../etc/passwd"), P("s"), &st), 0);
+	assert_int_equal(fsops_symlink(&fx->root, P("../../etc/passwd"), P("s"), &st, NULL), 0);
 	assert_true(S_ISLNK(st.st_mode));
 	assert_int_equal(fsops_readlink(&fx->root, P("s"), &t, &n), 0);
 	assert_string_equal(t, "../../etc/passwd");
 	assert_int_equal(n, 16);
 	free(t);
 	assert_int_equal(fsops_readlink(&fx->root, P("f"), &t, &n), -EINVAL);
-	assert_int_equal(fsops_symlink(&fx->root, "", 0, P("s2"), &st), -ENOENT);
-	assert_int_equal(fsops_symlink(&fx->root, "a\0b", 3, P("s2"), &st), -EINVAL);
+	assert_int_equal(fsops_symlink(&fx->root, "", 0, P("s2"), &st, NULL), -ENOENT);
+	assert_int_equal(fsops_symlink(&fx->root, "a\0b", 3, P("s2"), &st, NULL), -EINVAL);
 	assert_int_equal(fsops_stat(&fx->root, P("s"), true, &st, NULL), -EXDEV);
 	assert_int_equal(fsops_stat(&fx->root, P("s"), false, &st, NULL), 0);
 	assert_true(S_ISLNK(st.st_mode));
 	/* link(2) of a symlink links the symlink */
-	assert_int_equal(fsops_link(&fx->root, P("abs"), P("abs_hard"), &st), 0);
+	assert_int_equal(fsops_link(&fx->root, P("abs"), P("abs_hard"), &st, NULL), 0);
 	assert_true(S_ISLNK(st.st_mode));
 	assert_int_equal(st.st_nlink, 2);
-	assert_int_equal(fsops_link(&fx->root, P("f"), P("../outside/f"), &st), -EXDEV);
+	assert_int_equal(fsops_link(&fx->root, P("f"), P("../outside/f"), &st, NULL), -EXDEV);
 	/* Unlink of one name of a file that another keeps reports the file
 	 * as the unlink left it (git's objects: link, unlink the temporary
 	 * name); of the last name, nothing. */
@@ -618,7 +618,7 @@ static void test_links(void **state)
 		struct stat before, after, left;
 		char p2[160];
 
-		assert_int_equal(fsops_link(&fx->root, P("f"), P("f2"), &before), 0);
+		assert_int_equal(fsops_link(&fx->root, P("f"), P("f2"), &before, NULL), 0);
 		assert_int_equal(before.st_nlink, 2);
 		usleep(20000); /* ctime ticks (the kernel's coarse clock) */
 		memset(&after, 0, sizeof(after));
@@ -1073,6 +1073,33 @@ static void test_birth(void **state)
 	}
 }
 
+/* mkdir, mknod, symlink and link give the new name's birth time, as a
+ * Stat of it would (none where root->births is false). */
+static void test_birth_made(void **state)
+{
+	struct fx *fx = *state;
+	struct stat st;
+	int64_t b = -1, want = -1;
+
+	assert_int_equal(fsops_mkdir(&fx->root, P("md"), 0755, &st, &b), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("md"), false, &st, &want), 0);
+	assert_int_equal(b, want);
+	assert_int_equal(fsops_mknod(&fx->root, P("mf"), S_IFIFO | 0600, &st, &b), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("mf"), false, &st, &want), 0);
+	assert_int_equal(b, want);
+	assert_int_equal(fsops_symlink(&fx->root, P("f"), P("ms"), &st, &b), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("ms"), false, &st, &want), 0);
+	assert_int_equal(b, want);
+	assert_int_equal(fsops_link(&fx->root, P("f"), P("ml"), &st, &b), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &want), 0);
+	assert_int_equal(b, want); /* the linked file's own */
+	if (want != 0) {
+		fx->root.births = false;
+		assert_int_equal(fsops_mkdir(&fx->root, P("md2"), 0755, &st, &b), 0);
+		assert_int_equal(b, 0);
+	}
+}
+
 /*
  * Under a seccomp filter that refuses statx(2) with EPERM (older container
  * runtimes' default profiles), fsops_birth() falls back to fstatat(2), birth
@@ -1146,6 +1173,7 @@ int main(void)
 		BOTH(test_readdir_paging),
 		BOTH(test_birth),
 		BOTH(test_birth_no_statx),
+		BOTH(test_birth_made),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
