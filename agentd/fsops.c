@@ -334,12 +334,30 @@ unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner)
 	return n;
 }
 
+/* fstat(2) @p fd into @p st and its birth time into @p btime (0 unless
+ * root->births: fsops_birth(), one statx(2)); on failure close it. Returns
+ * @p fd or -errno. */
+static int fstat_birth_or_close(const struct resolve_root *root, int fd, struct stat *st,
+				int64_t *btime)
+{
+	int r;
+
+	*btime = 0;
+	if (fd < 0 || !root->births)
+		return fstat_or_close(fd, st);
+	r = fsops_birth(fd, "", AT_EMPTY_PATH, st, btime);
+	if (r == 0)
+		return fd;
+	close(fd);
+	return r;
+}
+
 /* Open with O_CREAT so that a newly created file gets exactly @p mode;
  * *created says whether this call created it (false too when it cannot
  * tell: the file went away between the two opens and the second one may
- * have made it again). */
+ * have made it again). Its fstat in *st, birth time in *btime. */
 static int open_create(const struct resolve_root *root, const void *path, size_t len, int flags,
-		       mode_t mode, struct stat *st, bool *created)
+		       mode_t mode, struct stat *st, int64_t *btime, bool *created)
 {
 	int fd, r;
 
@@ -352,18 +370,14 @@ static int open_create(const struct resolve_root *root, const void *path, size_t
 			fd = resolve_open(root, path, len, flags & ~O_CREAT, 0);
 			if (fd == -ENOENT) /* a dangling symlink, or raced */
 				fd = resolve_open(root, path, len, flags, mode);
-			return fstat_or_close(fd, st);
+			return fstat_birth_or_close(root, fd, st, btime);
 		}
 	} else {
 		fd = resolve_open(root, path, len, flags, mode);
 	}
+	fd = fstat_birth_or_close(root, fd, st, btime);
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, st) < 0) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
 	r = fix_mode(fd, st, mode);
 	if (r < 0) {
 		close(fd);
@@ -421,12 +435,13 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
 	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,
-	       struct stat *ret_st, bool *ret_created)
+	       struct stat *ret_st, int64_t *ret_btime_ns, bool *ret_created)
 {
 	const int allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NOFOLLOW |
 			    O_DIRECTORY;
 	struct fsops_handle *e;
 	struct stat st;
+	int64_t btime = 0;
 	bool created = false;
 	int fd, oflags, r;
 
@@ -437,14 +452,17 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_
 		return r;
 	oflags = flags | O_NONBLOCK | O_NOCTTY;
 	if (flags & O_CREAT) {
-		fd = open_create(root, path, len, oflags, mode & 07777, &st, &created);
+		fd = open_create(root, path, len, oflags, mode & 07777, &st, &btime, &created);
 	} else {
-		fd = fstat_or_close(resolve_open(root, path, len, oflags, 0), &st);
+		fd = fstat_birth_or_close(root, resolve_open(root, path, len, oflags, 0), &st,
+					  &btime);
 	}
 	if (handle_enter(h, e, fd, flags, owner, ret_handle) < 0)
 		return fd;
 	if (ret_st)
 		*ret_st = st;
+	if (ret_btime_ns)
+		*ret_btime_ns = btime;
 	if (ret_created)
 		*ret_created = created;
 	return 0;

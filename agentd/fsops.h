@@ -82,7 +82,9 @@ unsigned fsops_handles_limit(const struct fsops_handles *h);
  * permission bits @p mode (exactly, umask not applied). The fd is opened
  * O_NONBLOCK so that a FIFO cannot hang the calling thread. On success stores
  * a new handle id in *ret_handle and the fstat(2) of the file in *ret_st (may
- * be NULL), and in *ret_created (may be NULL) whether this call created the
+ * be NULL), its birth time in *ret_btime_ns (may be NULL; fsops_stat()'s
+ * rule, from the same statx(2)), and in *ret_created (may be NULL) whether
+ * this call created the
  * file (O_CREAT without O_EXCL opens an existing one: false). Errors: as
  * open(2); -EXDEV (escape); -EMFILE when the table is full
  * (fsops_handles_count() == fsops_handles_limit()) or the process is out of
@@ -90,7 +92,7 @@ unsigned fsops_handles_limit(const struct fsops_handles *h);
  */
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
 	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,
-	       struct stat *ret_st, bool *ret_created);
+	       struct stat *ret_st, int64_t *ret_btime_ns, bool *ret_created);
 
 /**
  * Open anew the file that handle @p id has open, as open(2) of its

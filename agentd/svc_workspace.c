@@ -449,7 +449,7 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	Wsbridge__V1__Attr a;
 	uint8_t *buf = NULL;
 	struct stat st, after;
-	int64_t btime;
+	int64_t btime = 0;
 	uint64_t id;
 	bool created = false;
 	int flags, r;
@@ -491,7 +491,7 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		r = fsops_reopen(ad->handles, owner, q->reopen, flags & ~O_NOFOLLOW, &id, &st);
 	else
 		r = fsops_open(&ad->root, ad->handles, owner, q->path.data, q->path.len, flags,
-			       q->mode & 07777, &id, &st, &created);
+			       q->mode & 07777, &id, &st, &btime, &created);
 	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
 			   fsops_handles_limit(ad->handles));
@@ -501,7 +501,8 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		return fail_handle(call, r, "reopen", q->reopen);
 	if (r < 0)
 		return fail_path(call, r, "open", &q->path);
-	btime = ad->root.births ? fsops_fbirth(ad->handles, id) : 0;
+	if (q->reopen)
+		btime = ad->root.births ? fsops_fbirth(ad->handles, id) : 0;
 	attr_from_stat(&a, &st);
 	a.btime_ns = btime;
 	rep.handle = id;

@@ -178,14 +178,14 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_handles_new(3, &h), 0);
 	assert_int_equal(fsops_handles_limit(h), 3);
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[i], &st, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[i], &st, NULL, NULL), 0);
 		assert_int_not_equal(ids[i], 0);
 		assert_int_equal(st.st_size, 5);
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(ids[i], ids[j]);
 	}
 	assert_int_equal(fsops_handles_count(h), 3);
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL), -EMFILE);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL), -EMFILE);
 	assert_int_equal(fsops_read(h, ids[1], 1, buf, sizeof(buf)), 4);
 	assert_memory_equal(buf, "ello", 4);
 	assert_int_equal(fsops_read(h, ids[1], 100, buf, sizeof(buf)), 0);
@@ -198,7 +198,7 @@ static void test_handles(void **state)
 	/* a freed slot can be used again, with a new id */
 	created = false;
 	assert_int_equal(fsops_open(&fx->root, h, 0, P("new"), O_RDWR | O_CREAT | O_EXCL, 0640, &id,
-				    &st, &created), 0);
+				    &st, NULL, &created), 0);
 	assert_true(created);
 	assert_int_not_equal(id, ids[1]);
 	assert_int_equal(st.st_mode & 07777, 0640); /* exact despite umask 077 */
@@ -212,20 +212,20 @@ static void test_handles(void **state)
 	assert_int_equal(st.st_size, 6);
 	assert_int_equal(fsops_release(h, id), 0);
 	/* O_CREAT of an existing file opens it, and says so (mode ignored) */
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("new"), O_RDWR | O_CREAT, 0600, &id, &st,
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("new"), O_RDWR | O_CREAT, 0600, &id, &st, NULL,
 				    &created), 0);
 	assert_false(created);
 	assert_int_equal(st.st_mode & 07777, 0640);
 	assert_int_equal(st.st_size, 6);
 	assert_int_equal(fsops_release(h, id), 0);
 	/* an escape is refused and does not leak a slot */
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("abs"), O_RDONLY, 0, &id, NULL, NULL), -EXDEV);
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL, NULL), -EINVAL);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("abs"), O_RDONLY, 0, &id, NULL, NULL, NULL), -EXDEV);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY | O_SYNC, 0, &id, NULL, NULL, NULL), -EINVAL);
 	assert_int_equal(fsops_handles_count(h), 2);
 	fsops_handles_free(h); /* closes the two still open */
 
 	/* append handles write at the end whatever the offset */
-	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_WRONLY | O_APPEND, 0, &id, NULL, NULL, NULL), 0);
 	assert_int_equal(fsops_write(fx->h, id, 0, "!!", 2, &st), 2);
 	assert_int_equal(st.st_size, 7);
 	assert_int_equal(fsops_release(fx->h, id), 0);
@@ -247,10 +247,10 @@ static void test_release_owner(void **state)
 	char buf[8];
 
 	assert_int_equal(fsops_handles_new(16, &h), 0);
-	assert_int_equal(fsops_open(&fx->root, h, 7, P("f"), O_RDONLY, 0, &a1, NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 7, P("f"), O_RDONLY, 0, &a1, NULL, NULL, NULL), 0);
 	assert_int_equal(fsops_reopen(h, 7, a1, O_RDONLY, &a2, NULL), 0);
-	assert_int_equal(fsops_open(&fx->root, h, 9, P("f"), O_RDONLY, 0, &b1, NULL, NULL), 0);
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &none, NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 9, P("f"), O_RDONLY, 0, &b1, NULL, NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &none, NULL, NULL, NULL), 0);
 	write_at(fx->rootdir, "k.new", "new");
 	write_at(fx->rootdir, "k", "old");
 	assert_int_equal(fsops_rename_keep(&fx->root, h, 7, P("k.new"), P("k"), 0, &a3, NULL), 0);
@@ -288,7 +288,7 @@ static void test_reopen(void **state)
 	char buf[16];
 
 	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("g"), O_RDWR | O_CREAT | O_EXCL, 0644, &id,
-				    &st, NULL), 0);
+				    &st, NULL, NULL), 0);
 	assert_int_equal(fsops_write(fx->h, id, 0, "old", 3, NULL), 3);
 	write_at(fx->rootdir, "g.new", "new");
 	assert_int_equal(fsops_rename(&fx->root, P("g.new"), P("g"), 0), 0);
@@ -368,7 +368,7 @@ static void test_rename_keep(void **state)
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* Three of four handles open: no room kept for it. */
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL, NULL), 0);
 	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("c"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 3);
@@ -422,7 +422,7 @@ static void test_handles_concurrent_release(void **state)
 		struct race r = { .h = fx->h };
 		pthread_t t[4];
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDONLY, 0, &r.id, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDONLY, 0, &r.id, NULL, NULL, NULL), 0);
 		for (int i = 0; i < 4; i++)
 			assert_int_equal(pthread_create(&t[i], NULL, reader, &r), 0);
 		usleep(200);
@@ -519,7 +519,7 @@ static void test_setattr_symlink_nofollow(void **state)
 	{
 		uint64_t id;
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDWR, 0, &id, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDWR, 0, &id, NULL, NULL, NULL), 0);
 		sa = (struct fsops_setattr){ .valid = FSOPS_SET_SIZE | FSOPS_SET_MODE, .size = 1,
 					     .mode = 0600, .atime = { 0, UTIME_OMIT },
 					     .mtime = { 0, UTIME_OMIT } };
@@ -557,7 +557,7 @@ static void test_create_modes(void **state)
 	{
 		uint64_t id;
 
-		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("d/fifo"), O_RDONLY, 0, &id, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("d/fifo"), O_RDONLY, 0, &id, NULL, NULL, NULL), 0);
 		assert_int_equal(fsops_release(fx->h, id), 0);
 	}
 	assert_int_equal(fsops_rmdir(&fx->root, P("d"), NULL), -ENOTEMPTY);
@@ -1093,6 +1093,27 @@ static void test_birth_made(void **state)
 	assert_int_equal(fsops_link(&fx->root, P("f"), P("ml"), &st, &b), 0);
 	assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &want), 0);
 	assert_int_equal(b, want); /* the linked file's own */
+	/* open(2), creating or not, from the stat it makes anyway */
+	{
+		uint64_t id;
+		bool created = false;
+
+		b = -1;
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("mo"), O_RDWR | O_CREAT, 0600,
+					    &id, &st, &b, &created),
+				 0);
+		assert_true(created);
+		assert_int_equal(fsops_stat(&fx->root, P("mo"), false, &st, &want), 0);
+		assert_int_equal(b, want);
+		assert_int_equal(fsops_release(fx->h, id), 0);
+		b = -1;
+		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDONLY, 0, &id, &st, &b,
+					    NULL),
+				 0);
+		assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &want), 0);
+		assert_int_equal(b, want);
+		assert_int_equal(fsops_release(fx->h, id), 0);
+	}
 	if (want != 0) {
 		fx->root.births = false;
 		assert_int_equal(fsops_mkdir(&fx->root, P("md2"), 0755, &st, &b), 0);
