@@ -334,18 +334,38 @@ unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner)
 	return n;
 }
 
-/* fstat(2) @p fd into @p st and its birth time into @p btime (0 unless
- * root->births: fsops_birth(), one statx(2)); on failure close it. Returns
- * @p fd or -errno. */
+/*
+ * fstatat(2) of (@p dirfd, @p name) with @p flags (AT_SYMLINK_NOFOLLOW; "" and
+ * AT_EMPTY_PATH: @p dirfd itself, as fstat(2)) into @p st, and its birth time
+ * into @p btime (may be NULL) from the same call: fsops_birth() where
+ * root->births, else 0. Returns 0 or -errno.
+ */
+static int stat_birth(const struct resolve_root *root, int dirfd, const char *name, int flags,
+		      struct stat *st, int64_t *btime)
+{
+	int64_t b = 0;
+	int r;
+
+	if (root->births)
+		r = fsops_birth(dirfd, name, flags, st, &b);
+	else if (flags & AT_EMPTY_PATH)
+		r = fstat(dirfd, st) < 0 ? -errno : 0;
+	else
+		r = fstatat(dirfd, name, st, flags) < 0 ? -errno : 0;
+	if (r == 0 && btime)
+		*btime = b;
+	return r;
+}
+
+/* stat_birth() of @p fd itself; on failure close it. Returns @p fd or -errno. */
 static int fstat_birth_or_close(const struct resolve_root *root, int fd, struct stat *st,
 				int64_t *btime)
 {
 	int r;
 
-	*btime = 0;
-	if (fd < 0 || !root->births)
-		return fstat_or_close(fd, st);
-	r = fsops_birth(fd, "", AT_EMPTY_PATH, st, btime);
+	if (fd < 0)
+		return fd;
+	r = stat_birth(root, fd, "", AT_EMPTY_PATH, st, btime);
 	if (r == 0)
 		return fd;
 	close(fd);
@@ -774,14 +794,7 @@ int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bo
 	fd = resolve_open(root, path, len, O_PATH | (follow ? 0 : O_NOFOLLOW), 0);
 	if (fd < 0)
 		return fd;
-	if (ret_btime_ns && root->births) {
-		r = fsops_birth(fd, "", AT_EMPTY_PATH, ret_st, ret_btime_ns);
-	} else {
-		if (fstat(fd, ret_st) < 0)
-			r = -errno;
-		if (ret_btime_ns)
-			*ret_btime_ns = 0;
-	}
+	r = stat_birth(root, fd, "", AT_EMPTY_PATH, ret_st, ret_btime_ns);
 	close(fd);
 	return r;
 }
@@ -917,12 +930,8 @@ int fsops_readdir(const struct resolve_root *root, const void *path, size_t len,
 			}
 			n++;
 			de->next_offset = (int64_t)d->d_off;
-			if (root->births)
-				de->has_attr = fsops_birth(fd, d->d_name, AT_SYMLINK_NOFOLLOW,
-							   &de->st, &de->btime_ns) == 0;
-			else
-				de->has_attr = fstatat(fd, d->d_name, &de->st,
-						       AT_SYMLINK_NOFOLLOW) == 0;
+			de->has_attr = stat_birth(root, fd, d->d_name, AT_SYMLINK_NOFOLLOW,
+						  &de->st, &de->btime_ns) == 0;
 			if (n == max)
 				full = true;
 		}
@@ -1048,17 +1057,6 @@ fail_errno:
 	return r;
 }
 
-/* The birth time of (@dirfd, @name) where root->births, else 0 (fsops_birth()). */
-static int64_t birth_at(const struct resolve_root *root, int dirfd, const char *name, int flags)
-{
-	struct stat st;
-	int64_t b = 0;
-
-	if (!root->births || fsops_birth(dirfd, name, flags, &st, &b) < 0)
-		return 0;
-	return b;
-}
-
 int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
 		struct stat *ret_st, int64_t *ret_btime_ns)
 {
@@ -1079,15 +1077,12 @@ int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, m
 		r = -errno;
 		goto out;
 	}
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-	} else {
+	r = stat_birth(root, fd, "", AT_EMPTY_PATH, &st, ret_btime_ns);
+	if (r == 0) {
 		/* mkdir(2) takes 01777 and inherits S_ISGID from the parent */
 		r = fix_mode(fd, &st, (mode & 01777) | (st.st_mode & S_ISGID));
 		if (r == 0 && ret_st)
 			*ret_st = st;
-		if (r == 0 && ret_btime_ns)
-			*ret_btime_ns = birth_at(root, fd, "", AT_EMPTY_PATH);
 	}
 	close(fd);
 out:
@@ -1122,14 +1117,11 @@ int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, m
 		r = -errno;
 		goto out;
 	}
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-	} else {
+	r = stat_birth(root, fd, "", AT_EMPTY_PATH, &st, ret_btime_ns);
+	if (r == 0) {
 		r = fix_mode(fd, &st, mode);
 		if (r == 0 && ret_st)
 			*ret_st = st;
-		if (r == 0 && ret_btime_ns)
-			*ret_btime_ns = birth_at(root, fd, "", AT_EMPTY_PATH);
 	}
 	close(fd);
 out:
@@ -1298,10 +1290,8 @@ int fsops_link(const struct resolve_root *root, const void *from, size_t from_le
 	if (r < 0)
 		goto out;
 	r = linkat(fdir, fname, tdir, tname, 0) < 0 ? -errno : 0;
-	if (r == 0 && ret_st && fstatat(tdir, tname, ret_st, AT_SYMLINK_NOFOLLOW) < 0)
-		r = -errno;
-	if (r == 0 && ret_btime_ns)
-		*ret_btime_ns = birth_at(root, tdir, tname, AT_SYMLINK_NOFOLLOW);
+	if (r == 0 && ret_st)
+		r = stat_birth(root, tdir, tname, AT_SYMLINK_NOFOLLOW, ret_st, ret_btime_ns);
 	close(tdir);
 	free(tname);
 out:
@@ -1329,10 +1319,8 @@ int fsops_symlink(const struct resolve_root *root, const void *target, size_t ta
 	if (r < 0)
 		goto out;
 	r = symlinkat(t, dirfd, name) < 0 ? -errno : 0;
-	if (r == 0 && ret_st && fstatat(dirfd, name, ret_st, AT_SYMLINK_NOFOLLOW) < 0)
-		r = -errno;
-	if (r == 0 && ret_btime_ns)
-		*ret_btime_ns = birth_at(root, dirfd, name, AT_SYMLINK_NOFOLLOW);
+	if (r == 0 && ret_st)
+		r = stat_birth(root, dirfd, name, AT_SYMLINK_NOFOLLOW, ret_st, ret_btime_ns);
 	close(dirfd);
 	free(name);
 out:
