@@ -336,36 +336,39 @@ unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner)
 
 /*
  * fstatat(2) of (@p dirfd, @p name) with @p flags (AT_SYMLINK_NOFOLLOW; "" and
- * AT_EMPTY_PATH: @p dirfd itself, as fstat(2)) into @p st, and its birth time
- * into @p btime (may be NULL) from the same call: fsops_birth() where
- * root->births, else 0. Returns 0 or -errno.
+ * AT_EMPTY_PATH: @p dirfd itself, as fstat(2)) into @p st, and what names the
+ * file into @p id (may be NULL): its birth time from the same call
+ * (fsops_birth()) and its generation (fsops_generation()) where
+ * root->idents, else zeros. Returns 0 or -errno.
  */
-static int stat_birth(const struct resolve_root *root, int dirfd, const char *name, int flags,
-		      struct stat *st, int64_t *btime)
+static int stat_ident(const struct resolve_root *root, int dirfd, const char *name, int flags,
+		      struct stat *st, struct fsops_ident *id)
 {
-	int64_t b = 0;
+	struct fsops_ident i = { 0 };
 	int r;
 
-	if (root->births)
-		r = fsops_birth(dirfd, name, flags, st, &b);
+	if (root->idents)
+		r = fsops_birth(dirfd, name, flags, st, &i.btime_ns);
 	else if (flags & AT_EMPTY_PATH)
 		r = fstat(dirfd, st) < 0 ? -errno : 0;
 	else
 		r = fstatat(dirfd, name, st, flags) < 0 ? -errno : 0;
-	if (r == 0 && btime)
-		*btime = b;
+	if (r == 0 && root->handles)
+		i.generation = fsops_generation(dirfd, name, flags);
+	if (r == 0 && id)
+		*id = i;
 	return r;
 }
 
-/* stat_birth() of @p fd itself; on failure close it. Returns @p fd or -errno. */
-static int fstat_birth_or_close(const struct resolve_root *root, int fd, struct stat *st,
-				int64_t *btime)
+/* stat_ident() of @p fd itself; on failure close it. Returns @p fd or -errno. */
+static int fstat_ident_or_close(const struct resolve_root *root, int fd, struct stat *st,
+				struct fsops_ident *id)
 {
 	int r;
 
 	if (fd < 0)
 		return fd;
-	r = stat_birth(root, fd, "", AT_EMPTY_PATH, st, btime);
+	r = stat_ident(root, fd, "", AT_EMPTY_PATH, st, id);
 	if (r == 0)
 		return fd;
 	close(fd);
@@ -375,9 +378,9 @@ static int fstat_birth_or_close(const struct resolve_root *root, int fd, struct 
 /* Open with O_CREAT so that a newly created file gets exactly @p mode;
  * *created says whether this call created it (false too when it cannot
  * tell: the file went away between the two opens and the second one may
- * have made it again). Its fstat in *st, birth time in *btime. */
+ * have made it again). Its fstat in *st, what names it in *id. */
 static int open_create(const struct resolve_root *root, const void *path, size_t len, int flags,
-		       mode_t mode, struct stat *st, int64_t *btime, bool *created)
+		       mode_t mode, struct stat *st, struct fsops_ident *id, bool *created)
 {
 	int fd, r;
 
@@ -390,12 +393,12 @@ static int open_create(const struct resolve_root *root, const void *path, size_t
 			fd = resolve_open(root, path, len, flags & ~O_CREAT, 0);
 			if (fd == -ENOENT) /* a dangling symlink, or raced */
 				fd = resolve_open(root, path, len, flags, mode);
-			return fstat_birth_or_close(root, fd, st, btime);
+			return fstat_ident_or_close(root, fd, st, id);
 		}
 	} else {
 		fd = resolve_open(root, path, len, flags, mode);
 	}
-	fd = fstat_birth_or_close(root, fd, st, btime);
+	fd = fstat_ident_or_close(root, fd, st, id);
 	if (fd < 0)
 		return fd;
 	r = fix_mode(fd, st, mode);
@@ -455,13 +458,13 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
 	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,
-	       struct stat *ret_st, int64_t *ret_btime_ns, bool *ret_created)
+	       struct stat *ret_st, struct fsops_ident *ret_ident, bool *ret_created)
 {
 	const int allowed = O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_APPEND | O_NOFOLLOW |
 			    O_DIRECTORY;
 	struct fsops_handle *e;
 	struct stat st;
-	int64_t btime = 0;
+	struct fsops_ident ident = { 0 };
 	bool created = false;
 	int fd, oflags, r;
 
@@ -472,17 +475,17 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_
 		return r;
 	oflags = flags | O_NONBLOCK | O_NOCTTY;
 	if (flags & O_CREAT) {
-		fd = open_create(root, path, len, oflags, mode & 07777, &st, &btime, &created);
+		fd = open_create(root, path, len, oflags, mode & 07777, &st, &ident, &created);
 	} else {
-		fd = fstat_birth_or_close(root, resolve_open(root, path, len, oflags, 0), &st,
-					  &btime);
+		fd = fstat_ident_or_close(root, resolve_open(root, path, len, oflags, 0), &st,
+					  &ident);
 	}
 	if (handle_enter(h, e, fd, flags, owner, ret_handle) < 0)
 		return fd;
 	if (ret_st)
 		*ret_st = st;
-	if (ret_btime_ns)
-		*ret_btime_ns = btime;
+	if (ret_ident)
+		*ret_ident = ident;
 	if (ret_created)
 		*ret_created = created;
 	return 0;
@@ -787,14 +790,14 @@ int fsops_fstat(struct fsops_handles *h, uint64_t id, struct stat *ret_st)
 /* ---- path operations ---- */
 
 int fsops_stat(const struct resolve_root *root, const void *path, size_t len, bool follow,
-	       struct stat *ret_st, int64_t *ret_btime_ns)
+	       struct stat *ret_st, struct fsops_ident *ret_ident)
 {
 	int fd, r = 0;
 
 	fd = resolve_open(root, path, len, O_PATH | (follow ? 0 : O_NOFOLLOW), 0);
 	if (fd < 0)
 		return fd;
-	r = stat_birth(root, fd, "", AT_EMPTY_PATH, ret_st, ret_btime_ns);
+	r = stat_ident(root, fd, "", AT_EMPTY_PATH, ret_st, ret_ident);
 	close(fd);
 	return r;
 }
@@ -835,18 +838,40 @@ int fsops_birth(int dirfd, const char *name, int flags, struct stat *ret_st,
 	return 0;
 }
 
-int64_t fsops_fbirth(struct fsops_handles *h, uint64_t id)
+uint64_t fsops_generation(int dirfd, const char *name, int flags)
 {
-	struct fsops_handle *e = handle_get(h, id);
-	struct stat st;
-	int64_t b = 0;
+	union {
+		struct file_handle fh;
+		unsigned char buf[sizeof(struct file_handle) + MAX_HANDLE_SZ];
+	} h;
+	const unsigned char *b = h.buf + offsetof(struct file_handle, f_handle);
+	uint64_t x = 0xcbf29ce484222325ULL; /* FNV-1a, 64 bits */
+	int mount_id, hflags = flags & AT_EMPTY_PATH;
 
-	if (!e)
+	if (!(flags & AT_SYMLINK_NOFOLLOW) && *name)
+		hflags |= AT_SYMLINK_FOLLOW;
+	h.fh.handle_bytes = MAX_HANDLE_SZ;
+	if (name_to_handle_at(dirfd, name, &h.fh, &mount_id, hflags) < 0)
 		return 0;
-	if (fsops_birth(e->fd, "", AT_EMPTY_PATH, &st, &b) < 0)
-		b = 0;
+	for (size_t i = 0; i < sizeof(h.fh.handle_type); i++)
+		x = (x ^ (unsigned char)(h.fh.handle_type >> (8 * i))) * 0x100000001b3ULL;
+	for (unsigned i = 0; i < h.fh.handle_bytes && i < MAX_HANDLE_SZ; i++)
+		x = (x ^ b[i]) * 0x100000001b3ULL;
+	return x ? x : 1;
+}
+
+void fsops_fident(const struct resolve_root *root, struct fsops_handles *h, uint64_t id,
+		  struct fsops_ident *ret)
+{
+	struct fsops_handle *e = root->idents ? handle_get(h, id) : NULL;
+	struct stat st;
+
+	*ret = (struct fsops_ident){ 0 };
+	if (!e)
+		return;
+	if (stat_ident(root, e->fd, "", AT_EMPTY_PATH, &st, ret) < 0)
+		*ret = (struct fsops_ident){ 0 };
 	handle_put(h, e);
-	return b;
 }
 
 void fsops_dirents_free(struct fsops_dirent *ents, size_t n)
@@ -930,8 +955,8 @@ int fsops_readdir(const struct resolve_root *root, const void *path, size_t len,
 			}
 			n++;
 			de->next_offset = (int64_t)d->d_off;
-			de->has_attr = stat_birth(root, fd, d->d_name, AT_SYMLINK_NOFOLLOW,
-						  &de->st, &de->btime_ns) == 0;
+			de->has_attr = stat_ident(root, fd, d->d_name, AT_SYMLINK_NOFOLLOW,
+						  &de->st, &de->ident) == 0;
 			if (n == max)
 				full = true;
 		}
@@ -1058,7 +1083,7 @@ fail_errno:
 }
 
 int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
-		struct stat *ret_st, int64_t *ret_btime_ns)
+		struct stat *ret_st, struct fsops_ident *ret_ident)
 {
 	struct stat st;
 	char *name;
@@ -1077,7 +1102,7 @@ int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, m
 		r = -errno;
 		goto out;
 	}
-	r = stat_birth(root, fd, "", AT_EMPTY_PATH, &st, ret_btime_ns);
+	r = stat_ident(root, fd, "", AT_EMPTY_PATH, &st, ret_ident);
 	if (r == 0) {
 		/* mkdir(2) takes 01777 and inherits S_ISGID from the parent */
 		r = fix_mode(fd, &st, (mode & 01777) | (st.st_mode & S_ISGID));
@@ -1092,7 +1117,7 @@ out:
 }
 
 int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, mode_t mode,
-		struct stat *ret_st, int64_t *ret_btime_ns)
+		struct stat *ret_st, struct fsops_ident *ret_ident)
 {
 	mode_t type = mode & S_IFMT;
 	struct stat st;
@@ -1117,7 +1142,7 @@ int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, m
 		r = -errno;
 		goto out;
 	}
-	r = stat_birth(root, fd, "", AT_EMPTY_PATH, &st, ret_btime_ns);
+	r = stat_ident(root, fd, "", AT_EMPTY_PATH, &st, ret_ident);
 	if (r == 0) {
 		r = fix_mode(fd, &st, mode);
 		if (r == 0 && ret_st)
@@ -1278,7 +1303,7 @@ out:
 }
 
 int fsops_link(const struct resolve_root *root, const void *from, size_t from_len,
-	       const void *to, size_t to_len, struct stat *ret_st, int64_t *ret_btime_ns)
+	       const void *to, size_t to_len, struct stat *ret_st, struct fsops_ident *ret_ident)
 {
 	char *fname, *tname;
 	int fdir, tdir, r;
@@ -1291,7 +1316,7 @@ int fsops_link(const struct resolve_root *root, const void *from, size_t from_le
 		goto out;
 	r = linkat(fdir, fname, tdir, tname, 0) < 0 ? -errno : 0;
 	if (r == 0 && ret_st)
-		r = stat_birth(root, tdir, tname, AT_SYMLINK_NOFOLLOW, ret_st, ret_btime_ns);
+		r = stat_ident(root, tdir, tname, AT_SYMLINK_NOFOLLOW, ret_st, ret_ident);
 	close(tdir);
 	free(tname);
 out:
@@ -1301,7 +1326,7 @@ out:
 }
 
 int fsops_symlink(const struct resolve_root *root, const void *target, size_t target_len,
-		  const void *path, size_t len, struct stat *ret_st, int64_t *ret_btime_ns)
+		  const void *path, size_t len, struct stat *ret_st, struct fsops_ident *ret_ident)
 {
 	char *t, *name;
 	int dirfd, r;
@@ -1320,7 +1345,7 @@ int fsops_symlink(const struct resolve_root *root, const void *target, size_t ta
 		goto out;
 	r = symlinkat(t, dirfd, name) < 0 ? -errno : 0;
 	if (r == 0 && ret_st)
-		r = stat_birth(root, dirfd, name, AT_SYMLINK_NOFOLLOW, ret_st, ret_btime_ns);
+		r = stat_ident(root, dirfd, name, AT_SYMLINK_NOFOLLOW, ret_st, ret_ident);
 	close(dirfd);
 	free(name);
 out:

@@ -63,8 +63,12 @@ static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode)
 
 int resolve_root_open(const char *path, struct resolve_root *root)
 {
+	struct {
+		struct file_handle h;
+		unsigned char bytes[MAX_HANDLE_SZ];
+	} fh = { .h.handle_bytes = MAX_HANDLE_SZ };
 	struct statfs sfs;
-	int fd, probe;
+	int fd, probe, mount_id;
 
 	if (!path || !root)
 		return -EINVAL;
@@ -77,7 +81,8 @@ int resolve_root_open(const char *path, struct resolve_root *root)
 	root->fd = fd;
 	/* ENOSYS: kernel < 5.6; EPERM/EINVAL: seccomp or sandboxes (gVisor). */
 	root->use_openat2 = probe >= 0;
-	root->births = fstatfs(fd, &sfs) == 0 && sfs.f_type != OVERLAYFS_SUPER_MAGIC;
+	root->idents = fstatfs(fd, &sfs) == 0 && sfs.f_type != OVERLAYFS_SUPER_MAGIC;
+	root->handles = root->idents && name_to_handle_at(fd, "", &fh.h, &mount_id, AT_EMPTY_PATH) == 0;
 	return 0;
 }
 

@@ -31,16 +31,22 @@
 struct resolve_root {
 	int fd;            /**< O_PATH|O_DIRECTORY fd of the root, owned by caller */
 	bool use_openat2;  /**< false forces the portable walk (tests, gVisor) */
-	/** Birth times name files here (fsops_birth()): false on overlayfs,
-	 * whose copy-up (any change of a lower file, or of a directory's
-	 * entries) gives a file a new birth under its old inode number. */
-	bool births;
+	/** Birth times and file handles name files here (struct
+	 * fsops_ident): false on overlayfs, whose copy-up (any change of a
+	 * lower file, or of a directory's entries) gives a file a new birth
+	 * and handle under its old inode number. */
+	bool idents;
+	/** name_to_handle_at(2) works on the root (fsops_generation()):
+	 * false without idents, where the file system has no file handles
+	 * (EOPNOTSUPP) and in gVisor. */
+	bool handles;
 };
 
 /**
  * Open the root directory @p path (absolute or relative to the cwd), probe
- * whether openat2 works and whether birth times name files (statfs(2):
- * not overlayfs). Returns 0 and fills @p root, or -errno (-ENOTDIR,
+ * whether openat2 works, whether birth times and file handles name files
+ * (statfs(2): not overlayfs) and whether the root has a file handle
+ * (name_to_handle_at(2)). Returns 0 and fills @p root, or -errno (-ENOTDIR,
  * -ENOENT, ...). Close root->fd when done.
  */
 int resolve_root_open(const char *path, struct resolve_root *root);

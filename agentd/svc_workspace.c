@@ -136,14 +136,22 @@ static void reply_empty(struct rpc_call *call)
 	rpc_reply(call, &e.base);
 }
 
-/* Reply an AttrReply of @st and birth time @btime_ns (0 unknown). */
-static void reply_attr(struct rpc_call *call, const struct stat *st, int64_t btime_ns)
+/* Put what names the file, @id, into @a (Attr.btime_ns, Attr.generation). */
+static void attr_set_ident(Wsbridge__V1__Attr *a, const struct fsops_ident *id)
+{
+	a->btime_ns = id->btime_ns;
+	a->generation = id->generation;
+}
+
+/* Reply an AttrReply of @st and @id (may be NULL: unknown). */
+static void reply_attr(struct rpc_call *call, const struct stat *st, const struct fsops_ident *id)
 {
 	Wsbridge__V1__AttrReply rep = WSBRIDGE__V1__ATTR_REPLY__INIT;
 	Wsbridge__V1__Attr a;
 
 	attr_from_stat(&a, st);
-	a.btime_ns = btime_ns;
+	if (id)
+		attr_set_ident(&a, id);
 	rep.attr = &a;
 	rpc_reply(call, &rep.base);
 }
@@ -160,15 +168,15 @@ static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	const Wsbridge__V1__StatRequest *q = (const void *)req;
 	Wsbridge__V1__StatReply rep = WSBRIDGE__V1__STAT_REPLY__INIT;
 	Wsbridge__V1__Attr a;
+	struct fsops_ident id;
 	struct stat st;
-	int64_t btime;
 	int r;
 
-	r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st, &btime);
+	r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st, &id);
 	if (r < 0)
 		return fail_path(call, r, "stat", &q->path);
 	attr_from_stat(&a, &st);
-	a.btime_ns = btime;
+	attr_set_ident(&a, &id);
 	rep.attr = &a;
 	rpc_reply(call, &rep.base);
 }
@@ -220,7 +228,7 @@ static int listing_msgs(struct listing *l)
 		l->de[i].next_offset = l->ents[i].next_offset;
 		if (l->ents[i].has_attr) {
 			attr_from_stat(&l->attrs[i], &l->ents[i].st);
-			l->attrs[i].btime_ns = l->ents[i].btime_ns;
+			attr_set_ident(&l->attrs[i], &l->ents[i].ident);
 			l->de[i].attr = &l->attrs[i];
 		}
 		l->dep[i] = &l->de[i];
@@ -448,8 +456,8 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	Wsbridge__V1__OpenReply rep = WSBRIDGE__V1__OPEN_REPLY__INIT;
 	Wsbridge__V1__Attr a;
 	uint8_t *buf = NULL;
+	struct fsops_ident ident = { 0 };
 	struct stat st, after;
-	int64_t btime = 0;
 	uint64_t id;
 	bool created = false;
 	int flags, r;
@@ -491,7 +499,7 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		r = fsops_reopen(ad->handles, owner, q->reopen, flags & ~O_NOFOLLOW, &id, &st);
 	else
 		r = fsops_open(&ad->root, ad->handles, owner, q->path.data, q->path.len, flags,
-			       q->mode & 07777, &id, &st, &btime, &created);
+			       q->mode & 07777, &id, &st, &ident, &created);
 	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
 			   fsops_handles_limit(ad->handles));
@@ -502,9 +510,9 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	if (r < 0)
 		return fail_path(call, r, "open", &q->path);
 	if (q->reopen)
-		btime = ad->root.births ? fsops_fbirth(ad->handles, id) : 0;
+		fsops_fident(&ad->root, ad->handles, id, &ident);
 	attr_from_stat(&a, &st);
-	a.btime_ns = btime;
+	attr_set_ident(&a, &ident);
 	rep.handle = id;
 	rep.attr = &a;
 	rep.existed = q->create && !created;
@@ -535,7 +543,7 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		    after.st_ctim.tv_sec == st.st_ctim.tv_sec &&
 		    after.st_ctim.tv_nsec == st.st_ctim.tv_nsec) {
 			attr_from_stat(&a, &after);
-			a.btime_ns = btime;
+			attr_set_ident(&a, &ident);
 		}
 	}
 	rpc_reply(call, &rep.base);
@@ -723,28 +731,28 @@ static void do_setattr(struct rpc_call *call, const ProtobufCMessage *req, void 
 			return fail_handle(call, r, "setattr", q->handle);
 		return fail_path(call, r, "setattr", &q->path);
 	}
-	reply_attr(call, &st, 0);
+	reply_attr(call, &st, NULL);
 }
 
 static void do_mkdir(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__MkdirRequest *q = (const void *)req;
+	struct fsops_ident id = { 0 };
 	struct stat st;
-	int64_t btime = 0;
 	int r;
 
-	r = fsops_mkdir(&AD(data)->root, q->path.data, q->path.len, q->mode & 07777, &st, &btime);
+	r = fsops_mkdir(&AD(data)->root, q->path.data, q->path.len, q->mode & 07777, &st, &id);
 	if (r < 0)
 		return fail_path(call, r, "mkdir", &q->path);
-	reply_attr(call, &st, btime);
+	reply_attr(call, &st, &id);
 }
 
 static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__MknodRequest *q = (const void *)req;
 	mode_t type = q->mode & S_IFMT;
+	struct fsops_ident id = { 0 };
 	struct stat st;
-	int64_t btime = 0;
 	int r;
 
 	if (type == S_IFCHR || type == S_IFBLK) {
@@ -756,10 +764,10 @@ static void do_mknod(struct rpc_call *call, const ProtobufCMessage *req, void *d
 		free(esc);
 		return;
 	}
-	r = fsops_mknod(&AD(data)->root, q->path.data, q->path.len, q->mode, &st, &btime);
+	r = fsops_mknod(&AD(data)->root, q->path.data, q->path.len, q->mode, &st, &id);
 	if (r < 0)
 		return fail_path(call, r, "mknod", &q->path);
-	reply_attr(call, &st, btime);
+	reply_attr(call, &st, &id);
 }
 
 static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -772,7 +780,7 @@ static void do_unlink(struct rpc_call *call, const ProtobufCMessage *req, void *
 	if (r < 0)
 		return fail_path(call, r, "unlink", &q->path);
 	if (r > 0)
-		return reply_attr(call, &st, 0); /* other names keep the file */
+		return reply_attr(call, &st, NULL); /* other names keep the file */
 	rpc_reply(call, &rep.base);
 }
 
@@ -786,7 +794,7 @@ static void do_rmdir(struct rpc_call *call, const ProtobufCMessage *req, void *d
 	if (r < 0)
 		return fail_path(call, r, "rmdir", &q->path);
 	if (r > 0)
-		return reply_attr(call, &st, 0);
+		return reply_attr(call, &st, NULL);
 	rpc_reply(call, &rep.base);
 }
 
@@ -813,8 +821,12 @@ static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *
 	 * reads the field only with a handle). */
 	if (rep.replaced || r > 0) {
 		attr_from_stat(&a, &st);
-		if (rep.replaced && ad->root.births)
-			a.btime_ns = fsops_fbirth(ad->handles, rep.replaced);
+		if (rep.replaced) {
+			struct fsops_ident id;
+
+			fsops_fident(&ad->root, ad->handles, rep.replaced, &id);
+			attr_set_ident(&a, &id);
+		}
 		rep.replaced_attr = &a;
 	}
 	rpc_reply(call, &rep.base);
@@ -823,29 +835,29 @@ static void do_rename(struct rpc_call *call, const ProtobufCMessage *req, void *
 static void do_link(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__LinkRequest *q = (const void *)req;
+	struct fsops_ident id = { 0 };
 	struct stat st;
-	int64_t btime = 0;
 	int r;
 
 	r = fsops_link(&AD(data)->root, q->from.data, q->from.len, q->to.data, q->to.len, &st,
-		       &btime);
+		       &id);
 	if (r < 0)
 		return fail_paths(call, r, "link", &q->from, &q->to);
-	reply_attr(call, &st, btime);
+	reply_attr(call, &st, &id);
 }
 
 static void do_symlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__SymlinkRequest *q = (const void *)req;
+	struct fsops_ident id = { 0 };
 	struct stat st;
-	int64_t btime = 0;
 	int r;
 
 	r = fsops_symlink(&AD(data)->root, q->target.data, q->target.len, q->path.data, q->path.len,
-			  &st, &btime);
+			  &st, &id);
 	if (r < 0)
 		return fail_path(call, r, "symlink", &q->path);
-	reply_attr(call, &st, btime);
+	reply_attr(call, &st, &id);
 }
 
 static void do_readlink(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -1429,14 +1441,14 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 		     ((ev[i].kind == WATCH_CREATED || ev[i].kind == WATCH_MOVED) &&
 		      (!ev[i].is_dir || ev[i].changed))) &&
 		    n_attr < WATCH_ATTRS_MAX) {
+			struct fsops_ident id;
 			struct stat st;
-			int64_t btime;
 			int sr = fsops_stat(wc->root, ev[i].path, ev[i].path_len, false, &st,
-					    &btime);
+					    &id);
 
 			if (sr == 0) {
 				attr_from_stat(&a[n_attr], &st);
-				a[n_attr].btime_ns = btime;
+				attr_set_ident(&a[n_attr], &id);
 				e[i].attr = &a[n_attr++];
 			} else if (sr == -ENOENT || sr == -ENOTDIR) {
 				e[i].gone = true;

@@ -70,7 +70,7 @@ struct wsfs_file {
 	uint64_t gen;  /* conn_gen when sh was obtained; under lock */
 	bool broken;   /* could not be reopened safely: EIO; under lock */
 	uint64_t ino;  /* server inode at open */
-	int64_t birth; /* and its birth time (st_birth()) */
+	uint64_t ident; /* and identity (st_ident()) */
 	Wsbridge__V1__Access access;
 	bool append;
 	bool direct_io; /* opened FOPEN_DIRECT_IO: writes bypass the kernel's pages */
@@ -278,9 +278,9 @@ static void free_reply(void *msg)
  * inode, creates in a directory too, with EACCES for as long as it keeps the
  * attributes (fs/namei.c inode_permission, HAS_UNMAPPED_ID).
  *
- * st_dev carries the file's birth time (Attr.btime_ns; st_birth()): with
- * st_ino it names one file, as (st_dev, st_ino) does in POSIX, where a
- * server inode number alone is reused. The kernel never sees it: FUSE's
+ * st_dev carries the file's identity (node_ident() of Attr.btime_ns and
+ * Attr.generation; st_ident()): with st_ino it names one file, as (st_dev,
+ * st_ino) does in POSIX, where a server inode number alone is reused. The kernel never sees it: FUSE's
  * attributes have no device (struct fuse_attr), the mount's is st_dev.
  */
 static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
@@ -312,21 +312,21 @@ static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 	st->st_atim = wsb_ts_of_ns(a->atime_ns);
 	st->st_mtim = wsb_ts_of_ns(a->mtime_ns);
 	st->st_ctim = wsb_ts_of_ns(a->ctime_ns);
-	st->st_dev = (dev_t)a->btime_ns;
+	st->st_dev = (dev_t)wsfs_attr_ident(a);
 	return 0;
 }
 
-/* The birth time attr_to_stat() left in @st (ns, 0 unknown). */
-static int64_t st_birth(const struct stat *st)
+/* The identity attr_to_stat() left in @st (node_ident(), 0 unknown). */
+static uint64_t st_ident(const struct stat *st)
 {
-	return (int64_t)st->st_dev;
+	return (uint64_t)st->st_dev;
 }
 
 /* Whether @st (attr_to_stat()) is the file of node @info: its server
- * inode, and its birth as far as both are known (node_same_birth()). */
+ * inode, and its identity as far as both are known (node_same_ident()). */
 static bool same_file(const struct node_info *info, const struct stat *st)
 {
-	return info->ino == st->st_ino && node_same_birth(info->birth, st_birth(st));
+	return info->ino == st->st_ino && node_same_ident(info->ident, st_ident(st));
 }
 
 static struct node_seen seen_of(const struct stat *st)
@@ -334,7 +334,7 @@ static struct node_seen seen_of(const struct stat *st)
 	return (struct node_seen){
 		.valid = true,
 		.ino = st->st_ino,
-		.birth = st_birth(st),
+		.ident = st_ident(st),
 		.size = (uint64_t)st->st_size,
 		.mtime_ns = wsb_ns_of_ts(&st->st_mtim),
 	};
@@ -615,7 +615,7 @@ static uint64_t reply_entry(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, 
 	uint64_t id;
 	int r;
 
-	r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), st->st_ino, st_birth(st),
+	r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), st->st_ino, st_ident(st),
 			st->st_mode, (uint32_t)st->st_nlink, &id);
 	if (r < 0) {
 		reply_err(req, r == -ESTALE ? -ENOENT : r);
@@ -729,7 +729,7 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
 	f->sh = sh;
 	f->gen = atomic_load(&fs->conn_gen);
 	f->ino = st->st_ino;
-	f->birth = st_birth(st);
+	f->ident = st_ident(st);
 	f->access = access;
 	f->append = append;
 	pthread_mutex_lock(&files_lock);
@@ -881,7 +881,7 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 	if (r < 0)
 		goto out;
 	if (!rep->attr || rep->attr->ino != f->ino ||
-	    !node_same_birth(rep->attr->btime_ns, f->birth)) {
+	    !node_same_ident(wsfs_attr_ident(rep->attr), f->ident)) {
 		/* Another file under the name (perhaps on the freed inode
 		 * number): not the one this handle had open. */
 		release_handle(fs, rep->handle);
@@ -1181,7 +1181,7 @@ static bool lookup_keep(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, cons
 
 	if (!id || !fs->se || node_info(fs->nodes, id, &info) < 0 || !info.ino || !info.nlookup)
 		return false;
-	if (node_lookup(fs->nodes, NODE_ANY, parent, name, len, info.ino, info.birth, info.mode, 1,
+	if (node_lookup(fs->nodes, NODE_ANY, parent, name, len, info.ino, info.ident, info.mode, 1,
 			&got) < 0)
 		return false;
 	if (got != id) {
@@ -1237,7 +1237,7 @@ again:
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
 	if (r == 0) {
-		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st_birth(&st),
+		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st_ident(&st),
 				st.st_mode, (uint32_t)st.st_nlink, &id);
 		if (r == -ESTALE) {
 			reply_err(req, -ENOENT); /* the parent went */
@@ -2356,7 +2356,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		 * node went meanwhile (the kernel held it no more) or is not
 		 * the file agentd kept (the pod replaced it just before). */
 		if (attr_to_stat(rep->replaced_attr, &st) < 0 ||
-		    node_keep(fs->nodes, victim, st.st_ino, st_birth(&st), rep->replaced) < 0)
+		    node_keep(fs->nodes, victim, st.st_ino, st_ident(&st), rep->replaced) < 0)
 			release_handle(fs, rep->replaced);
 	}
 	if (r == 0 && node_rename(fs->nodes, parent, name, strlen(name), newparent, newname,
@@ -2498,7 +2498,7 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 		fi->direct_io = 1;
 		fi->keep_cache = 0;
 	} else if (node_info(fs->nodes, id, &info) == 0 && info.seen.valid &&
-		   info.seen.ino == now.ino && node_same_birth(info.seen.birth, now.birth) &&
+		   info.seen.ino == now.ino && node_same_ident(info.seen.ident, now.ident) &&
 		   info.seen.size == now.size &&
 		   info.seen.mtime_ns == now.mtime_ns) {
 		fi->keep_cache = 1;
@@ -2784,7 +2784,7 @@ again:
 		struct node_seen now = seen_of(&st);
 		bool changed = info.seen.valid &&
 			       (info.seen.ino != now.ino ||
-				!node_same_birth(info.seen.birth, now.birth) ||
+				!node_same_ident(info.seen.ident, now.ident) ||
 				info.seen.size != now.size ||
 				info.seen.mtime_ns != now.mtime_ns);
 
@@ -2861,7 +2861,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	r = attr_to_stat(rep->attr, &e.attr);
 	if (r == 0)
 		r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), e.attr.st_ino,
-				st_birth(&e.attr), e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
+				st_ident(&e.attr), e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
 	if (r < 0) {
 		release_handle(fs, rep->handle);
 		if (r == -ESTALE)
@@ -3070,7 +3070,7 @@ static int file_pos_handle(struct wsfs *fs, struct wsfs_file *f, uint64_t failed
 	if (r == -ENOENT || r == -ELOOP)
 		r = -EIO;
 	if (r == 0 && (!rep->attr || rep->attr->ino != f->ino ||
-		       !node_same_birth(rep->attr->btime_ns, f->birth))) {
+		       !node_same_ident(wsfs_attr_ident(rep->attr), f->ident))) {
 		release_handle(fs, rep->handle);
 		r = -EIO;
 	}
@@ -4283,7 +4283,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				 * directory goes without its node (the kernel
 				 * looks it up when it needs it). */
 				if (node_lookup(fs->nodes, d->ngen, ino, name, strlen(name), st->st_ino,
-						st_birth(st), st->st_mode, (uint32_t)st->st_nlink,
+						st_ident(st), st->st_mode, (uint32_t)st->st_nlink,
 						&id) == 0) {
 					e.ino = id;
 					e.attr_timeout = t.attr;

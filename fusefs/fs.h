@@ -29,6 +29,14 @@
 
 #include "client.h"
 #include "node.h"
+#include "wsbridge.pb-c.h"
+
+/** The identity (node_ident()) that agentd's attributes @p a give their
+ * file, beyond its inode number. Pure. */
+static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
+{
+	return node_ident(a->btime_ns, a->generation);
+}
 
 /** While agentd is unreachable, how often the monitor asks again, ms. */
 #define WSFS_PROBE_MS 250

@@ -43,7 +43,7 @@ struct node {
 	struct link *links;  /* NULL for the root and for detached nodes */
 	unsigned n_links;
 	uint64_t ino;
-	int64_t birth; /* ns, 0 unknown: node_same_birth() */
+	uint64_t ident; /* node_ident(), 0 unknown: node_same_ident() */
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
@@ -316,13 +316,13 @@ static void ino_remove(struct node_table *t, struct node *n)
 	n->in_ino = false;
 }
 
-/* A named non-directory node with server inode @ino, birth @birth and type
+/* A named non-directory node with server inode @ino, identity @ident and type
  * @mode. */
-static struct node *by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint32_t mode)
+static struct node *by_ino(struct node_table *t, uint64_t ino, uint64_t ident, uint32_t mode)
 {
 	struct node *n = t->by_ino[mix64(ino) & (t->ino_cap - 1)];
 
-	while (n && !(n->ino == ino && n->mode == mode && node_same_birth(n->birth, birth)))
+	while (n && !(n->ino == ino && n->mode == mode && node_same_ident(n->ident, ident)))
 		n = n->ino_next;
 	return n;
 }
@@ -794,7 +794,7 @@ bool node_names_still(struct node_table *t, uint64_t dir, uint64_t since)
 }
 
 int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
-		size_t len, uint64_t ino, int64_t birth, uint32_t mode, uint32_t nlink,
+		size_t len, uint64_t ino, uint64_t ident, uint32_t mode, uint32_t nlink,
 		uint64_t *ret_id)
 {
 	struct node *p, *n = NULL, *fresh = NULL;
@@ -815,11 +815,10 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 		p->ngen++;
 	l = link_find(t, parent, name, len);
 	if (l && l->node->ino == ino && l->node->mode == mode &&
-	    node_same_birth(l->node->birth, birth)) {
+	    node_same_ident(l->node->ident, ident)) {
 		/* The name still holds the same file. */
 		n = l->node;
-		if (!n->birth)
-			n->birth = birth;
+		n->ident = node_ident_fill(n->ident, ident);
 		link_to_front(l);
 		goto found;
 	}
@@ -847,13 +846,13 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 	 * name it walked, which must be the node's path (-o
 	 * transform_symlinks computes the target from it). */
 	if (!S_ISDIR(mode) && !S_ISLNK(mode) && nlink > 1 && ino)
-		n = by_ino(t, ino, birth, mode);
+		n = by_ino(t, ino, ident, mode);
 	if (!n) {
 		n = fresh;
 		fresh = NULL;
 		n->id = t->next_id++;
 		n->ino = ino;
-		n->birth = birth;
+		n->ident = ident;
 		n->mode = mode;
 		id_insert(t, n);
 	}
@@ -1052,18 +1051,18 @@ uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, siz
 
 /* The first detached non-directory of server inode @ino that keeps a
  * handle (@kept) or keeps none; a walk of the whole table. Lock held. */
-static struct node *detached_of_ino(struct node_table *t, uint64_t ino, int64_t birth,
+static struct node *detached_of_ino(struct node_table *t, uint64_t ino, uint64_t ident,
 				    bool kept)
 {
 	for (size_t i = 0; i < t->id_cap; i++)
 		for (struct node *m = t->by_id[i]; m; m = m->id_next)
 			if (m != t->root && !m->links && !S_ISDIR(m->mode) && m->ino == ino &&
-			    node_same_birth(m->birth, birth) && (m->kept != 0) == kept)
+			    node_same_ident(m->ident, ident) && (m->kept != 0) == kept)
 				return m;
 	return NULL;
 }
 
-int node_keep(struct node_table *t, uint64_t id, uint64_t ino, int64_t birth, uint64_t handle)
+int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t ident, uint64_t handle)
 {
 	struct node *n;
 	int r = -ESTALE;
@@ -1073,11 +1072,11 @@ int node_keep(struct node_table *t, uint64_t id, uint64_t ino, int64_t birth, ui
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
 	if (!(n && n != t->root && !S_ISDIR(n->mode) && n->ino == ino &&
-	      node_same_birth(n->birth, birth) && !n->kept)) {
+	      node_same_ident(n->ident, ident) && !n->kept)) {
 		/* A LOOKUP that raced the rename (the kernel's revalidation
 		 * takes no directory lock) saw the new file under the name and
 		 * detached the node the kernel holds: find it by its inode. */
-		n = detached_of_ino(t, ino, birth, false);
+		n = detached_of_ino(t, ino, ident, false);
 	}
 	if (n) {
 		n->kept = handle;
@@ -1100,7 +1099,7 @@ uint64_t node_kept(struct node_table *t, uint64_t id)
 		/* A LOOKUP answered before the rename but applied after it
 		 * made a second detached node of the replaced file: that one
 		 * keeps it. */
-		struct node *m = detached_of_ino(t, n->ino, n->birth, true);
+		struct node *m = detached_of_ino(t, n->ino, n->ident, true);
 
 		h = m ? m->kept : 0;
 	}
@@ -1309,7 +1308,7 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 		r = -ESTALE;
 	} else {
 		ret->ino = n->ino;
-		ret->birth = n->birth;
+		ret->ident = n->ident;
 		ret->parent_ino = n == t->root ? n->ino : n->links ? n->links->parent->ino : 0;
 		ret->mode = n->mode;
 		ret->nlookup = n->nlookup;
@@ -1323,7 +1322,7 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 	return r;
 }
 
-size_t node_ids_by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint64_t *ids,
+size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t ident, uint64_t *ids,
 		       size_t max)
 {
 	struct node *n;
@@ -1331,7 +1330,7 @@ size_t node_ids_by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint64
 
 	pthread_mutex_lock(&t->lock);
 	for (n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n && k < max; n = n->ino_next)
-		if (n->ino == ino && node_same_birth(n->birth, birth))
+		if (n->ino == ino && node_same_ident(n->ident, ident))
 			ids[k++] = n->id;
 	pthread_mutex_unlock(&t->lock);
 	return k;
@@ -1380,7 +1379,7 @@ void node_seen_advance(struct node_table *t, uint64_t id, const struct node_seen
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->seen.valid && n->seen.ino == s->ino && node_same_birth(n->seen.birth, s->birth) &&
+	if (n && n->seen.valid && n->seen.ino == s->ino && node_same_ident(n->seen.ident, s->ident) &&
 	    (n->seen.mtime_ns < s->mtime_ns ||
 	     (n->seen.mtime_ns == s->mtime_ns && n->seen.size <= s->size)))
 		n->seen = *s;

@@ -70,7 +70,7 @@ struct node_fh {
 struct node_seen {
 	bool valid;
 	uint64_t ino;
-	int64_t birth;     /**< ns, 0 unknown (node_same_birth()) */
+	uint64_t ident;    /**< node_ident(), 0 unknown (node_same_ident()) */
 	uint64_t size;     /**< bytes */
 	int64_t mtime_ns;  /**< ns since the epoch */
 };
@@ -78,7 +78,7 @@ struct node_seen {
 /** A copy of one node's state (node_info()). */
 struct node_info {
 	uint64_t ino;     /**< server inode number; 0 = not known yet */
-	int64_t birth;    /**< its birth time, ns; 0 = unknown (node_same_birth()) */
+	uint64_t ident;   /**< node_ident(); 0 = unknown (node_same_ident()) */
 	uint64_t parent_ino; /**< the parent's server inode; the root's own for the root, 0 if detached */
 	uint32_t mode;    /**< file type bits (S_IFMT) as last seen */
 	uint64_t nlookup; /**< kernel lookups outstanding */
@@ -154,13 +154,13 @@ void node_dir_offs(uint64_t *offs, size_t n);
 
 /**
  * The kernel learnt the name @p name (@p len bytes) in directory @p parent,
- * which is the server file with inode @p ino, birth time @p birth (ns, 0 =
- * unknown: node_same_birth()), type @p mode (S_IFMT bits; permission bits
+ * which is the server file with inode @p ino, identity @p ident
+ * (node_ident(); 0 unknown: node_same_ident()), type @p mode (S_IFMT bits; permission bits
  * are ignored) and link count @p nlink: find the node bound
  * to that name, or bind the name (to the node of another name of the same
  * file when @p nlink > 1, else to a new node), and count one lookup (a FUSE
  * lookup/create/mkdir/link/... reply, or a READDIRPLUS entry). A name bound
- * to a node with another server inode, birth time or type is taken from that
+ * to a node with another server inode, identity or type is taken from that
  * node first (a freed inode number comes back with the next file made).
  *
  * @param since  NODE_OWN for a name this mount made (create, mkdir, link,
@@ -175,18 +175,57 @@ void node_dir_offs(uint64_t *offs, size_t n);
  *         (node_name_ok()); -ENOMEM.
  */
 int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const char *name,
-		size_t len, uint64_t ino, int64_t birth, uint32_t mode, uint32_t nlink,
+		size_t len, uint64_t ino, uint64_t ident, uint32_t mode, uint32_t nlink,
 		uint64_t *ret_id);
 
-/**
- * Whether birth times @p a and @p b (ns; 0 = unknown: agentd's file system
- * keeps none, or the reply carries none) may be one file's: equal, or
- * either unknown. (server inode, birth time) names one file where an inode
- * number alone is reused (wsbridge.proto Attr.btime_ns).
- */
-static inline bool node_same_birth(int64_t a, int64_t b)
+/* One half of node_ident(): @p x hashed to 32 bits, 0 only for 0. */
+static inline uint32_t node_ident_half(uint64_t x)
 {
-	return !a || !b || a == b;
+	uint32_t h;
+
+	if (!x)
+		return 0;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL; /* splitmix64's finaliser */
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	h = (uint32_t)(x ^ (x >> 32));
+	return h ? h : 1;
+}
+
+/**
+ * What names one server file beyond its inode number, which a file system
+ * gives to the next file it makes once freed (ext4 at once): its birth time
+ * @p btime_ns (Attr.btime_ns) hashed into the high 32 bits and its
+ * generation @p generation (Attr.generation) into the low 32, each half 0
+ * when unknown (agentd's file system keeps none, or the reply carries
+ * none: wsbridge.proto). The generation tells apart files born within one
+ * tick of the kernel's file clock, which share a birth time. Pure.
+ */
+static inline uint64_t node_ident(int64_t btime_ns, uint64_t generation)
+{
+	return (uint64_t)node_ident_half((uint64_t)btime_ns) << 32 | node_ident_half(generation);
+}
+
+/**
+ * Whether identities @p a and @p b (node_ident()) may be one file's: each
+ * half equal, or unknown on either side. (server inode, identity) names one
+ * file where an inode number alone is reused. Pure.
+ */
+static inline bool node_same_ident(uint64_t a, uint64_t b)
+{
+	uint32_t ah = (uint32_t)(a >> 32), bh = (uint32_t)(b >> 32);
+	uint32_t al = (uint32_t)a, bl = (uint32_t)b;
+
+	return (!ah || !bh || ah == bh) && (!al || !bl || al == bl);
+}
+
+/** Identity @p a with the halves it does not know taken from @p b. Pure. */
+static inline uint64_t node_ident_fill(uint64_t a, uint64_t b)
+{
+	if (!(a >> 32))
+		a |= b & 0xffffffff00000000ULL;
+	if (!(uint32_t)a)
+		a |= b & 0xffffffffULL;
+	return a;
 }
 
 /** node_lookup()'s @p since for a change of this mount's own. */
@@ -289,13 +328,13 @@ uint64_t node_child(struct node_table *t, uint64_t parent, const char *name, siz
  * table owns the handle from then on: when the node is freed it goes to
  * node_kept_drain(). When @p id is no such node (a LOOKUP racing the
  * rename detached another node of @p ino), the first detached node of
- * @p ino without one gets it (a walk of the table). @p birth: the file's
- * birth time (ns, 0 unknown): a node of another birth is another file with
- * the same inode number (node_same_birth()). Returns 0; -ESTALE
+ * @p ino without one gets it (a walk of the table). @p ident: the file's
+ * identity (node_ident(), 0 unknown): a node of another identity is another
+ * file with the same inode number (node_same_ident()). Returns 0; -ESTALE
  * when there is none (the caller releases @p handle); -EINVAL for
  * handle 0.
  */
-int node_keep(struct node_table *t, uint64_t id, uint64_t ino, int64_t birth, uint64_t handle);
+int node_keep(struct node_table *t, uint64_t id, uint64_t ino, uint64_t ident, uint64_t handle);
 
 /**
  * The handle node_keep() gave node @p id, or, for a detached node without
@@ -374,10 +413,10 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret);
 
 /**
  * Up to @p max ids of the named non-directory nodes with server inode
- * @p ino and birth time @p birth (node_same_birth()) into @p ids (the
+ * @p ino and identity @p ident (node_same_ident()) into @p ids (the
  * caller's array). Returns how many. Any thread.
  */
-size_t node_ids_by_ino(struct node_table *t, uint64_t ino, int64_t birth, uint64_t *ids,
+size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t ident, uint64_t *ids,
 		       size_t max);
 
 /**

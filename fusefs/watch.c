@@ -199,7 +199,7 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	 */
 	if (attr) {
 		/* (A file with more names than this is kept attr_timeout.) */
-		n = node_ids_by_ino(fs->nodes, attr->ino, attr->btime_ns, ids, 64);
+		n = node_ids_by_ino(fs->nodes, attr->ino, wsfs_attr_ident(attr), ids, 64);
 		node_attr_drop_ino(fs->nodes, attr->ino);
 	} else if (wsfs_now_ns() - atomic_load(&fs->pod_names_ns) <=
 			   (int64_t)(fs->cfg.watch_timeout * 1e9) ||
@@ -223,13 +223,13 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	}
 }
 
-/* The attributes of server inode @ino, born at @birth (ns, 0 unknown),
+/* The attributes of server inode @ino of identity @ident (0 unknown),
  * changed (not its contents, as far as anyone knows): drop what the mount
  * and the kernel keep of them. */
-static void ev_attr_only(struct wsfs *fs, uint64_t ino, int64_t birth)
+static void ev_attr_only(struct wsfs *fs, uint64_t ino, uint64_t ident)
 {
 	uint64_t ids[64];
-	size_t n = node_ids_by_ino(fs->nodes, ino, birth, ids, 64);
+	size_t n = node_ids_by_ino(fs->nodes, ino, ident, ids, 64);
 
 	node_attr_drop_ino(fs->nodes, ino);
 	for (size_t i = 0; i < n && i < 64; i++)
@@ -296,10 +296,10 @@ static uint64_t node_at(struct wsfs *fs, const ProtobufCBinaryData *path, uint64
 }
 
 /* Whether @a (agentd's attributes of a path) are of node @info's file: its
- * server inode, and birth time as far as both are known. */
+ * server inode, and identity as far as both are known. */
 static bool attr_is(const struct node_info *info, const Wsbridge__V1__Attr *a)
 {
-	return info->ino == a->ino && node_same_birth(info->birth, a->btime_ns);
+	return info->ino == a->ino && node_same_ident(info->ident, wsfs_attr_ident(a));
 }
 
 /*
@@ -503,7 +503,7 @@ static void ev_linked(struct wsfs *fs, const Wsbridge__V1__Attr *a)
 {
 	if (a->nlink <= 1 || (a->mode & S_IFMT) == S_IFDIR)
 		return;
-	ev_attr_only(fs, a->ino, a->btime_ns);
+	ev_attr_only(fs, a->ino, wsfs_attr_ident(a));
 }
 
 /*
@@ -1152,7 +1152,7 @@ static void ev_folded(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 * goes (AUTO_INVAL_DATA drops its pages if the attributes
 		 * fetched again say so). */
 		if (ev->kind == WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED && ev->attr && !ev->is_dir)
-			ev_attr_only(fs, ev->attr->ino, ev->attr->btime_ns);
+			ev_attr_only(fs, ev->attr->ino, wsfs_attr_ident(ev->attr));
 		return;
 	}
 	if (!ev->changed || ev->gone)

@@ -1006,14 +1006,17 @@ static void test_upload_follow(void **state)
 }
 
 /*
- * fsops_birth() gives what fstatat(2) gives, and a birth time that tells a
- * file from the next one the file system makes with its freed inode number.
+ * fsops_birth() gives what fstatat(2) gives, and the birth time and
+ * generation (struct fsops_ident) tell a file from the next one the file
+ * system makes with its freed inode number.
  */
 static void test_birth(void **state)
 {
 	struct fx *fx = *state;
 	struct stat want, st, st2;
-	int64_t b = -1, b2 = -1, b3 = -1;
+	struct fsops_ident id = { -1, 1 }, id2, id3;
+	struct resolve_root saved;
+	int64_t b = -1;
 	int dfd = fx->root.fd;
 
 	assert_int_equal(fstatat(dfd, "f", &want, AT_SYMLINK_NOFOLLOW), 0);
@@ -1030,27 +1033,37 @@ static void test_birth(void **state)
 	assert_int_equal(st.st_mtim.tv_nsec, want.st_mtim.tv_nsec);
 	assert_int_equal(st.st_ctim.tv_nsec, want.st_ctim.tv_nsec);
 	/* A symlink, not followed; through fsops_stat() too. */
-	assert_int_equal(fsops_stat(&fx->root, P("l"), false, &st2, &b2), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("l"), false, &st2, &id2), 0);
 	assert_true(S_ISLNK(st2.st_mode));
-	assert_int_equal(fsops_birth(dfd, "nope", 0, &st2, &b2), -ENOENT);
+	assert_int_equal(fsops_birth(dfd, "nope", 0, &st2, &b), -ENOENT);
 	/* A file made after "f" is freed (often on its inode number). */
-	assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &b), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &id), 0);
+	assert_int_equal(id.btime_ns, b);
 	assert_int_equal(unlinkat(dfd, "f", 0), 0);
 	write_at(fx->rootdir, "g", "x");
-	assert_int_equal(fsops_stat(&fx->root, P("g"), false, &st2, &b3), 0);
-	if (b == 0) {
-		assert_int_equal(b3, 0); /* a file system without birth times */
-		return;
+	assert_int_equal(fsops_stat(&fx->root, P("g"), false, &st2, &id3), 0);
+	if (id.btime_ns == 0) {
+		assert_int_equal(id3.btime_ns, 0); /* a file system without birth times */
+	} else {
+		assert_true(id.btime_ns > 1000000000LL * 1600000000LL); /* ns: after 2020 */
+		assert_true(id3.btime_ns > id.btime_ns || st2.st_ino != st.st_ino);
+		assert_true(id3.btime_ns != id.btime_ns);
 	}
-	assert_true(b > 1000000000LL * 1600000000LL); /* ns: after 2020 */
-	assert_true(b3 > b || st2.st_ino != st.st_ino);
-	assert_true(b3 != b);
-	/* A root on overlayfs (copy-up: a new birth under the old number)
-	 * sends none: fsops_stat() and ReadDir give 0. */
-	assert_true(fx->root.births); /* not overlayfs here */
-	fx->root.births = false;
-	assert_int_equal(fsops_stat(&fx->root, P("g"), false, &st, &b), 0);
-	assert_int_equal(b, 0);
+	if (fx->root.handles) {
+		assert_true(id.generation != 0);
+		assert_true(id3.generation != 0 && id3.generation != id.generation);
+	} else {
+		assert_int_equal(id3.generation, 0);
+	}
+	/* A root on overlayfs (copy-up: a new birth and handle under the old
+	 * number) sends neither: fsops_stat() and ReadDir give zeros. */
+	assert_true(fx->root.idents); /* not overlayfs here */
+	saved = fx->root;
+	fx->root.idents = false;
+	fx->root.handles = false;
+	assert_int_equal(fsops_stat(&fx->root, P("g"), false, &st, &id), 0);
+	assert_int_equal(id.btime_ns, 0);
+	assert_int_equal(id.generation, 0);
 	assert_int_equal(st.st_ino, st2.st_ino);
 	{
 		struct fsops_dirent *ents = NULL;
@@ -1061,64 +1074,128 @@ static void test_birth(void **state)
 		assert_true(n > 0);
 		for (size_t i = 0; i < n; i++) {
 			assert_true(ents[i].has_attr);
-			assert_int_equal(ents[i].btime_ns, 0);
+			assert_int_equal(ents[i].ident.btime_ns, 0);
+			assert_int_equal(ents[i].ident.generation, 0);
 		}
 		fsops_dirents_free(ents, n);
-		fx->root.births = true;
+		fx->root = saved;
 		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
 		for (size_t i = 0; i < n; i++)
-			if (strcmp(ents[i].name, "g") == 0)
-				assert_int_equal(ents[i].btime_ns, b3);
+			if (strcmp(ents[i].name, "g") == 0) {
+				assert_int_equal(ents[i].ident.btime_ns, id3.btime_ns);
+				assert_true(ents[i].ident.generation == id3.generation);
+			}
 		fsops_dirents_free(ents, n);
 	}
 }
 
-/* mkdir, mknod, symlink and link give the new name's birth time, as a
- * Stat of it would (none where root->births is false). */
+/*
+ * Files made one after another on a freed inode number, with no pause, each
+ * have a generation of their own, also those born within one tick of the
+ * file clock (the same birth time: seen here by a statx(2) that asks for no
+ * ctime, since one that does makes the kernel's next timestamp a fine one,
+ * multigrain timestamps); one file keeps its generation across a rename and
+ * through a handle (fsops_fident()).
+ */
+static void test_generation(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_ident id, prev = { 0 };
+	struct stat st;
+	uint64_t prev_ino = 0, h;
+	int reused = 0, same_birth = 0;
+
+	if (!fx->root.handles)
+		skip(); /* a file system without file handles */
+	for (int i = 0; i < 300; i++) {
+		struct statx sx;
+
+		write_at(fx->rootdir, "v", "x");
+		assert_int_equal(statx(fx->root.fd, "v", AT_SYMLINK_NOFOLLOW,
+				       STATX_INO | STATX_BTIME, &sx),
+				 0);
+		id.btime_ns = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime.tv_sec * 1000000000LL +
+								     sx.stx_btime.tv_nsec
+							   : 0;
+		id.generation = fsops_generation(fx->root.fd, "v", AT_SYMLINK_NOFOLLOW);
+		st.st_ino = sx.stx_ino;
+		assert_true(id.generation != 0);
+		if (st.st_ino == prev_ino) {
+			reused++;
+			same_birth += id.btime_ns == prev.btime_ns;
+			assert_true(id.generation != prev.generation);
+		}
+		prev = id;
+		prev_ino = st.st_ino;
+		assert_int_equal(unlinkat(fx->root.fd, "v", 0), 0);
+	}
+	print_message("# %d of 299 files on a reused number, %d with its birth time\n", reused,
+		      same_birth);
+	write_at(fx->rootdir, "v", "x");
+	assert_int_equal(fsops_stat(&fx->root, P("v"), false, &st, &prev), 0);
+	assert_int_equal(fsops_rename(&fx->root, P("v"), P("w"), 0), 0);
+	assert_int_equal(fsops_stat(&fx->root, P("w"), false, &st, &id), 0);
+	assert_true(id.generation == prev.generation);
+	assert_int_equal(id.btime_ns, prev.btime_ns);
+	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("w"), O_RDONLY, 0, &h, &st, NULL, NULL),
+			 0);
+	fsops_fident(&fx->root, fx->h, h, &id);
+	assert_true(id.generation == prev.generation);
+	assert_int_equal(id.btime_ns, prev.btime_ns);
+	assert_int_equal(fsops_release(fx->h, h), 0);
+	fsops_fident(&fx->root, fx->h, h, &id); /* gone: zeros */
+	assert_true(id.generation == 0 && id.btime_ns == 0);
+}
+
+/* mkdir, mknod, symlink, link and open give the new name's birth time and
+ * generation, as a Stat of it would (none where root->idents is false). */
 static void test_birth_made(void **state)
 {
 	struct fx *fx = *state;
 	struct stat st;
-	int64_t b = -1, want = -1;
+	struct fsops_ident b, want;
 
+#define SAME(x, y) assert_true((x).btime_ns == (y).btime_ns && (x).generation == (y).generation)
 	assert_int_equal(fsops_mkdir(&fx->root, P("md"), 0755, &st, &b), 0);
 	assert_int_equal(fsops_stat(&fx->root, P("md"), false, &st, &want), 0);
-	assert_int_equal(b, want);
+	SAME(b, want);
 	assert_int_equal(fsops_mknod(&fx->root, P("mf"), S_IFIFO | 0600, &st, &b), 0);
 	assert_int_equal(fsops_stat(&fx->root, P("mf"), false, &st, &want), 0);
-	assert_int_equal(b, want);
+	SAME(b, want);
 	assert_int_equal(fsops_symlink(&fx->root, P("f"), P("ms"), &st, &b), 0);
 	assert_int_equal(fsops_stat(&fx->root, P("ms"), false, &st, &want), 0);
-	assert_int_equal(b, want);
+	SAME(b, want);
 	assert_int_equal(fsops_link(&fx->root, P("f"), P("ml"), &st, &b), 0);
 	assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &want), 0);
-	assert_int_equal(b, want); /* the linked file's own */
+	SAME(b, want); /* the linked file's own */
 	/* open(2), creating or not, from the stat it makes anyway */
 	{
 		uint64_t id;
 		bool created = false;
 
-		b = -1;
+		b = (struct fsops_ident){ -1, 1 };
 		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("mo"), O_RDWR | O_CREAT, 0600,
 					    &id, &st, &b, &created),
 				 0);
 		assert_true(created);
 		assert_int_equal(fsops_stat(&fx->root, P("mo"), false, &st, &want), 0);
-		assert_int_equal(b, want);
+		SAME(b, want);
 		assert_int_equal(fsops_release(fx->h, id), 0);
-		b = -1;
+		b = (struct fsops_ident){ -1, 1 };
 		assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_RDONLY, 0, &id, &st, &b,
 					    NULL),
 				 0);
 		assert_int_equal(fsops_stat(&fx->root, P("f"), false, &st, &want), 0);
-		assert_int_equal(b, want);
+		SAME(b, want);
 		assert_int_equal(fsops_release(fx->h, id), 0);
 	}
-	if (want != 0) {
-		fx->root.births = false;
+	if (want.btime_ns != 0 || want.generation != 0) {
+		fx->root.idents = false;
+		fx->root.handles = false;
 		assert_int_equal(fsops_mkdir(&fx->root, P("md2"), 0755, &st, &b), 0);
-		assert_int_equal(b, 0);
+		assert_true(b.btime_ns == 0 && b.generation == 0);
 	}
+#undef SAME
 }
 
 /*
@@ -1195,6 +1272,7 @@ int main(void)
 		BOTH(test_birth),
 		BOTH(test_birth_no_statx),
 		BOTH(test_birth_made),
+		BOTH(test_generation),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -855,52 +855,82 @@ static void test_known(void **state)
 /* A LOOKUP's answer asked for before a change of names through the mount
  * (rename over the name, unlink, create) cannot undo that change. */
 /*
- * (server inode, birth time) names a file: a name looked up again with its
- * inode number but another birth (the file system gave the freed number to
- * the file the pod renamed over it) is another node, so the kernel gives it
- * another inode; an unknown birth (0) on either side matches.
+ * (server inode, identity) names a file: a name looked up again with its
+ * inode number but another birth time or generation (the file system gave
+ * the freed number to the file the pod renamed over it) is another node, so
+ * the kernel gives it another inode; what either side does not know (0)
+ * matches.
  */
-static void test_birth(void **state)
+static void test_ident(void **state)
 {
 	struct node_table *t = *state;
 	struct node_info info;
 	uint64_t a, b, c, d, ids[4];
+	const uint64_t i1 = node_ident(1000, 11), i2 = node_ident(1000, 22);
 
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 1000, REG, 1, &a), 0);
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 1000, REG, 1, &b), 0);
+	/* Halves: birth high, generation low; 0 only when unknown. */
+	assert_int_equal(node_ident(0, 0), 0);
+	assert_int_equal(node_ident(1000, 0) & 0xffffffffu, 0);
+	assert_int_not_equal(node_ident(1000, 0), 0);
+	assert_int_equal(node_ident(0, 11) >> 32, 0);
+	assert_int_not_equal(node_ident(0, 11), 0);
+	assert_true(node_same_ident(i1, node_ident(1000, 0)));
+	assert_true(node_same_ident(i1, node_ident(0, 11)));
+	assert_false(node_same_ident(i1, i2)); /* one tick, two files */
+	assert_false(node_same_ident(i1, node_ident(2000, 11)));
+	assert_false(node_same_ident(node_ident(1000, 0), node_ident(2000, 11)));
+	assert_true(node_same_ident(node_ident(1000, 0), node_ident(0, 22)));
+	assert_int_equal(node_ident_fill(node_ident(1000, 0), node_ident(0, 11)), i1);
+	assert_int_equal(node_ident_fill(i1, i2), i1);
+
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, i1, REG, 1, &a), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, i1, REG, 1, &b), 0);
 	assert_int_equal(b, a);
 	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 0, REG, 1, &b), 0);
-	assert_int_equal(b, a); /* a reply without a birth time */
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, 2000, REG, 1, &b), 0);
-	assert_int_not_equal(b, a);
+	assert_int_equal(b, a); /* a reply without an identity */
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "h", 1, 77, i2, REG, 1, &b), 0);
+	assert_int_not_equal(b, a); /* same birth, another generation */
 	assert_int_equal(node_info(t, b, &info), 0);
 	assert_int_equal(info.ino, 77);
-	assert_int_equal(info.birth, 2000);
+	assert_int_equal(info.ident, i2);
 	assert_true(info.attached);
 	assert_int_equal(node_info(t, a, &info), 0);
 	assert_false(info.attached); /* the name went to the new file */
-	assert_int_equal(node_ids_by_ino(t, 77, 2000, ids, 4), 1);
+	assert_int_equal(node_ids_by_ino(t, 77, i2, ids, 4), 1);
 	assert_int_equal(ids[0], b);
-	assert_int_equal(node_ids_by_ino(t, 77, 1000, ids, 4), 0);
+	assert_int_equal(node_ids_by_ino(t, 77, i1, ids, 4), 0);
 	assert_int_equal(node_ids_by_ino(t, 77, 0, ids, 4), 1);
-	/* A handle kept for the file of birth 1000 goes to its own node,
-	 * not to the one of that number the name holds now. */
-	assert_int_equal(node_keep(t, b, 77, 1000, 500), 0);
+	/* A handle kept for the file i1 goes to its own node, not to the one
+	 * of that number the name holds now. */
+	assert_int_equal(node_keep(t, b, 77, i1, 500), 0);
 	assert_int_equal(node_kept(t, a), 500);
 	assert_int_equal(node_kept(t, b), 0);
-	assert_int_equal(node_keep(t, b, 77, 2000, 501), 0);
+	assert_int_equal(node_keep(t, b, 77, i2, 501), 0);
 	assert_int_equal(node_kept(t, b), 501);
-	/* A node made without a birth time takes the first one it is told. */
+	/* A node made without an identity, or half of one, takes what it is
+	 * told next. */
 	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "m", 1, 88, 0, REG, 1, &c), 0);
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "m", 1, 88, 3000, REG, 1, &d), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "m", 1, 88, node_ident(3000, 0),
+				     REG, 1, &d),
+			 0);
+	assert_int_equal(d, c);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "m", 1, 88, node_ident(0, 33), REG,
+				     1, &d),
+			 0);
 	assert_int_equal(d, c);
 	assert_int_equal(node_info(t, c, &info), 0);
-	assert_int_equal(info.birth, 3000);
-	/* Hard links join one node only with the same birth. */
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l1", 2, 99, 5000, REG, 2, &c), 0);
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l2", 2, 99, 5000, REG, 2, &d), 0);
+	assert_int_equal(info.ident, node_ident(3000, 33));
+	/* Hard links join one node only with the same identity. */
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l1", 2, 99, node_ident(5000, 5),
+				     REG, 2, &c),
+			 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l2", 2, 99, node_ident(5000, 5),
+				     REG, 2, &d),
+			 0);
 	assert_int_equal(d, c);
-	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l3", 2, 99, 6000, REG, 2, &d), 0);
+	assert_int_equal(node_lookup(t, NODE_ANY, NODE_ROOT_ID, "l3", 2, 99, node_ident(5000, 6),
+				     REG, 2, &d),
+			 0);
 	assert_int_not_equal(d, c);
 }
 
@@ -1014,7 +1044,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_known, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_gen, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_birth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ident, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
