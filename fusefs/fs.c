@@ -1526,10 +1526,58 @@ static int attr_fits(struct wsfs *fs, fuse_ino_t ino, const struct stat *st)
 	return -EIO;
 }
 
+static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, off_t size);
+
+/*
+ * Answer GETATTR of @ino (asked at @t0_ns) with @st. When a watch
+ * invalidation of the inode crosses the reply, the kernel drops the
+ * reply's attributes (fs/fuse/inode.c fuse_change_attributes(): the
+ * inode's attr_version moved past the request's) while stat(2) still
+ * returns them (fuse_do_getattr() fills them in from the reply): its
+ * i_size stays an older one, a read(2) stops there, and a mmap(2) of the
+ * size stat(2) gave dies of SIGBUS past it (filemap_fault()), as when the
+ * pod writes or replaces a file that a host process opens. So for a
+ * regular file the mount has open (@fi's, else any of the node's), with
+ * an invalidation noted (node_inval_note()) at or after @t0_ns -
+ * WSFS_CROSS_NS (the kernel may have sent the request a while before wsfs
+ * read it), i_size is made to cover @st's size before the reply
+ * (isize_cover(): one Read; a store only ever grows i_size), and once
+ * more after it for one noted while the reply was on its way. FUSE worker
+ * thread.
+ */
+static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi, const struct stat *st, double ttl, int64_t t0_ns)
+{
+	struct wsfs_file *f = NULL;
+	int64_t t1 = wsfs_now_ns(), at;
+
+	if (S_ISREG(st->st_mode) && st->st_size > 0 && fs->se) {
+		/* A reference: RELEASE may free @fi's file once it has the reply. */
+		if (fi && fi->fh) {
+			f = file_of(fi);
+			node_fh_ref(fs->nodes, &f->link);
+		} else {
+			f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
+		}
+	}
+	at = f ? node_inval_ns(fs->nodes, ino) : 0;
+	if (at && at >= t0_ns - WSFS_CROSS_NS)
+		isize_cover(fs, ino, f, st->st_size);
+	fuse_reply_attr(req, st, ttl);
+	if (f) {
+		int64_t at2 = node_inval_ns(fs->nodes, ino);
+
+		if (at2 > at && at2 >= t1)
+			isize_cover(fs, ino, f, st->st_size);
+		file_put(fs, f);
+	}
+}
+
 static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
 	uint64_t seq0 = seq_now(fs);
+	int64_t t0 = wsfs_now_ns();
 	struct stat st;
 	int r;
 
@@ -1539,23 +1587,23 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	first_request(fs);
 	if (own_attr(fs, ino, &st) && gb_attr(fs, ino, &st, false) &&
 	    attr_fits(fs, ino, &st) == 0) {
-		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
 		return;
 	}
 	if (atomic_load(&fs->gb_n) > 0) {
 		wb_wait_writes(fs);
 		if (own_attr(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
-			fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+			getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
 			return;
 		}
 	}
 	sab_drain(fs);
 	if (attr_kept(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
-		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
 		return;
 	}
 	if (node_gone_get(fs->nodes, ino, &st)) {
-		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
 		return;
 	}
 	r = node_stat(fs, ino, fi, &st);
@@ -1565,7 +1613,7 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_err(req, r);
 		return;
 	}
-	fuse_reply_attr(req, &st, ttl_for(fs, seq0, &st).attr);
+	getattr_reply(fs, req, ino, fi, &st, ttl_for(fs, seq0, &st).attr, t0);
 }
 
 /*

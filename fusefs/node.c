@@ -44,6 +44,7 @@ struct node {
 	unsigned n_links;
 	uint64_t ino;
 	uint64_t ident; /* node_ident(), 0 unknown: node_same_ident() */
+	int64_t inval_ns; /* node_inval_note() */
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
@@ -1384,6 +1385,30 @@ void node_seen_advance(struct node_table *t, uint64_t id, const struct node_seen
 	     (n->seen.mtime_ns == s->mtime_ns && n->seen.size <= s->size)))
 		n->seen = *s;
 	pthread_mutex_unlock(&t->lock);
+}
+
+void node_inval_note(struct node_table *t, uint64_t id, int64_t at_ns)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		n->inval_ns = at_ns;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int64_t node_inval_ns(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	int64_t at = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		at = n->inval_ns;
+	pthread_mutex_unlock(&t->lock);
+	return at;
 }
 
 uint64_t node_attr_ver(struct node_table *t, uint64_t id)

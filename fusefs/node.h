@@ -516,6 +516,14 @@ bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq,
  * thread; each call takes the table's lock.
  */
 
+/**
+ * Note that the watch had the kernel drop node @p id's attributes at
+ * @p at_ns (CLOCK_MONOTONIC ns): node_inval_ns() gives it back (0 never, or
+ * an unknown id). Any thread.
+ */
+void node_inval_note(struct node_table *t, uint64_t id, int64_t at_ns);
+int64_t node_inval_ns(struct node_table *t, uint64_t id);
+
 /** The version a put for @p id must match; UINT64_MAX for an unknown id. */
 uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 
