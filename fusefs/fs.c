@@ -85,6 +85,7 @@ struct wsfs_file {
 	bool ra_have, ra_eof; /* ra_eof: ra is the whole file */
 	uint64_t ra_seq, ra_mgen; /* inval_seq and mgen before the Open */
 	int64_t ra_at_ns;         /* CLOCK_MONOTONIC of the Open */
+	int64_t ra_size, ra_mtime_ns; /* the file's size and mtime that Open gave */
 	struct wsfs_file *prev, *next; /* fs_files list */
 	bool created;      /* this open made the file */
 	uint32_t owner;    /* its st_uid then: agentd's user */
@@ -1000,6 +1001,22 @@ static int file_stat(struct wsfs *fs, struct wsfs_file *f, struct stat *st)
 	if (r == 0)
 		r = attr_to_stat(rep->attr, st);
 	free_reply(rep);
+	if (r == 0) {
+		/* The bytes Open brought along are of the file as it was then:
+		 * a reply of another size or mtime (the pod wrote it since,
+		 * and its event is still on the way) must not be followed by
+		 * reads of them (read(2) gave 0 bytes of a file stat(2) had
+		 * just called 17969 bytes long). */
+		pthread_mutex_lock(&f->lock);
+		if (f->ra_have && (st->st_size != f->ra_size ||
+				   wsb_ns_of_ts(&st->st_mtim) != f->ra_mtime_ns)) {
+			free(f->ra);
+			f->ra = NULL;
+			f->ra_len = 0;
+			f->ra_have = f->ra_eof = false;
+		}
+		pthread_mutex_unlock(&f->lock);
+	}
 	return r;
 }
 
@@ -2564,8 +2581,11 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
  * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
  * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
  * thread @tid (fuse_req_ctx()->pid) was told so because the name it opened
- * holds another file now (only then: a retry that ends in a LOOKUP's
- * ENOENT sends no OPEN to take the record); stale_retry(), called once
+ * holds another file now, or none (stale_gone()); a retry that ends in a
+ * LOOKUP's ENOENT sends no OPEN to take the record, and the thread's next
+ * OPEN within WSFS_STALE_NS counts as a retry then (it opens a replaced
+ * file on the old inode, or fails ENOENT, rather than go round once
+ * more); stale_retry(), called once
  * at the start of every OPEN and CREATE, says whether this one is that
  * retry (within WSFS_STALE_NS) and forgets the record either way. The
  * oldest of WSFS_STALE_MAX threads is forgotten first. tid 0 (an opener
@@ -2611,6 +2631,25 @@ static bool stale_retry(struct wsfs *fs, pid_t tid)
 	}
 	pthread_mutex_unlock(&fs->stale_lock);
 	return r;
+}
+
+/*
+ * The answer to an OPEN whose name the pod removed (or replaced, and the
+ * node lost its name) since the kernel looked it up: ESTALE, which makes the
+ * VFS look the name up again and open once more (stale_told() marks the
+ * thread); on that retry (@retry) the name went again (a pod that removes
+ * and writes a file in a loop), and the open fails with ENOENT, as one that
+ * came just after the removal would: ESTALE is no answer open(2) gives on a
+ * local disk. With O_CREAT in @flags, ESTALE again: a retry whose lookup
+ * finds no name creates it. FUSE worker thread.
+ */
+static int stale_gone(struct wsfs *fs, fuse_req_t req, bool retry, int flags)
+{
+	if (retry && !(flags & O_CREAT))
+		return -ENOENT;
+	if (!retry)
+		stale_told(fs, fuse_req_ctx(req)->pid);
+	return -ESTALE;
 }
 
 /*
@@ -2698,7 +2737,8 @@ again:
 			file_put(fs, (struct wsfs_file *)link);
 		} else {
 			q.reopen = node_kept(fs->nodes, ino);
-			r = q.reopen ? 0 : -ESTALE; /* unlinked, or replaced in the pod */
+			/* unlinked, or replaced in the pod */
+			r = q.reopen ? 0 : stale_gone(fs, req, retry, fi->flags);
 		}
 	}
 	if (r < 0)
@@ -2741,11 +2781,12 @@ again:
 		node_names_wait(fs->nodes, 0, NAMES_WAIT_MS);
 		goto again;
 	}
-	if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
-		/* The name was removed or replaced by a symlink in the pod
-		 * (or agentd lost the handle to reopen, or cannot): ESTALE
-		 * makes the VFS look it up again (and create it, for
-		 * O_CREAT). */
+	if (r == -ENOENT && !q.reopen) {
+		r = stale_gone(fs, req, retry, fi->flags); /* removed in the pod */
+	} else if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
+		/* The name was replaced by a symlink in the pod (or agentd
+		 * lost the handle to reopen, or cannot): ESTALE makes the VFS
+		 * look it up again. */
 		r = -ESTALE;
 	}
 	if (r < 0)
@@ -2853,6 +2894,8 @@ again:
 			f->ra_seq = seq0;
 			f->ra_mgen = mgen0;
 			f->ra_at_ns = wsfs_now_ns();
+			f->ra_size = st.st_size;
+			f->ra_mtime_ns = wsb_ns_of_ts(&st.st_mtim);
 		}
 	}
 out:

@@ -11,13 +11,16 @@ name in place (one write(2), no pause) instead: a host open may get it while
 it is written, so the bytes read may outgrow fstat's size but never fall
 short of it, and a mmap(2) of that size reads them. A GETATTR reply whose
 attributes the kernel dropped (a watch invalidation crossed it) left i_size
-short of the size fstat(2) gave: reads stopped short, and mmap(2) died of
-SIGBUS.
+short of the size fstat(2) gave: mmap(2) died of SIGBUS; the bytes Open
+brought along, of the empty file it found, answered the first read: reads
+of 0 bytes; and the VFS's one retry of an open told ESTALE (the name held
+another file) lost to the pod: open(2) failed with ESTALE. Either mode: an
+open never fails with ESTALE, nor with ENOENT while the pod renames.
 
 Usage: pod_replace_read.py VIEW POD SECONDS [PERIOD_MS [MODE]]; PERIOD_MS:
 the pause between the pod's renames (2); MODE: rename (the default) or
-rewrite. Prints the count of opens and of those that differ, exits 1 when
-any differs.
+rewrite. Prints the count of opens and of those that differ (and, with
+rewrite, read short) or failed ESTALE; exits 1 when any did.
 """
 import errno
 import mmap
@@ -64,11 +67,15 @@ while pod.poll() is None:
     try:
         fd = os.open(os.path.join(VIEW, "h"), os.O_RDONLY)
     except FileNotFoundError:
+        if not REWRITE:
+            bad += 1  # rename(2) replaces the name at once: never missing
+            if bad <= 3:
+                print("ENOENT")
         continue
     except OSError as e:
-        if not REWRITE or e.errno != errno.ESTALE:
+        if e.errno != errno.ESTALE:
             raise
-        stale += 1  # the VFS's one retry beaten by the pod (README)
+        stale += 1  # no answer open(2) gives on a local disk
         continue
     try:
         size = os.fstat(fd).st_size
@@ -85,7 +92,7 @@ while pod.poll() is None:
         m.close()
         opens += 1
         if REWRITE and len(data) < size:
-            short += 1  # counted, not failed: README "Consistency"
+            short += 1
             if short <= 3:
                 print("fstat %d, read %d bytes" % (size, len(data)))
         elif REWRITE:
@@ -106,5 +113,5 @@ while pod.poll() is None:
 if REWRITE:
     print("%d opens, %d differ, %d read short, %d ESTALE" % (opens, bad, short, stale))
 else:
-    print("%d opens, %d differ" % (opens, bad))
-sys.exit(1 if bad or opens < 100 else 0)
+    print("%d opens, %d differ, %d ESTALE" % (opens, bad, stale))
+sys.exit(1 if bad or short or stale or opens < 100 else 0)
