@@ -2581,18 +2581,31 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
  * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
  * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
  * thread @tid (fuse_req_ctx()->pid) was told so because the name it opened
- * holds another file now, or none (stale_gone()); a retry that ends in a
- * LOOKUP's ENOENT sends no OPEN to take the record, and the thread's next
- * OPEN within WSFS_STALE_NS counts as a retry then (it opens a replaced
- * file on the old inode, or fails ENOENT, rather than go round once
- * more); stale_retry(), called once
- * at the start of every OPEN and CREATE, says whether this one is that
- * retry (within WSFS_STALE_NS) and forgets the record either way. The
+ * holds another file now, or none (stale_gone()), and the hash of the
+ * path it opened (stale_path(); 0 for a node that lost its name);
+ * stale_retry(), called once at the start of every OPEN (with its path's
+ * hash) and CREATE (0), says whether this one is that retry (within
+ * WSFS_STALE_NS, of the same path where both are known) and forgets the
+ * record either way: a retry that ends in a LOOKUP's ENOENT sends no
+ * OPEN to take it, and the thread's next open of another name must not
+ * count as one. The
  * oldest of WSFS_STALE_MAX threads is forgotten first. tid 0 (an opener
  * outside the mount's pid namespace) is never recorded: its OPENs count as
  * retries. Any thread.
  */
-static void stale_told(struct wsfs *fs, pid_t tid)
+/* FNV-1a of @len bytes at @path for stale_told(); never 0 (NULL: 0). */
+static uint64_t stale_path(const char *path, size_t len)
+{
+	uint64_t x = 0xcbf29ce484222325ULL;
+
+	if (!path)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		x = (x ^ (unsigned char)path[i]) * 0x100000001b3ULL;
+	return x ? x : 1;
+}
+
+static void stale_told(struct wsfs *fs, pid_t tid, uint64_t path)
 {
 	int64_t now = wsfs_now_ns();
 	size_t k, use = 0;
@@ -2610,10 +2623,11 @@ static void stale_told(struct wsfs *fs, pid_t tid)
 	}
 	fs->stale[use].tid = tid;
 	fs->stale[use].at_ns = now;
+	fs->stale[use].path = path;
 	pthread_mutex_unlock(&fs->stale_lock);
 }
 
-static bool stale_retry(struct wsfs *fs, pid_t tid)
+static bool stale_retry(struct wsfs *fs, pid_t tid, uint64_t path)
 {
 	int64_t now = wsfs_now_ns();
 	bool r = false;
@@ -2623,9 +2637,11 @@ static bool stale_retry(struct wsfs *fs, pid_t tid)
 	pthread_mutex_lock(&fs->stale_lock);
 	for (size_t k = 0; k < WSFS_STALE_MAX; k++) {
 		if (fs->stale[k].tid == tid) {
-			r = now - fs->stale[k].at_ns < WSFS_STALE_NS;
+			r = now - fs->stale[k].at_ns < WSFS_STALE_NS &&
+			    (!path || !fs->stale[k].path || path == fs->stale[k].path);
 			fs->stale[k].tid = 0;
 			fs->stale[k].at_ns = 0;
+			fs->stale[k].path = 0;
 			break;
 		}
 	}
@@ -2641,14 +2657,15 @@ static bool stale_retry(struct wsfs *fs, pid_t tid)
  * and writes a file in a loop), and the open fails with ENOENT, as one that
  * came just after the removal would: ESTALE is no answer open(2) gives on a
  * local disk. With O_CREAT in @flags, ESTALE again: a retry whose lookup
- * finds no name creates it. FUSE worker thread.
+ * finds no name creates it. @path: stale_path() of the name opened, 0 for
+ * a node without one. FUSE worker thread.
  */
-static int stale_gone(struct wsfs *fs, fuse_req_t req, bool retry, int flags)
+static int stale_gone(struct wsfs *fs, fuse_req_t req, bool retry, int flags, uint64_t path)
 {
 	if (retry && !(flags & O_CREAT))
 		return -ENOENT;
 	if (!retry)
-		stale_told(fs, fuse_req_ctx(req)->pid);
+		stale_told(fs, fuse_req_ctx(req)->pid, path);
 	return -ESTALE;
 }
 
@@ -2710,7 +2727,8 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	uint64_t ngen;
 	int r, tries = 0;
 	/* The VFS's repeat of an open this thread was told ESTALE for. */
-	bool retry = stale_retry(fs, fuse_req_ctx(req)->pid);
+	bool retry = false, asked = false;
+	uint64_t spath = 0; /* stale_path() of the name opened */
 
 	wb_wait(fs);
 again:
@@ -2719,6 +2737,11 @@ again:
 	if (r == 0) {
 		r = path_of(fs, ino, &path, &len);
 		detached = r == -ESTALE && !info.attached;
+	}
+	if (!asked) {
+		asked = true;
+		spath = stale_path(r == 0 ? path : NULL, len);
+		retry = stale_retry(fs, fuse_req_ctx(req)->pid, spath);
 	}
 	if (detached) {
 		/*
@@ -2738,7 +2761,7 @@ again:
 		} else {
 			q.reopen = node_kept(fs->nodes, ino);
 			/* unlinked, or replaced in the pod */
-			r = q.reopen ? 0 : stale_gone(fs, req, retry, fi->flags);
+			r = q.reopen ? 0 : stale_gone(fs, req, retry, fi->flags, 0);
 		}
 	}
 	if (r < 0)
@@ -2782,7 +2805,7 @@ again:
 		goto again;
 	}
 	if (r == -ENOENT && !q.reopen) {
-		r = stale_gone(fs, req, retry, fi->flags); /* removed in the pod */
+		r = stale_gone(fs, req, retry, fi->flags, spath); /* removed in the pod */
 	} else if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
 		/* The name was replaced by a symlink in the pod (or agentd
 		 * lost the handle to reopen, or cannot): ESTALE makes the VFS
@@ -2830,7 +2853,7 @@ again:
 		 */
 		if (!retry && !q.truncate) {
 			release_handle(fs, rep->handle);
-			stale_told(fs, fuse_req_ctx(req)->pid);
+			stale_told(fs, fuse_req_ctx(req)->pid, spath);
 			r = -ESTALE;
 			goto out;
 		}
@@ -2923,7 +2946,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int r;
 
 	/* An O_CREAT open ws_open told ESTALE may come back as a CREATE. */
-	(void)stale_retry(fs, fuse_req_ctx(req)->pid);
+	(void)stale_retry(fs, fuse_req_ctx(req)->pid, 0);
 	wb_wait(fs);
 	gen0 = atomic_load(&fs->mgen);
 	oseq0 = own_seq(fs);

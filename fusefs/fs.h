@@ -291,6 +291,7 @@ struct wsfs {
 	struct wsfs_stale {
 		pid_t tid;     /**< 0: a free slot */
 		int64_t at_ns; /**< wsfs_now_ns() when told */
+		uint64_t path; /**< hash of the path opened; 0: not known */
 	} stale[WSFS_STALE_MAX];
 };
 
