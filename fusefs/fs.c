@@ -4003,6 +4003,35 @@ static void pf_free(struct wsfs_pf *p)
 }
 
 /*
+ * Keep listing @p (the table owns it from now on), fetched at inval_seq
+ * @seq and mgen @mgen, in place of an older listing of the same path, else
+ * of the oldest kept one.
+ */
+static void pf_keep(struct wsfs *fs, struct wsfs_pf *p, uint64_t seq, uint64_t mgen)
+{
+	size_t slot;
+
+	p->seq = seq;
+	p->mgen = mgen;
+	p->at_ns = wsfs_now_ns();
+	pthread_mutex_lock(&fs->pf_lock);
+	slot = fs->pf_next;
+	for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
+		struct wsfs_pf *o = fs->pf[k];
+
+		if (o && o->len == p->len && memcmp(o->path, p->path, p->len) == 0) {
+			slot = k;
+			break;
+		}
+	}
+	if (slot == fs->pf_next)
+		fs->pf_next = (fs->pf_next + 1) % WSFS_PF_DIRS;
+	pf_free(fs->pf[slot]);
+	fs->pf[slot] = p;
+	pthread_mutex_unlock(&fs->pf_lock);
+}
+
+/*
  * Append the usable entries of @des (names valid as node.h has them, with
  * attributes) to @ents (*@n of *@cap used), stamped with @seq; *@all says
  * whether every entry was. Returns 0, -EIO (too many entries) or -ENOMEM.
@@ -4060,7 +4089,7 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 	for (size_t i = 0; i < rep->n_subdirs; i++) {
 		const Wsbridge__V1__DirListing *dl = rep->subdirs[i];
 		struct wsfs_pf *p;
-		size_t cap = 0, slot;
+		size_t cap = 0;
 		bool all;
 
 		if (!dl || dl->path.len == 0 || memchr(dl->path.data, '\0', dl->path.len))
@@ -4079,25 +4108,44 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 		memcpy(p->path, dl->path.data, dl->path.len);
 		p->path[dl->path.len] = '\0';
 		p->len = dl->path.len;
-		p->seq = seq;
-		p->mgen = mgen;
-		p->at_ns = wsfs_now_ns();
-		pthread_mutex_lock(&fs->pf_lock);
-		slot = fs->pf_next;
-		for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
-			struct wsfs_pf *o = fs->pf[k];
-
-			if (o && o->len == p->len && memcmp(o->path, p->path, p->len) == 0) {
-				slot = k;
-				break;
-			}
-		}
-		if (slot == fs->pf_next)
-			fs->pf_next = (fs->pf_next + 1) % WSFS_PF_DIRS;
-		pf_free(fs->pf[slot]);
-		fs->pf[slot] = p;
-		pthread_mutex_unlock(&fs->pf_lock);
+		pf_keep(fs, p, seq, mgen);
 	}
+}
+
+/*
+ * Keep a copy of @d, the whole listing of @path (@len bytes) that this
+ * mount has just fetched at inval_seq @seq and mgen @mgen, for the next
+ * opendir of it (pf_take()'s rules): rm(1) and fts(3) open a directory,
+ * read a page of it, and open it again to read it all, and the kernel's
+ * cache of the listing is whole only once a reader reached its end. Out of
+ * memory keeps nothing. For listings of at most READDIR_PAGE entries (about
+ * 200 bytes each), as ReadDir's prefetched ones.
+ */
+static void pf_put_listing(struct wsfs *fs, const char *path, size_t len,
+			   const struct wsfs_dir *d, uint64_t seq, uint64_t mgen)
+{
+	struct wsfs_pf *p = calloc(1, sizeof(*p));
+
+	if (!p || !(p->path = malloc(len + 1)) ||
+	    (d->n && !(p->ents = calloc(d->n, sizeof(*p->ents))))) {
+		pf_free(p);
+		return;
+	}
+	for (; p->n < d->n; p->n++) {
+		const struct wsfs_dirent *e = &d->ents[p->n];
+
+		p->ents[p->n] = *e;
+		p->ents[p->n].name = malloc(e->len + 1);
+		if (!p->ents[p->n].name) {
+			pf_free(p);
+			return;
+		}
+		memcpy(p->ents[p->n].name, e->name, e->len + 1);
+	}
+	memcpy(p->path, path, len);
+	p->path[len] = '\0';
+	p->len = len;
+	pf_keep(fs, p, seq, mgen);
 }
 
 /*
@@ -4178,6 +4226,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	int64_t cookie = 0;
 	char *path = NULL;
 	size_t len;
+	bool fetched = false;
 	int r;
 
 	dir_clear(d);
@@ -4199,6 +4248,8 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		mgen0 = p->mgen;
 		pf_free(p);
 		eof = true;
+	} else {
+		fetched = true;
 	}
 	q.path = bin(path, len);
 	q.max_entries = READDIR_PAGE;
@@ -4211,6 +4262,12 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		 * and include searches: usable only while the watch reports
 		 * changes. */
 		q.prefetch = cookie == 0 && live ? READDIR_PREFETCH : 0;
+		/* Not while this mount changes files (rm -rf, tar -x): an own
+		 * change since the last prefetch would have its listings
+		 * dropped unused (pf_take()), each an lstat per entry in
+		 * agentd. */
+		if (q.prefetch && atomic_exchange(&fs->pf_mgen, mgen0) != mgen0)
+			q.prefetch = 0;
 		r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
 		if (r < 0)
 			break;
@@ -4250,6 +4307,8 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 			 "directory (-o max_dir_entries)", path[0] ? path : ".", max);
 		r = -EFBIG;
 	}
+	if (r == 0 && fetched && usable && live && d->n <= READDIR_PAGE)
+		pf_put_listing(fs, path, len, d, seq0, mgen0);
 	free(path);
 	if (r == 0)
 		r = dir_sort(fs, d);
@@ -4926,6 +4985,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->conn_down, false);
 	atomic_init(&fs->inval_seq, 0);
 	atomic_init(&fs->mgen, 0);
+	atomic_init(&fs->pf_mgen, 0);
 	atomic_init(&fs->watch_live, false);
 	atomic_init(&fs->pod_names_ns, INT64_MIN / 2);
 	atomic_init(&fs->expire_only, false);

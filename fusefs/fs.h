@@ -220,6 +220,8 @@ struct wsfs {
 	pthread_mutex_t pf_lock;
 	struct wsfs_pf *pf[WSFS_PF_DIRS];
 	size_t pf_next;
+	/** mgen at the last ReadDir that asked for a prefetch (fs.c dir_load). */
+	_Atomic uint64_t pf_mgen;
 
 	/* Writes replied to the kernel before agentd answered them (fs.c
 	 * wb_*); protected by wb_lock (a leaf lock). */

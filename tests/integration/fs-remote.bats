@@ -545,6 +545,38 @@ calls() {
 	visible "created under a prefetched tree" listing_is "$MNT/t/a/b" 2 c new
 }
 
+@test "R1: rm -rf on MNT lists each directory once, though rm opens it twice; a directory that changes between the opens is listed anew" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	local i j n0 n1
+	for i in $(seq 12); do
+		mkdir -p "$ROOT/rt/d$i/s"
+		for j in $(seq 40); do
+			: >"$ROOT/rt/d$i/f$j"
+		done
+	done
+	visible "tree made in the pod" content_is "$MNT/rt/d12/f40" ""
+	n0=$(calls ReadDir)
+	rm -rf "$MNT/rt"
+	n1=$(calls ReadDir)
+	[ ! -e "$ROOT/rt" ] || { echo "rt is still in the pod" >&2; return 1; }
+	# 25 directories: rm(1) (fts) opens each, reads a page, and opens it
+	# again to read it all; the second opendir takes the listing the
+	# first one fetched (twice as many calls before).
+	echo "# ReadDir calls for rm -rf of 25 directories: $((n1 - n0))" >&3
+	[ "$((n1 - n0))" -le 25 ] || { echo "$((n1 - n0)) ReadDir calls, want <= 25" >&2; return 1; }
+	# A listing kept for the next opendir goes once anything changes.
+	mkdir "$MNT/kd"
+	touch "$MNT/kd/a"
+	ls "$MNT/kd" >/dev/null
+	touch "$ROOT/kd/b"
+	visible "made in the POD after the listing" listing_is "$MNT/kd" a b
+	touch "$MNT/kd/c"
+	listing_is "$MNT/kd" a b c || { echo "kd: $(find "$MNT/kd" -mindepth 1 -printf '%f '), want a b c" >&2; return 1; }
+}
+
 @test "R2: Open brings a file's first bytes along; a write in between, here or in the POD, is never missed" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
