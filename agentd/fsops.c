@@ -339,7 +339,10 @@ unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner)
  * AT_EMPTY_PATH: @p dirfd itself, as fstat(2)) into @p st, and what names the
  * file into @p id (may be NULL): its birth time from the same call
  * (fsops_birth()) and its generation (fsops_generation()) where
- * root->idents, else zeros. Returns 0 or -errno.
+ * root->idents, else zeros. The two calls are not one: a name replaced
+ * between them gives a birth of one file and a generation of the next,
+ * which a client takes for a third file until it asks again. Returns 0 or
+ * -errno.
  */
 static int stat_ident(const struct resolve_root *root, int dirfd, const char *name, int flags,
 		      struct stat *st, struct fsops_ident *id)

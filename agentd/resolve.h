@@ -38,7 +38,7 @@ struct resolve_root {
 	bool idents;
 	/** name_to_handle_at(2) works on the root (fsops_generation()):
 	 * false without idents, where the file system has no file handles
-	 * (EOPNOTSUPP) and in gVisor. */
+	 * (EOPNOTSUPP; gVisor) and where a seccomp filter refuses it. */
 	bool handles;
 };
 

@@ -281,8 +281,9 @@ static void free_reply(void *msg)
  *
  * st_dev carries the file's identity (node_ident() of Attr.btime_ns and
  * Attr.generation; st_ident()): with st_ino it names one file, as (st_dev,
- * st_ino) does in POSIX, where a server inode number alone is reused. The kernel never sees it: FUSE's
- * attributes have no device (struct fuse_attr), the mount's is st_dev.
+ * st_ino) does in POSIX, where a server inode number alone is reused. The
+ * kernel never sees it: FUSE's attributes have no device (struct
+ * fuse_attr), the mount's is st_dev.
  */
 static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 {
@@ -2576,23 +2577,6 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	return 0;
 }
 
-/*
- * An OPEN that fails with ESTALE makes the VFS repeat the open(2) once, with
- * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
- * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
- * thread @tid (fuse_req_ctx()->pid) was told so because the name it opened
- * holds another file now, or none (stale_gone()), and the hash of the
- * path it opened (stale_path(); 0 for a node that lost its name);
- * stale_retry(), called once at the start of every OPEN (with its path's
- * hash) and CREATE (0), says whether this one is that retry (within
- * WSFS_STALE_NS, of the same path where both are known) and forgets the
- * record either way: a retry that ends in a LOOKUP's ENOENT sends no
- * OPEN to take it, and the thread's next open of another name must not
- * count as one. The
- * oldest of WSFS_STALE_MAX threads is forgotten first. tid 0 (an opener
- * outside the mount's pid namespace) is never recorded: its OPENs count as
- * retries. Any thread.
- */
 /* FNV-1a of @len bytes at @path for stale_told(); never 0 (NULL: 0). */
 static uint64_t stale_path(const char *path, size_t len)
 {
@@ -2605,6 +2589,24 @@ static uint64_t stale_path(const char *path, size_t len)
 	return x ? x : 1;
 }
 
+/*
+ * An OPEN that fails with ESTALE makes the VFS repeat the open(2) once, with
+ * a fresh lookup of every name (do_filp_open() with LOOKUP_REVAL, which
+ * fuse_dentry_revalidate() turns into LOOKUPs). stale_told() records that
+ * thread @tid (fuse_req_ctx()->pid) was told so because the name it opened
+ * holds another file now, or none (stale_gone()), and the hash of the
+ * path it opened (stale_path(); 0 for a node that lost its name);
+ * stale_retry(), called once at the start of every OPEN (with its path's
+ * hash) and CREATE (0), says whether this one is that retry (within
+ * WSFS_STALE_NS, of the same path where both are known) and forgets the
+ * record either way: a retry that ends in a LOOKUP's ENOENT sends no
+ * OPEN to take it, and the thread's next open of another name must not
+ * count as one (one after a node that lost its name still does, within
+ * WSFS_STALE_NS: it opens a replaced file on the old inode, or fails
+ * ENOENT, rather than go round once more). The oldest of WSFS_STALE_MAX
+ * threads is forgotten first. tid 0 (an opener outside the mount's pid
+ * namespace) is never recorded: its OPENs count as retries. Any thread.
+ */
 static void stale_told(struct wsfs *fs, pid_t tid, uint64_t path)
 {
 	int64_t now = wsfs_now_ns();

@@ -69,7 +69,7 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 #define WSFS_STALE_NS 1000000000LL
 
 /** How long before a GETATTR came a watch invalidation of its inode may
- * still cross the reply (fs.c isize_crossed()), nanoseconds. */
+ * still cross the reply (fs.c getattr_reply()), nanoseconds. */
 #define WSFS_CROSS_NS 200000000LL
 
 /** wsfs settings (wsfs.c fills them from -o options). */

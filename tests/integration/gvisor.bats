@@ -66,6 +66,29 @@ print(os.strerror(ctypes.get_errno()) if r < 0 else "openat2 works")'
 	done)"
 }
 
+@test "gVisor keeps no birth time and gives no file handles: agentd's Attr.btime_ns and Attr.generation are 0 (wsfs goes by the inode number, which gVisor never reuses)" {
+	agentd_unix
+	run pod_run "$PY" -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fh = ctypes.create_string_buffer((128).to_bytes(4, "little") + bytes(4 + 128))
+mount_id = ctypes.c_int()
+r = libc.syscall(303, -100, b"/", fh, ctypes.byref(mount_id), 0)
+print(os.strerror(ctypes.get_errno()) if r < 0 else "name_to_handle_at works")'
+	assert_status 0
+	printf '# name_to_handle_at(2) in the sandbox: %s\n' "$output" >&3
+	[ "$output" != "name_to_handle_at works" ]
+	echo x >"$ROOT/f"
+	run "$PY" - "$ADDR" <<-'EOF'
+	import sys, wsbtest
+	from wsbtest import pb, pbg
+	ws = pbg.WorkspaceStub(wsbtest.channel(sys.argv[1]))
+	a = ws.Stat(pb.StatRequest(path=b"f"), timeout=15).attr
+	print(a.btime_ns, a.generation)
+	EOF
+	assert_status 0
+	assert_eq "$output" "0 0" "Attr.btime_ns and Attr.generation of a file in the sandbox"
+}
+
 @test "--stdio through runsc: wsctl --exec carries a session; nothing of runsc's on stdout" {
 	local exec_cmd="$GVISOR_AGENTD --root $ROOT --stdio"
 	printf 'from the host\n' >"$BATS_TEST_TMPDIR/h.txt"

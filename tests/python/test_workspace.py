@@ -302,6 +302,42 @@ class Behaviour(Base):
         a = self.ws.Stat(pb.StatRequest(path=b"st.lnk", follow=True), timeout=TIMEOUT).attr
         self.assertEqual(a.ino, st.st_ino)
 
+    def test_identity(self):
+        """Attr.btime_ns and Attr.generation name one file: the same in Stat,
+        ReadDir, Open, Link and after a Rename; another file on the freed
+        inode number has another generation. (A workspace on ext4 or tmpfs:
+        both keep births and give file handles.)"""
+        def stat(p):
+            return self.ws.Stat(pb.StatRequest(path=p), timeout=TIMEOUT).attr
+
+        with open(rp("id1"), "w") as f:
+            f.write("x")
+        a = stat(b"id1")
+        self.assertNotEqual(a.btime_ns, 0)
+        self.assertNotEqual(a.generation, 0)
+        ents = self.ws.ReadDir(pb.ReadDirRequest(path=b""), timeout=TIMEOUT).entries
+        e = [d.attr for d in ents if d.name == b"id1"][0]
+        self.assertEqual((e.ino, e.btime_ns, e.generation), (a.ino, a.btime_ns, a.generation))
+        o = self.ws.Open(pb.OpenRequest(path=b"id1", access=pb.RDONLY), timeout=TIMEOUT)
+        self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
+        self.assertEqual((o.attr.btime_ns, o.attr.generation), (a.btime_ns, a.generation))
+        ln = self.ws.Link(pb.LinkRequest(**{"from": b"id1", "to": b"id1.ln"}),
+                          timeout=TIMEOUT).attr
+        self.assertEqual((ln.btime_ns, ln.generation), (a.btime_ns, a.generation))
+        os.unlink(rp("id1.ln"))
+        self.ws.Rename(pb.RenameRequest(**{"from": b"id1", "to": b"id2"}), timeout=TIMEOUT)
+        r = stat(b"id2")
+        self.assertEqual((r.ino, r.btime_ns, r.generation), (a.ino, a.btime_ns, a.generation))
+        seen = {}
+        for i in range(50):
+            os.unlink(rp("id2"))
+            with open(rp("id2"), "w") as f:
+                f.write("y")
+            b = stat(b"id2")
+            self.assertNotIn((b.ino, b.generation), seen, "a file made anew kept a generation")
+            seen[(b.ino, b.generation)] = i
+        self.assertNotIn((a.ino, a.generation), seen)
+
     def test_readdir_pages(self):
         os.makedirs(rp("many"))
         names = sorted(b"f%04d" % i for i in range(300))
