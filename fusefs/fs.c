@@ -1555,13 +1555,19 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
  * i_size stays an older one, a read(2) stops there, and a mmap(2) of the
  * size stat(2) gave dies of SIGBUS past it (filemap_fault()), as when the
  * pod writes or replaces a file that a host process opens. So for a
- * regular file the mount has open (@fi's, else any of the node's), with
+ * regular file the mount has open (@fi's, else any of the node's) and has
+ * never written, truncated or allocated (node_wrote(): the kernel set its
+ * i_size itself then, perhaps past what agentd keeps, and a store makes
+ * the kernel drop this reply too, so a smaller size would never reach it:
+ * after a write-behind that failed ENOSPC the mount read bytes the pod did
+ * not have), with
  * an invalidation noted (node_inval_note()) at or after @t0_ns -
  * WSFS_CROSS_NS (the kernel may have sent the request a while before wsfs
  * read it), i_size is made to cover @st's size before the reply
  * (isize_cover(): one Read; a store only ever grows i_size), and once
- * more after it for one noted while the reply was on its way. FUSE worker
- * thread.
+ * more after it for one noted while the reply was on its way. For answers
+ * from agentd (a Stat, or Open's reply); an own change's attributes are
+ * replied as they are. FUSE worker thread.
  */
 static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi, const struct stat *st, double ttl, int64_t t0_ns)
@@ -1577,6 +1583,10 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 		} else {
 			f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
 		}
+	}
+	if (f && node_wrote(fs->nodes, ino)) {
+		file_put(fs, f);
+		f = NULL;
 	}
 	at = f ? node_inval_ns(fs->nodes, ino) : 0;
 	if (at && at >= t0_ns - WSFS_CROSS_NS)
@@ -1605,13 +1615,13 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	first_request(fs);
 	if (own_attr(fs, ino, &st) && gb_attr(fs, ino, &st, false) &&
 	    attr_fits(fs, ino, &st) == 0) {
-		getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
+		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
 	if (atomic_load(&fs->gb_n) > 0) {
 		wb_wait_writes(fs);
 		if (own_attr(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
-			getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
+			fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 			return;
 		}
 	}
@@ -1621,7 +1631,7 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	if (node_gone_get(fs->nodes, ino, &st)) {
-		getattr_reply(fs, req, ino, fi, &st, fs->cfg.attr_timeout, t0);
+		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 		return;
 	}
 	r = node_stat(fs, ino, fi, &st);
@@ -2090,6 +2100,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
 		q.size = (uint64_t)attr->st_size;
+		node_wrote_set(fs->nodes, ino); /* getattr_reply() */
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
 		set_time(&at, to_set & FUSE_SET_ATTR_ATIME_NOW, &attr->st_atim);
@@ -3800,6 +3811,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	f->wrote = true;
 	f->write_end = (uint64_t)off + size;
 	pthread_mutex_unlock(&f->lock);
+	if (first)
+		node_wrote_set(fs->nodes, ino); /* getattr_reply() */
 	if (behind) {
 		struct wsfs_gather *full;
 
@@ -4802,6 +4815,7 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	q.keep_size = mode & FALLOC_FL_KEEP_SIZE;
 	q.punch_hole = mode & FALLOC_FL_PUNCH_HOLE;
 	q.zero_range = mode & FALLOC_FL_ZERO_RANGE;
+	node_wrote_set(fs->nodes, ino); /* getattr_reply() */
 	r = file_rpc(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 	mutated(fs);
 	node_seen_set(fs->nodes, ino, NULL);
@@ -4855,6 +4869,7 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	q.offset_in = (uint64_t)off_in;
 	q.offset_out = (uint64_t)off_out;
 	q.length = len;
+	node_wrote_set(fs->nodes, ino_out); /* getattr_reply() */
 	r = file_rpc(fs, s, 2, M("CopyFileRange"), &q.base,
 		     &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
 	mutated(fs);

@@ -45,6 +45,7 @@ struct node {
 	uint64_t ino;
 	uint64_t ident; /* node_ident(), 0 unknown: node_same_ident() */
 	int64_t inval_ns; /* node_inval_note() */
+	bool wrote;       /* node_wrote_set() */
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
@@ -1396,6 +1397,30 @@ void node_inval_note(struct node_table *t, uint64_t id, int64_t at_ns)
 	if (n)
 		n->inval_ns = at_ns;
 	pthread_mutex_unlock(&t->lock);
+}
+
+void node_wrote_set(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		n->wrote = true;
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool node_wrote(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	bool w = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n)
+		w = n->wrote;
+	pthread_mutex_unlock(&t->lock);
+	return w;
 }
 
 int64_t node_inval_ns(struct node_table *t, uint64_t id)

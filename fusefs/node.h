@@ -524,6 +524,14 @@ bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq,
 void node_inval_note(struct node_table *t, uint64_t id, int64_t at_ns);
 int64_t node_inval_ns(struct node_table *t, uint64_t id);
 
+/**
+ * Note that the mount wrote, truncated or allocated node @p id's file
+ * (the kernel then sets its i_size itself); node_wrote() says whether it
+ * ever did (false for an unknown id). Any thread.
+ */
+void node_wrote_set(struct node_table *t, uint64_t id);
+bool node_wrote(struct node_table *t, uint64_t id);
+
 /** The version a put for @p id must match; UINT64_MAX for an unknown id. */
 uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 
