@@ -1556,12 +1556,12 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
  * size stat(2) gave dies of SIGBUS past it (filemap_fault()), as when the
  * pod writes or replaces a file that a host process opens. So for a
  * regular file the mount has open (@fi's, else any of the node's) and has
- * never written, truncated or allocated (node_wrote(): the kernel set its
+ * never written, truncated or allocated (node_noted(): the kernel set its
  * i_size itself then, perhaps past what agentd keeps, and a store makes
  * the kernel drop this reply too, so a smaller size would never reach it:
  * after a write-behind that failed ENOSPC the mount read bytes the pod did
  * not have), with
- * an invalidation noted (node_inval_note()) at or after @t0_ns -
+ * an invalidation noted (node_note()) at or after @t0_ns -
  * WSFS_CROSS_NS (the kernel may have sent the request a while before wsfs
  * read it), i_size is made to cover @st's size before the reply
  * (isize_cover(): one Read; a store only ever grows i_size), and once
@@ -1574,6 +1574,7 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 {
 	struct wsfs_file *f = NULL;
 	int64_t t1 = wsfs_now_ns(), at;
+	bool wrote = false;
 
 	if (S_ISREG(st->st_mode) && st->st_size > 0 && fs->se) {
 		/* A reference: RELEASE may free @fi's file once it has the reply. */
@@ -1584,16 +1585,17 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 			f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
 		}
 	}
-	if (f && node_wrote(fs->nodes, ino)) {
+	at = f ? node_noted(fs->nodes, ino, &wrote) : 0;
+	if (f && wrote) {
 		file_put(fs, f);
 		f = NULL;
+		at = 0;
 	}
-	at = f ? node_inval_ns(fs->nodes, ino) : 0;
 	if (at && at >= t0_ns - WSFS_CROSS_NS)
 		isize_cover(fs, ino, f, st->st_size);
 	fuse_reply_attr(req, st, ttl);
 	if (f) {
-		int64_t at2 = node_inval_ns(fs->nodes, ino);
+		int64_t at2 = node_noted(fs->nodes, ino, NULL);
 
 		if (at2 > at && at2 >= t1)
 			isize_cover(fs, ino, f, st->st_size);
@@ -2100,7 +2102,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
 		q.size = (uint64_t)attr->st_size;
-		node_wrote_set(fs->nodes, ino); /* getattr_reply() */
+		node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
 		set_time(&at, to_set & FUSE_SET_ATTR_ATIME_NOW, &attr->st_atim);
@@ -3812,7 +3814,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	f->write_end = (uint64_t)off + size;
 	pthread_mutex_unlock(&f->lock);
 	if (first)
-		node_wrote_set(fs->nodes, ino); /* getattr_reply() */
+		node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
 	if (behind) {
 		struct wsfs_gather *full;
 
@@ -4815,7 +4817,7 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	q.keep_size = mode & FALLOC_FL_KEEP_SIZE;
 	q.punch_hole = mode & FALLOC_FL_PUNCH_HOLE;
 	q.zero_range = mode & FALLOC_FL_ZERO_RANGE;
-	node_wrote_set(fs->nodes, ino); /* getattr_reply() */
+	node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
 	r = file_rpc(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 	mutated(fs);
 	node_seen_set(fs->nodes, ino, NULL);
@@ -4869,7 +4871,7 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	q.offset_in = (uint64_t)off_in;
 	q.offset_out = (uint64_t)off_out;
 	q.length = len;
-	node_wrote_set(fs->nodes, ino_out); /* getattr_reply() */
+	node_note(fs->nodes, ino_out, 0, true); /* getattr_reply() */
 	r = file_rpc(fs, s, 2, M("CopyFileRange"), &q.base,
 		     &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
 	mutated(fs);

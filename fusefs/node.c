@@ -44,8 +44,8 @@ struct node {
 	unsigned n_links;
 	uint64_t ino;
 	uint64_t ident; /* node_ident(), 0 unknown: node_same_ident() */
-	int64_t inval_ns; /* node_inval_note() */
-	bool wrote;       /* node_wrote_set() */
+	int64_t inval_ns; /* node_note() */
+	bool wrote;       /* node_note() */
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
@@ -1388,51 +1388,34 @@ void node_seen_advance(struct node_table *t, uint64_t id, const struct node_seen
 	pthread_mutex_unlock(&t->lock);
 }
 
-void node_inval_note(struct node_table *t, uint64_t id, int64_t at_ns)
+void node_note(struct node_table *t, uint64_t id, int64_t inval_ns, bool wrote)
 {
 	struct node *n;
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n)
-		n->inval_ns = at_ns;
-	pthread_mutex_unlock(&t->lock);
-}
-
-void node_wrote_set(struct node_table *t, uint64_t id)
-{
-	struct node *n;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	if (n)
+	if (n && inval_ns)
+		n->inval_ns = inval_ns;
+	if (n && wrote)
 		n->wrote = true;
 	pthread_mutex_unlock(&t->lock);
 }
 
-bool node_wrote(struct node_table *t, uint64_t id)
+int64_t node_noted(struct node_table *t, uint64_t id, bool *ret_wrote)
 {
 	struct node *n;
+	int64_t at = 0;
 	bool w = false;
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n)
-		w = n->wrote;
-	pthread_mutex_unlock(&t->lock);
-	return w;
-}
-
-int64_t node_inval_ns(struct node_table *t, uint64_t id)
-{
-	struct node *n;
-	int64_t at = 0;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	if (n)
+	if (n) {
 		at = n->inval_ns;
+		w = n->wrote;
+	}
 	pthread_mutex_unlock(&t->lock);
+	if (ret_wrote)
+		*ret_wrote = w;
 	return at;
 }
 

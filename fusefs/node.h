@@ -517,20 +517,15 @@ bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq,
  */
 
 /**
- * Note that the watch had the kernel drop node @p id's attributes at
- * @p at_ns (CLOCK_MONOTONIC ns): node_inval_ns() gives it back (0 never, or
- * an unknown id). Any thread.
+ * Note about node @p id's file, for fs.c getattr_reply(): that the watch had
+ * the kernel drop its attributes at @p inval_ns (CLOCK_MONOTONIC ns; 0:
+ * not now), and with @p wrote that the mount wrote, truncated or allocated
+ * it (the kernel then sets its i_size itself). node_noted() gives back the
+ * last invalidation (0: none, or an unknown id) and in *@p ret_wrote (may
+ * be NULL) whether the mount ever wrote it. Any thread.
  */
-void node_inval_note(struct node_table *t, uint64_t id, int64_t at_ns);
-int64_t node_inval_ns(struct node_table *t, uint64_t id);
-
-/**
- * Note that the mount wrote, truncated or allocated node @p id's file
- * (the kernel then sets its i_size itself); node_wrote() says whether it
- * ever did (false for an unknown id). Any thread.
- */
-void node_wrote_set(struct node_table *t, uint64_t id);
-bool node_wrote(struct node_table *t, uint64_t id);
+void node_note(struct node_table *t, uint64_t id, int64_t inval_ns, bool wrote);
+int64_t node_noted(struct node_table *t, uint64_t id, bool *ret_wrote);
 
 /** The version a put for @p id must match; UINT64_MAX for an unknown id. */
 uint64_t node_attr_ver(struct node_table *t, uint64_t id);

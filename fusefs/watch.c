@@ -65,7 +65,7 @@ static void inval_inode(struct wsfs *fs, uint64_t id, off_t off)
 
 	atomic_fetch_add(&fs->inval_seq, 1);
 	node_attr_drop(fs->nodes, id);
-	node_inval_note(fs->nodes, id, wsfs_now_ns()); /* fs.c getattr_reply() */
+	node_note(fs->nodes, id, wsfs_now_ns(), false); /* fs.c getattr_reply() */
 	r = fuse_lowlevel_notify_inval_inode(fs->se, id, off, 0);
 
 	if (r < 0 && r != -ENOENT)
