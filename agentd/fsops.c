@@ -848,7 +848,7 @@ uint64_t fsops_generation(int dirfd, const char *name, int flags)
 		unsigned char buf[sizeof(struct file_handle) + MAX_HANDLE_SZ];
 	} h;
 	const unsigned char *b = h.buf + offsetof(struct file_handle, f_handle);
-	uint64_t x = 0xcbf29ce484222325ULL; /* FNV-1a, 64 bits */
+	uint64_t x;
 	int mount_id, hflags = flags & AT_EMPTY_PATH;
 
 	if (!(flags & AT_SYMLINK_NOFOLLOW) && *name)
@@ -856,10 +856,8 @@ uint64_t fsops_generation(int dirfd, const char *name, int flags)
 	h.fh.handle_bytes = MAX_HANDLE_SZ;
 	if (name_to_handle_at(dirfd, name, &h.fh, &mount_id, hflags) < 0)
 		return 0;
-	for (size_t i = 0; i < sizeof(h.fh.handle_type); i++)
-		x = (x ^ (unsigned char)(h.fh.handle_type >> (8 * i))) * 0x100000001b3ULL;
-	for (unsigned i = 0; i < h.fh.handle_bytes && i < MAX_HANDLE_SZ; i++)
-		x = (x ^ b[i]) * 0x100000001b3ULL;
+	x = wsb_fnv1a(&h.fh.handle_type, sizeof(h.fh.handle_type), WSB_FNV1A_INIT);
+	x = wsb_fnv1a(b, h.fh.handle_bytes < MAX_HANDLE_SZ ? h.fh.handle_bytes : MAX_HANDLE_SZ, x);
 	return x ? x : 1;
 }
 

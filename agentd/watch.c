@@ -192,17 +192,6 @@ static void on_pair_timer(uv_timer_t *t);
 
 /* ---- small helpers ---- */
 
-static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
-{
-	const unsigned char *c = p;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= c[i];
-		h *= 0x100000001b3ULL; /* FNV-1a */
-	}
-	return h;
-}
-
 static char *memdup0(const char *s, size_t n)
 {
 	char *d = malloc(n + 1);
@@ -250,9 +239,9 @@ static size_t wd_bucket(const struct wsession *s, int wd)
 static size_t pn_bucket(const struct wsession *s, const struct wnode *parent, const char *name,
 			size_t len)
 {
-	uint64_t h = hash_bytes(&parent, sizeof(parent), 0xcbf29ce484222325ULL);
+	uint64_t h = wsb_fnv1a(&parent, sizeof(parent), WSB_FNV1A_INIT);
 
-	return (size_t)hash_bytes(name, len, h) & (s->pn_cap - 1);
+	return (size_t)wsb_fnv1a(name, len, h) & (s->pn_cap - 1);
 }
 
 /* Double a table when it is full; on ENOMEM keep the longer chains. */
@@ -674,7 +663,7 @@ static char *node_path(const struct wsession *s, const struct wnode *n, const ch
 
 static size_t walked_slot(const struct wsession *s, uint64_t dir, const char *name, size_t len)
 {
-	return (size_t)hash_bytes(name, len, hash_bytes(&dir, sizeof(dir), 0xcbf29ce484222325ULL)) &
+	return (size_t)wsb_fnv1a(name, len, wsb_fnv1a(&dir, sizeof(dir), WSB_FNV1A_INIT)) &
 	       (s->walked_cap - 1);
 }
 
@@ -766,7 +755,7 @@ static bool walked_take(struct wsession *s, const struct wnode *n, const char *n
 
 static size_t cset_slot(const struct watcher *w, const char *p, size_t len)
 {
-	return (size_t)hash_bytes(p, len, 0xcbf29ce484222325ULL) & (w->cset_cap - 1);
+	return (size_t)wsb_fnv1a(p, len, WSB_FNV1A_INIT) & (w->cset_cap - 1);
 }
 
 static void cset_put(struct watcher *w, size_t idx)

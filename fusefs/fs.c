@@ -2593,12 +2593,11 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 /* FNV-1a of @len bytes at @path for stale_told(); never 0 (NULL: 0). */
 static uint64_t stale_path(const char *path, size_t len)
 {
-	uint64_t x = 0xcbf29ce484222325ULL;
+	uint64_t x;
 
 	if (!path)
 		return 0;
-	for (size_t i = 0; i < len; i++)
-		x = (x ^ (unsigned char)path[i]) * 0x100000001b3ULL;
+	x = wsb_fnv1a(path, len, WSB_FNV1A_INIT);
 	return x ? x : 1;
 }
 

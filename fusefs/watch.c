@@ -620,13 +620,7 @@ int64_t wsfs_now_ns(void)
 /* FNV-1a. */
 static uint64_t self_hash(const char *p, size_t len)
 {
-	uint64_t h = 14695981039346656037ULL;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)p[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
+	return wsb_fnv1a(p, len, WSB_FNV1A_INIT);
 }
 
 static bool self_live(const struct wsfs_self *e, int64_t now)

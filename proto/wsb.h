@@ -278,4 +278,21 @@ size_t wsb_wire_varint_field(uint8_t *out, uint32_t number, uint64_t value);
 /** Most bytes wsb_wire_varint_field() writes. */
 #define WSB_WIRE_VARINT_MAX 15
 
+/** FNV-1a's 64-bit offset basis: wsb_fnv1a()'s @p h for a fresh hash. */
+#define WSB_FNV1A_INIT 0xcbf29ce484222325ULL
+
+/**
+ * 64-bit FNV-1a of @p n bytes at @p p, continuing from @p h
+ * (WSB_FNV1A_INIT to start; a previous result to chain). Not for
+ * anything an adversary may choose to collide. Pure; any thread.
+ */
+static inline uint64_t wsb_fnv1a(const void *p, size_t n, uint64_t h)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ c[i]) * 0x100000001b3ULL;
+	return h;
+}
+
 #endif /* WSB_H */
