@@ -3545,7 +3545,8 @@ static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size
 	pthread_mutex_lock(&fs->gb_lock);
 	g->begun = true;
 	solo = gb_solo(fs, g);
-	pthread_cond_broadcast(&fs->gb_cond);
+	if (fs->gb_waiters)
+		pthread_cond_broadcast(&fs->gb_cond);
 	pthread_mutex_unlock(&fs->gb_lock);
 	if (req)
 		fuse_reply_write(req, size);
@@ -3580,7 +3581,8 @@ static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size
 	TAILQ_REMOVE(&fs->gb_list, g, entry);
 	fs->gb_bytes -= g->cap;
 	atomic_fetch_sub(&fs->gb_n, 1);
-	pthread_cond_broadcast(&fs->gb_cond);
+	if (fs->gb_waiters)
+		pthread_cond_broadcast(&fs->gb_cond);
 	pthread_mutex_unlock(&fs->gb_lock);
 	file_put(fs, g->f);
 	free(g->buf);
@@ -3613,7 +3615,9 @@ static uint64_t gb_flush(struct wsfs *fs)
 			gb_send(fs, g, NULL, 0);
 			pthread_mutex_lock(&fs->gb_lock);
 		} else if (wait) {
+			fs->gb_waiters++;
 			pthread_cond_wait(&fs->gb_cond, &fs->gb_lock);
+			fs->gb_waiters--;
 		} else {
 			break;
 		}
@@ -3622,17 +3626,36 @@ static uint64_t gb_flush(struct wsfs *fs)
 	return upto;
 }
 
-/* The thread that sends runs that waited cfg.gather_ns
+/*
+ * How long after the newest run began gb_main() keeps looking for runs
+ * every cfg.gather_ns rather than wait for gb_add() to wake it,
+ * nanoseconds. Most runs are sent by the close that ends them, well
+ * before they are due: a wake-up per run (and two more as another
+ * thread's send took its slot and ended) was three context switches per
+ * small file written, a good part of what `tar -x` of small files costs
+ * on two busy cores; a look every 5 ms while files are written costs few.
+ */
+#define GB_WATCH_NS (50 * 1000 * 1000)
+
+/*
+ * The thread that sends runs that waited cfg.gather_ns
  * (wsfs_gather_start()); it ends at gb_stop (wsfs_send_behind(), which
- * sends what is left). */
+ * sends what is left). It sleeps until the oldest run it may send is due
+ * (a younger run is due later, and a run another thread takes is that
+ * thread's to send); with none, it looks again cfg.gather_ns later while
+ * runs came in the last GB_WATCH_NS (a run born meanwhile is due no
+ * sooner than that), and otherwise waits for gb_add()'s wake-up. Only a
+ * run that waits for an older one of its file to take its slot makes it
+ * wait for the sends of others (gb_cond).
+ */
 static void *gb_main(void *arg)
 {
 	struct wsfs *fs = arg;
 
 	pthread_mutex_lock(&fs->gb_lock);
 	while (!fs->gb_stop) {
-		bool wait;
-		struct wsfs_gather *g = gb_pick(fs, UINT64_MAX, &wait);
+		bool wait, held = false;
+		struct wsfs_gather *g = gb_pick(fs, UINT64_MAX, &wait), *o;
 		int64_t now = wsfs_now_ns();
 		struct timespec until;
 
@@ -3643,18 +3666,32 @@ static void *gb_main(void *arg)
 			pthread_mutex_lock(&fs->gb_lock);
 			continue;
 		}
-		if (!g) {
-			/* None, or none it may send: gb_add() wakes it, and so
-			 * does another thread's send as it takes its slot and
-			 * as it ends. */
-			fs->gb_idle = true;
+		if (!g && wait) {
+			TAILQ_FOREACH(o, &fs->gb_list, entry) {
+				if (!o->sending) {
+					held = true;
+					break;
+				}
+			}
+		}
+		if (held) {
+			fs->gb_waiters++;
 			pthread_cond_wait(&fs->gb_cond, &fs->gb_lock);
+			fs->gb_waiters--;
+			continue;
+		}
+		if (g) {
+			until = wsb_deadline_ns(CLOCK_MONOTONIC,
+						g->born_ns + fs->cfg.gather_ns - now);
+		} else if (now - fs->gb_last_ns < GB_WATCH_NS) {
+			until = wsb_deadline_ns(CLOCK_MONOTONIC, fs->cfg.gather_ns);
+		} else {
+			fs->gb_idle = true;
+			pthread_cond_wait(&fs->gb_main_cond, &fs->gb_lock);
 			fs->gb_idle = false;
 			continue;
 		}
-		/* Until @g is due, or another thread's send ends. */
-		until = wsb_deadline_ns(CLOCK_MONOTONIC, g->born_ns + fs->cfg.gather_ns - now);
-		pthread_cond_timedwait(&fs->gb_cond, &fs->gb_lock, &until);
+		pthread_cond_timedwait(&fs->gb_main_cond, &fs->gb_lock, &until);
 	}
 	pthread_mutex_unlock(&fs->gb_lock);
 	return NULL;
@@ -3676,6 +3713,7 @@ void wsfs_send_behind(struct wsfs *fs)
 	pthread_mutex_lock(&fs->gb_lock);
 	fs->gb_stop = true;
 	pthread_cond_broadcast(&fs->gb_cond);
+	pthread_cond_broadcast(&fs->gb_main_cond);
 	pthread_mutex_unlock(&fs->gb_lock);
 	if (fs->gb_started)
 		pthread_join(fs->gb_thread, NULL);
@@ -3754,6 +3792,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 	node_fh_ref(fs->nodes, &f->link);
 	g->seq = atomic_fetch_add(&fs->gb_seq, 1);
 	g->born_ns = wsfs_now_ns();
+	fs->gb_last_ns = g->born_ns;
 	if (f->g) {
 		*full = f->g;
 		gb_take(*full);
@@ -3765,7 +3804,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 	kick = fs->gb_idle;
 	pthread_mutex_unlock(&fs->gb_lock);
 	if (kick)
-		pthread_cond_broadcast(&fs->gb_cond);
+		pthread_cond_signal(&fs->gb_main_cond);
 	return true;
 no:
 	pthread_mutex_unlock(&fs->gb_lock);
@@ -5019,6 +5058,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	TAILQ_INIT(&fs->sab_list);
 	pthread_mutex_init(&fs->gb_lock, NULL);
 	wsb_cond_init_mono(&fs->gb_cond);
+	wsb_cond_init_mono(&fs->gb_main_cond);
 	atomic_init(&fs->gb_n, 0);
 	TAILQ_INIT(&fs->gb_list);
 	atomic_init(&fs->gb_seq, 1);
@@ -5056,6 +5096,7 @@ void wsfs_free(struct wsfs *fs)
 	pthread_cond_destroy(&fs->sab_cond);
 	pthread_mutex_destroy(&fs->gb_lock);
 	pthread_cond_destroy(&fs->gb_cond);
+	pthread_cond_destroy(&fs->gb_main_cond);
 	pthread_mutex_destroy(&fs->nq_lock);
 	pthread_cond_destroy(&fs->nq_cond);
 	wsfs_self_free(fs);

@@ -251,9 +251,14 @@ struct wsfs {
 	 * gb_*): a list, oldest first, protected by gb_lock (taken before
 	 * wb_lock, never while a node table lock is held). */
 	pthread_mutex_t gb_lock;
-	/** A run was added while gb_main() idled, took its slot or was sent,
-	 * or gb_stop was set (CLOCK_MONOTONIC: gb_main() waits with deadlines). */
+	/** A run took its slot or was sent, or gb_stop was set: broadcast
+	 * only while gb_waiters is not 0. */
 	pthread_cond_t gb_cond;
+	/** A run was added while gb_main() idled, or gb_stop was set
+	 * (CLOCK_MONOTONIC: gb_main() waits with deadlines). */
+	pthread_cond_t gb_main_cond;
+	unsigned gb_waiters; /**< threads waiting on gb_cond */
+	int64_t gb_last_ns;  /**< wsfs_now_ns() when the newest run began */
 	/** Runs listed (gathering or being sent); read without gb_lock as a hint. */
 	atomic_uint gb_n;
 	TAILQ_HEAD(wsfs_gb_list, wsfs_gather) gb_list;
@@ -261,7 +266,7 @@ struct wsfs {
 	atomic_uint_fast64_t gb_seq;
 	size_t gb_bytes;  /**< bytes allocated for the listed runs */
 	bool gb_started;  /**< gb_thread runs */
-	bool gb_idle;     /**< it waits for a run without a deadline */
+	bool gb_idle;     /**< gb_main() waits for a run without a deadline */
 	bool gb_stop;     /**< wsfs_send_behind(): gather no more, the thread ends */
 	pthread_t gb_thread;
 
