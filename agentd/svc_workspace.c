@@ -685,14 +685,30 @@ static void do_fsync(struct rpc_call *call, const ProtobufCMessage *req, void *d
 	reply_empty(call);
 }
 
+/*
+ * Release: q->handle alone fails as any call on an unknown handle does
+ * (FAILED_PRECONDITION, EBADF). With `more`, a client that batches the
+ * handles its closes left (wsfs fs.c "Releases"): each is released as
+ * if alone, and one agentd does not know (a session reaped, a batch
+ * sent twice after a reconnect) fails neither the others nor the call.
+ */
 static void do_release(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__HandleRequest *q = (const void *)req;
-	int r = fsops_release(AD(data)->handles, q->handle);
+	Wsbridge__V1__ReleaseReply rep = WSBRIDGE__V1__RELEASE_REPLY__INIT;
+	struct agentd *ad = AD(data);
+	unsigned unknown = 0;
+	int r = fsops_release(ad->handles, q->handle);
 
-	if (r < 0)
+	if (r < 0 && q->n_more == 0)
 		return fail_handle(call, r, "release", q->handle);
-	reply_empty(call);
+	unknown += r < 0;
+	for (size_t i = 0; i < q->n_more; i++)
+		unknown += fsops_release(ad->handles, q->more[i]) < 0;
+	if (unknown)
+		wsb_debug("Release of %zu handles: %u were not open", q->n_more + 1, unknown);
+	rep.released = (uint32_t)(q->n_more + 1);
+	rpc_reply(call, &rep.base);
 }
 
 /* A proto TimeSpec as utimensat(2) wants it: unset -> UTIME_OMIT. */

@@ -749,30 +749,153 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
  * again, so that a network blip does not leak agentd's handles (its table is
  * bounded); after an agentd restart that Release is a harmless EBADF.
  */
-static void release_handle(struct wsfs *fs, uint64_t sh)
-{
-	Wsbridge__V1__HandleRequest q = WSBRIDGE__V1__HANDLE_REQUEST__INIT;
-	int r;
+/* ---- releases ----
+ *
+ * A close's RELEASE is replied to at once and agentd's handle released
+ * after it (ws_release()): a Release per file closed, an RPC that keeps a
+ * request thread and agentd busy while the next file's requests wait for
+ * a CPU (untar, cp -r, a compiler's outputs). While the gathering thread
+ * runs (gb_main()), release_handle() queues the handle instead, and the
+ * queue goes as one Release (HandleRequest.more) once it holds
+ * WSFS_RELEASE_BATCH handles (sent by the thread that filled it), once
+ * its oldest waited rel_ns() (gb_main()), or as the thread stops. So the
+ * pod sees the file closed (IN_CLOSE_WRITE) up to 5 ms later, within the
+ * window its echo is expected in (wsfs_self_end()); every byte written
+ * was agentd's before the close returned (FLUSH), and nothing waits on a
+ * release. An agentd from before HandleRequest.more releases the first
+ * handle only and replies released 0: the rest then go one per call, as
+ * every release after it (rel_single).
+ */
 
-	if (!sh)
-		return;
-	q.handle = sh;
-	r = rpc(fs, M("Release"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
-	if (r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down))) {
-		pthread_mutex_lock(&fs->mon_lock);
+/* Keep handles @a[@n] agentd could not be told of for
+ * wsfs_release_pending(), as many as WSFS_PENDING_MAX allows. */
+static void release_later(struct wsfs *fs, const uint64_t *a, size_t n)
+{
+	pthread_mutex_lock(&fs->mon_lock);
+	for (size_t i = 0; i < n; i++) {
 		if (fs->n_pending == fs->cap_pending && fs->cap_pending < WSFS_PENDING_MAX) {
 			size_t cap = fs->cap_pending ? 2 * fs->cap_pending : 64;
-			uint64_t *a = realloc(fs->pending, cap * sizeof(*a));
+			uint64_t *p = realloc(fs->pending, cap * sizeof(*p));
 
-			if (a) {
-				fs->pending = a;
+			if (p) {
+				fs->pending = p;
 				fs->cap_pending = cap;
 			}
 		}
 		if (fs->n_pending < fs->cap_pending)
-			fs->pending[fs->n_pending++] = sh;
-		pthread_mutex_unlock(&fs->mon_lock);
+			fs->pending[fs->n_pending++] = a[i];
 	}
+	pthread_mutex_unlock(&fs->mon_lock);
+}
+
+/* Release agentd's handles @a[@n] (none 0): one Release for all, unless
+ * rel_single. Any thread but with no lock held; blocks on the RPCs. */
+static void release_send(struct wsfs *fs, const uint64_t *a, size_t n)
+{
+	Wsbridge__V1__HandleRequest q = WSBRIDGE__V1__HANDLE_REQUEST__INIT;
+	size_t i = 0;
+
+	while (i < n) {
+		Wsbridge__V1__ReleaseReply *rep = NULL;
+		size_t k = atomic_load(&fs->rel_single) ? 1 : n - i;
+		int r;
+
+		q.handle = a[i];
+		q.n_more = k - 1;
+		q.more = (uint64_t *)(uintptr_t)(a + i + 1);
+		r = rpc(fs, M("Release"), &q.base, &wsbridge__v1__release_reply__descriptor, &rep);
+		if (r == 0 && k > 1 && rep->released == 0) {
+			if (!atomic_exchange(&fs->rel_single, true))
+				wsb_info("agentd releases one handle per call (it ignores "
+					 "HandleRequest.more): releasing one by one");
+			k = 1;
+		}
+		free_reply(rep);
+		if (r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down)))
+			release_later(fs, a + i, k);
+		i += k;
+	}
+}
+
+/* How long a queued handle waits at most, nanoseconds. */
+static int64_t rel_ns(const struct wsfs *fs)
+{
+	return fs->cfg.gather_ns < WSFS_RELEASE_NS ? fs->cfg.gather_ns : WSFS_RELEASE_NS;
+}
+
+/* Take the queued handles into @a (WSFS_RELEASE_BATCH long); returns how
+ * many. Under gb_lock. */
+static size_t rel_take(struct wsfs *fs, uint64_t *a)
+{
+	size_t n = fs->rel_n;
+
+	memcpy(a, fs->rel_q, n * sizeof(*a));
+	fs->rel_n = 0;
+	return n;
+}
+
+/* Send the handles queued for release now: on return every handle queued
+ * before the call is released (rel_send_lock). Returns how many it sent.
+ * Any thread with no lock held; takes rel_send_lock, then gb_lock. */
+static size_t release_flush(struct wsfs *fs)
+{
+	uint64_t a[WSFS_RELEASE_BATCH];
+	size_t n;
+
+	pthread_mutex_lock(&fs->rel_send_lock);
+	pthread_mutex_lock(&fs->gb_lock);
+	n = rel_take(fs, a);
+	pthread_mutex_unlock(&fs->gb_lock);
+	release_send(fs, a, n);
+	pthread_mutex_unlock(&fs->rel_send_lock);
+	return n;
+}
+
+/* Release agentd's handle @sh (0: none): queued (above) or at once. Any
+ * thread, with no lock held; may block on a Release RPC. */
+static void release_handle(struct wsfs *fs, uint64_t sh)
+{
+	bool kick = false, full = false;
+
+	if (!sh)
+		return;
+	pthread_mutex_lock(&fs->gb_lock);
+	if (fs->gb_started && !fs->gb_stop && !atomic_load(&fs->rel_single) &&
+	    fs->rel_n < WSFS_RELEASE_BATCH) {
+		int64_t now = wsfs_now_ns();
+
+		if (fs->rel_n == 0) {
+			fs->rel_born_ns = now;
+			kick = now + rel_ns(fs) < fs->gb_wake_ns;
+		}
+		fs->rel_q[fs->rel_n++] = sh;
+		full = fs->rel_n == WSFS_RELEASE_BATCH;
+		sh = 0;
+	}
+	pthread_mutex_unlock(&fs->gb_lock);
+	if (kick)
+		pthread_cond_signal(&fs->gb_main_cond);
+	if (sh)
+		release_send(fs, &sh, 1); /* not queued, or the queue is full */
+	else if (full)
+		(void)release_flush(fs);
+}
+
+/*
+ * Open (OpenRequest @q; *@rep as rpc()'s): when agentd's handle table is
+ * full (EMFILE: --max-handles) while handles of closed files wait in the
+ * release queue, those go at once and the Open is asked once more. Any
+ * FUSE request thread.
+ */
+static int open_rpc(struct wsfs *fs, Wsbridge__V1__OpenRequest *q, Wsbridge__V1__OpenReply **rep)
+{
+	int r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
+
+	if (r == -EMFILE && fs->gb_started && !atomic_load(&fs->rel_single)) {
+		(void)release_flush(fs);
+		r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
+	}
+	return r;
 }
 
 void wsfs_release_pending(struct wsfs *fs)
@@ -875,7 +998,7 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 	q.access = f->access;
 	q.append = f->append;
 	q.nofollow = true;
-	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	r = open_rpc(fs, &q, &rep);
 	if (r == -ENOENT || r == -ELOOP || r == -ENOTDIR) {
 		f->broken = true;
 		r = -EIO;
@@ -2800,7 +2923,7 @@ again:
 	if (q.truncate && path)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 	read_mark(fs); /* Open may read (atime) */
-	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	r = open_rpc(fs, &q, &rep);
 	read_mark(fs);
 	if (q.truncate)
 		mutated(fs);
@@ -2838,7 +2961,7 @@ again:
 		free_reply(rep);
 		rep = NULL;
 		q.path = bin("\0", 1);
-		r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+		r = open_rpc(fs, &q, &rep);
 		if (r == -EBADF || r == -EINVAL)
 			r = -ESTALE;
 		if (r < 0)
@@ -2977,7 +3100,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	q.nofollow = true;
 	q.mode = mode & 07777;
 	wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
-	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	r = open_rpc(fs, &q, &rep);
 	if (r == 0 && rep->existed)
 		wsfs_self_existed(fs, path, len);
 	self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
@@ -3194,7 +3317,7 @@ static int file_pos_handle(struct wsfs *fs, struct wsfs_file *f, uint64_t failed
 	q.path = bin(path, len);
 	q.access = WSBRIDGE__V1__ACCESS__WRONLY;
 	q.nofollow = true;
-	r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+	r = open_rpc(fs, &q, &rep);
 	if (r == -ENOENT || r == -ELOOP)
 		r = -EIO;
 	if (r == 0 && (!rep->attr || rep->attr->ino != f->ino ||
@@ -3639,14 +3762,16 @@ static uint64_t gb_flush(struct wsfs *fs)
 
 /*
  * The thread that sends runs that waited cfg.gather_ns
- * (wsfs_gather_start()); it ends at gb_stop (wsfs_send_behind(), which
+ * (wsfs_gather_start()) and handles queued for release that waited
+ * rel_ns() ("Releases"); it ends at gb_stop (wsfs_send_behind(), which
  * sends what is left). It sleeps until the oldest run it may send is due
  * (a younger run is due later, and a run another thread takes is that
  * thread's to send); with none, it looks again cfg.gather_ns later while
  * runs came in the last GB_WATCH_NS (a run born meanwhile is due no
- * sooner than that), and otherwise waits for gb_add()'s wake-up. Only a
- * run that waits for an older one of its file to take its slot makes it
- * wait for the sends of others (gb_cond).
+ * sooner than that), and otherwise waits to be woken by gb_add() or
+ * release_handle() (when what they queue is due before gb_wake_ns). Only
+ * a run that waits for an older one of its file to take its slot makes
+ * it wait for the sends of others (gb_cond).
  */
 static void *gb_main(void *arg)
 {
@@ -3656,9 +3781,15 @@ static void *gb_main(void *arg)
 	while (!fs->gb_stop) {
 		bool wait, held = false;
 		struct wsfs_gather *g = gb_pick(fs, UINT64_MAX, &wait), *o;
-		int64_t now = wsfs_now_ns();
+		int64_t now = wsfs_now_ns(), wake = INT64_MAX;
 		struct timespec until;
 
+		if (fs->rel_n && now - fs->rel_born_ns >= rel_ns(fs)) {
+			pthread_mutex_unlock(&fs->gb_lock);
+			(void)release_flush(fs);
+			pthread_mutex_lock(&fs->gb_lock);
+			continue;
+		}
 		if (g && now - g->born_ns >= fs->cfg.gather_ns) {
 			gb_take(g);
 			pthread_mutex_unlock(&fs->gb_lock);
@@ -3674,24 +3805,26 @@ static void *gb_main(void *arg)
 				}
 			}
 		}
-		if (held) {
+		if (held && !fs->rel_n) {
 			fs->gb_waiters++;
 			pthread_cond_wait(&fs->gb_cond, &fs->gb_lock);
 			fs->gb_waiters--;
 			continue;
 		}
-		if (g) {
-			until = wsb_deadline_ns(CLOCK_MONOTONIC,
-						g->born_ns + fs->cfg.gather_ns - now);
-		} else if (now - fs->gb_last_ns < GB_WATCH_NS) {
-			until = wsb_deadline_ns(CLOCK_MONOTONIC, fs->cfg.gather_ns);
-		} else {
-			fs->gb_idle = true;
+		if (g)
+			wake = g->born_ns + fs->cfg.gather_ns;
+		else if (held || now - fs->gb_last_ns < GB_WATCH_NS)
+			wake = now + fs->cfg.gather_ns;
+		if (fs->rel_n && fs->rel_born_ns + rel_ns(fs) < wake)
+			wake = fs->rel_born_ns + rel_ns(fs);
+		fs->gb_wake_ns = wake;
+		if (wake == INT64_MAX) {
 			pthread_cond_wait(&fs->gb_main_cond, &fs->gb_lock);
-			fs->gb_idle = false;
-			continue;
+		} else {
+			until = wsb_deadline_ns(CLOCK_MONOTONIC, wake - now);
+			pthread_cond_timedwait(&fs->gb_main_cond, &fs->gb_lock, &until);
 		}
-		pthread_cond_timedwait(&fs->gb_main_cond, &fs->gb_lock, &until);
+		fs->gb_wake_ns = 0; /* awake: it looks at everything next */
 	}
 	pthread_mutex_unlock(&fs->gb_lock);
 	return NULL;
@@ -3721,6 +3854,7 @@ void wsfs_send_behind(struct wsfs *fs)
 	if (fs->client) {
 		gb_flush(fs);
 		sab_drain(fs);
+		(void)release_flush(fs);
 	}
 }
 
@@ -3801,7 +3935,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 	TAILQ_INSERT_TAIL(&fs->gb_list, g, entry);
 	fs->gb_bytes += g->cap;
 	atomic_fetch_add(&fs->gb_n, 1);
-	kick = fs->gb_idle;
+	kick = g->born_ns + fs->cfg.gather_ns < fs->gb_wake_ns;
 	pthread_mutex_unlock(&fs->gb_lock);
 	if (kick)
 		pthread_cond_signal(&fs->gb_main_cond);
@@ -4596,7 +4730,7 @@ static void ws_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 		q.access = WSBRIDGE__V1__ACCESS__RDONLY;
 		q.directory = true;
 		q.nofollow = true;
-		r = rpc(fs, M("Open"), &q.base, &wsbridge__v1__open_reply__descriptor, &rep);
+		r = open_rpc(fs, &q, &rep);
 		if (r == 0) {
 			fq.handle = rep->handle;
 			fq.datasync = datasync != 0;
@@ -5059,6 +5193,9 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->gb_lock, NULL);
 	wsb_cond_init_mono(&fs->gb_cond);
 	wsb_cond_init_mono(&fs->gb_main_cond);
+	fs->gb_wake_ns = INT64_MAX;
+	atomic_init(&fs->rel_single, false);
+	pthread_mutex_init(&fs->rel_send_lock, NULL);
 	atomic_init(&fs->gb_n, 0);
 	TAILQ_INIT(&fs->gb_list);
 	atomic_init(&fs->gb_seq, 1);
@@ -5097,6 +5234,7 @@ void wsfs_free(struct wsfs *fs)
 	pthread_mutex_destroy(&fs->gb_lock);
 	pthread_cond_destroy(&fs->gb_cond);
 	pthread_cond_destroy(&fs->gb_main_cond);
+	pthread_mutex_destroy(&fs->rel_send_lock);
 	pthread_mutex_destroy(&fs->nq_lock);
 	pthread_cond_destroy(&fs->nq_cond);
 	wsfs_self_free(fs);

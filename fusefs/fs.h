@@ -60,6 +60,11 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 #define WSFS_GATHER_MS_DEFAULT 5u
 /** Largest -o gather_ms, milliseconds (10 minutes). */
 #define WSFS_GATHER_MS_MAX 600000u
+/** Most handles one Release carries (fs.c "Releases"). */
+#define WSFS_RELEASE_BATCH 64
+/** How long a handle whose file was closed waits to be released with
+ * others at most, nanoseconds (less with a shorter -o gather_ms). */
+#define WSFS_RELEASE_NS (5 * 1000 * 1000LL)
 /** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
 #define WSFS_NQ_MAX 64
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
@@ -266,7 +271,19 @@ struct wsfs {
 	atomic_uint_fast64_t gb_seq;
 	size_t gb_bytes;  /**< bytes allocated for the listed runs */
 	bool gb_started;  /**< gb_thread runs */
-	bool gb_idle;     /**< gb_main() waits for a run without a deadline */
+	/** When gb_main() wakes by itself (wsfs_now_ns()), INT64_MAX when
+	 * it waits to be woken: one that queues something due sooner wakes it. */
+	int64_t gb_wake_ns;
+	/* Handles to release together (fs.c "Releases"), under gb_lock. */
+	uint64_t rel_q[WSFS_RELEASE_BATCH];
+	size_t rel_n;
+	int64_t rel_born_ns; /**< wsfs_now_ns() when rel_q[0] came */
+	/** agentd ignored HandleRequest.more (one from before it): release
+	 * one handle per call. */
+	atomic_bool rel_single;
+	/** Held while a batch taken from rel_q is sent: release_flush()
+	 * returns only once every handle queued before it is released. */
+	pthread_mutex_t rel_send_lock;
 	bool gb_stop;     /**< wsfs_send_behind(): gather no more, the thread ends */
 	pthread_t gb_thread;
 

@@ -545,6 +545,46 @@ calls() {
 	visible "created under a prefetched tree" listing_is "$MNT/t/a/b" 2 c new
 }
 
+# Files under DIR that the process PID holds open (its /proc fd links).
+open_under() {
+	local pid=$1 dir=$2 fd n=0
+	for fd in /proc/"$pid"/fd/*; do
+		case "$(readlink "$fd" 2>/dev/null)" in "$dir"/*) n=$((n + 1)) ;; esac
+	done
+	echo "$n"
+}
+
+@test "releases: the handles of 100 files written and closed on MNT go back to agentd in a few Release calls; moments later agentd holds none of them" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir "$MNT/rel"
+	local i n0 n1
+	n0=$(calls Release)
+	for i in $(seq 100); do
+		echo "$i" >"$MNT/rel/f$i"
+	done
+	assert_content "$ROOT/rel/f100" $'100\n'
+	if ! wsb_runsc; then
+		# agentd's own descriptors (not gVisor's gofer's)
+		visible "every handle released" test "$(open_under "$AGENTD_PID" "$ROOT/rel")" = 0
+	fi
+	sleep 0.1 # the last batch waits 5 ms at most
+	n1=$(calls Release)
+	echo "# Release calls for 100 files closed: $((n1 - n0))" >&3
+	# One per file before; a batch per 5 ms now (the gathering thread).
+	[ "$((n1 - n0))" -ge 1 ] && [ "$((n1 - n0))" -le 50 ] ||
+		{ echo "$((n1 - n0)) Release calls for 100 files, want 1-50" >&2; return 1; }
+	# With -o gather_ms=0 there is no thread to send batches: one each.
+	fusermount3 -u "$MNT"
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,gather_ms=0"
+	n0=$(calls Release)
+	for i in $(seq 20); do
+		echo "$i" >"$MNT/rel/g$i"
+	done
+	n1=$(calls Release)
+	assert_eq "$((n1 - n0))" 20 "Release calls for 20 files with gather_ms=0"
+}
+
 @test "R1: rm -rf on MNT lists each directory once, though rm opens it twice; a directory that changes between the opens is listed anew" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"

@@ -121,6 +121,29 @@ class Errors(Base):
                    lambda: self.ws.Release(pb.HandleRequest(handle=987654321), timeout=TIMEOUT),
                    "Release of an unknown handle")
 
+    def test_release_more(self):
+        """Release with `more` releases every handle, as each alone; one
+        unknown (or given twice) fails neither the others nor the call."""
+        hs = [self.ws.Open(pb.OpenRequest(path=b"rel%d" % i, access=pb.RDWR, create=True,
+                                          mode=0o600), timeout=TIMEOUT).handle
+              for i in range(4)]
+        one = self.ws.Release(pb.HandleRequest(handle=hs[0]), timeout=TIMEOUT)
+        self.assertEqual(one.released, 1)
+        r = self.ws.Release(pb.HandleRequest(handle=hs[1], more=[hs[2], 987654321, hs[3], hs[2]]),
+                            timeout=TIMEOUT)
+        self.assertEqual(r.released, 5)
+        for h in hs:
+            self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                       lambda: self.ws.Read(pb.ReadRequest(handle=h, size=1), timeout=TIMEOUT),
+                       "Read after a Release with more")
+        # The first handle unknown: the others still go.
+        h = self.ws.Open(pb.OpenRequest(path=b"rel0", access=pb.RDONLY), timeout=TIMEOUT).handle
+        r = self.ws.Release(pb.HandleRequest(handle=987654321, more=[h]), timeout=TIMEOUT)
+        self.assertEqual(r.released, 2)
+        self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                   lambda: self.ws.Read(pb.ReadRequest(handle=h, size=1), timeout=TIMEOUT),
+                   "Read after a Release whose first handle was unknown")
+
     def test_reopen_bad(self):
         r = self.ws.Open(pb.OpenRequest(path=b"re", access=pb.RDWR, create=True, mode=0o600),
                          timeout=TIMEOUT)
