@@ -743,12 +743,6 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
 	return f;
 }
 
-/*
- * Give agentd handle @sh back. One that cannot reach agentd now (it is
- * unreachable) is queued and released by the monitor once agentd answers
- * again, so that a network blip does not leak agentd's handles (its table is
- * bounded); after an agentd restart that Release is a harmless EBADF.
- */
 /* ---- releases ----
  *
  * A close's RELEASE is replied to at once and agentd's handle released
@@ -764,7 +758,12 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
  * was agentd's before the close returned (FLUSH), and nothing waits on a
  * release. An agentd from before HandleRequest.more releases the first
  * handle only and replies released 0: the rest then go one per call, as
- * every release after it (rel_single).
+ * every release after it (rel_single). A handle a Release cannot take
+ * to agentd now (it is unreachable) is kept and released by the monitor
+ * once agentd answers again (release_later(), wsfs_release_pending()), so
+ * that a network blip does not leak agentd's handles (its table is
+ * bounded); after an agentd restart that Release finds them gone, which
+ * is harmless (EBADF for one alone, nothing for a batch).
  */
 
 /* Keep handles @a[@n] agentd could not be told of for
