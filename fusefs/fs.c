@@ -3805,8 +3805,12 @@ static void *gb_main(void *arg)
 			}
 		}
 		if (held && !fs->rel_n) {
+			/* Woken as the older run takes its slot; release_handle()
+			 * does not wake this wait, so it looks again within
+			 * rel_ns() for a handle queued meanwhile. */
+			until = wsb_deadline_ns(CLOCK_MONOTONIC, rel_ns(fs));
 			fs->gb_waiters++;
-			pthread_cond_wait(&fs->gb_cond, &fs->gb_lock);
+			pthread_cond_timedwait(&fs->gb_cond, &fs->gb_lock, &until);
 			fs->gb_waiters--;
 			continue;
 		}
