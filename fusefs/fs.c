@@ -437,7 +437,7 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  * (fsync(2), close(2): "errors ... may be reported"), and the file's pages
  * are dropped (wsfs_inval_pages_later(): descriptors open on it read what
  * agentd has) and not kept at its next open. Each write's deadline counts
- * the writes in flight ahead of it, which share the link. wb_lock is a
+ * every write that may share the link with it (cfg.write_behind). wb_lock is a
  * leaf lock; the waits are bounded by the writes' RPC deadlines.
  */
 
@@ -480,10 +480,9 @@ static void wb_wait_writes(struct wsfs *fs)
 /*
  * Record a write of bytes [@off, @end) of server inode @ino as in flight,
  * once a slot is free and no write in flight overlaps it. Returns its
- * sequence number, for wb_end(); *@ahead: how many were in flight before it.
+ * sequence number, for wb_end().
  */
-static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end,
-			 unsigned *ahead)
+static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end)
 {
 	unsigned n = fs->cfg.write_behind, slot;
 	uint64_t seq;
@@ -507,9 +506,23 @@ static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t e
 	}
 	seq = fs->wb_seq++;
 	fs->wb[slot] = (struct wsfs_wb){ .seq = seq, .ino = ino, .off = off, .end = end };
-	*ahead = atomic_fetch_add(&fs->wb_n, 1);
+	atomic_fetch_add(&fs->wb_n, 1);
 	pthread_mutex_unlock(&fs->wb_lock);
 	return seq;
+}
+
+/*
+ * The deadline of a write sent behind, ms: the writes in flight share the
+ * link, those begun after it too (HTTP/2 takes its streams in turns, in no
+ * fixed order), so it covers all their bytes, or a slow link would fail
+ * what a write at a time does not. A link that stops is caught within the
+ * default timeout all the same (client.c, "Stalled links").
+ */
+static uint32_t wb_timeout_ms(const struct wsfs *fs)
+{
+	uint64_t ms = (uint64_t)fs->cfg.rpc_timeout_ms * (1 + (uint64_t)fs->cfg.write_behind);
+
+	return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
 }
 
 /* The write wb_begin() numbered @seq reached agentd or failed. */
@@ -3656,14 +3669,13 @@ static void gb_take(struct wsfs_gather *g)
  */
 static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size_t size)
 {
-	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms, wseq;
 	struct sab_out so, *after = NULL;
 	int after_r = 1;
-	unsigned ahead;
+	uint64_t wseq;
 	size_t done;
 	bool solo;
 
-	wseq = wb_begin(fs, g->f->ino, g->off, g->off + g->len, &ahead);
+	wseq = wb_begin(fs, g->f->ino, g->off, g->off + g->len);
 	pthread_mutex_lock(&fs->gb_lock);
 	g->begun = true;
 	solo = gb_solo(fs, g);
@@ -3679,10 +3691,7 @@ static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size
 	 * round trip for both. */
 	if (solo && atomic_load(&fs->sab_n) > 0)
 		after = sab_take_node(fs, g->id, g->seq, &so);
-	timeout_ms *= 1 + ahead; /* as ws_write()'s: at most 64 times a uint32_t */
-	if (timeout_ms > UINT32_MAX)
-		timeout_ms = UINT32_MAX;
-	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, timeout_ms,
+	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, wb_timeout_ms(fs),
 			after ? &after->q : NULL, &after_r, &done);
 	wb_end(fs, wseq);
 	if (after) {
@@ -3956,7 +3965,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	/* Write-behind (above): libfuse keeps @buf until this returns. */
 	bool behind = fs->cfg.write_behind > 0 && !fi->writepage && !f->append && !f->direct_io;
 	bool sequential, first;
-	uint64_t timeout_ms = fs->cfg.rpc_timeout_ms;
+	uint32_t timeout_ms = fs->cfg.rpc_timeout_ms;
 	uint64_t wseq = 0;
 	size_t done = 0;
 	int r;
@@ -4005,15 +4014,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	behind = behind && sequential;
 	if (behind) {
-		unsigned ahead;
-
-		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size, &ahead);
-		/* Those ahead share the link: the deadline covers their bytes
-		 * too, or a slow link would fail what a write at a time does not
-		 * (at most 64 times a uint32_t: no overflow). */
-		timeout_ms *= 1 + ahead;
-		if (timeout_ms > UINT32_MAX)
-			timeout_ms = UINT32_MAX;
+		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size);
+		timeout_ms = wb_timeout_ms(fs);
 		fuse_reply_write(req, size);
 		req = NULL;
 	} else {

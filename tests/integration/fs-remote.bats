@@ -2519,8 +2519,10 @@ time.sleep(120)' "$MNT/held" "$BATS_TEST_TMPDIR/written"
 	agentd_unix
 	# 4 MB/s towards agentd, rpc_timeout 1 s, 8 writes in flight: one
 	# 1 MiB Write takes 0.26 s, eight together 2.1 s, so each deadline
-	# must count the writes ahead of it (they failed with EIO when it
-	# did not).
+	# must count the writes that share the link with it (they failed
+	# with EIO when it did not), those begun after it too: gRPC sends
+	# them in no fixed order (the first one behind failed, overtaken,
+	# when its deadline counted only the writes begun before it).
 	relay_up slowlink "$BATS_TEST_TMPDIR/slow" 4000000
 	wsfs_start -o rpc_timeout=1,write_behind=8 -f "unix:$BATS_TEST_TMPDIR/slow"
 	head -c 16777216 /dev/urandom >"$BATS_TEST_TMPDIR/data"
