@@ -86,6 +86,7 @@ struct wsfs_file {
 	uint64_t ra_seq, ra_mgen; /* inval_seq and mgen before the Open */
 	int64_t ra_at_ns;         /* CLOCK_MONOTONIC of the Open */
 	int64_t ra_size, ra_mtime_ns; /* the file's size and mtime that Open gave */
+	uint64_t read_end; /* where the last READ ended, bytes; under lock */
 	struct wsfs_file *prev, *next; /* fs_files list */
 	bool created;      /* this open made the file */
 	uint32_t owner;    /* its st_uid then: agentd's user */
@@ -442,6 +443,7 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
  */
 
 static uint64_t gb_flush(struct wsfs *fs);
+static void store_barrier(struct wsfs *fs);
 static bool gb_attr(struct wsfs *fs, fuse_ino_t id, struct stat *st, bool mtime_set);
 static void gb_fold(struct wsfs *fs, fuse_ino_t id);
 
@@ -2280,6 +2282,8 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
 	}
 	gen = mutated(fs);
+	if (to_set & FUSE_SET_ATTR_SIZE)
+		store_barrier(fs); /* "Chunk reads": before the kernel truncates */
 	if (path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if (r == 0)
@@ -2675,6 +2679,8 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 		file_destroy(fs, f);
 		return -ESTALE;
 	}
+	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY)
+		store_barrier(fs); /* "Chunk reads": listed now */
 	/*
 	 * ws_flush does nothing (no writeback cache, no lock support), so a
 	 * read-only open skips the FLUSH round trip at close (FOPEN_NOFLUSH,
@@ -3223,6 +3229,179 @@ out:
 	return hit;
 }
 
+/*
+ * Chunk reads. The kernel asks a small READ (4 KiB) for a read(2) that
+ * does not follow the one before (fs/fuse readahead: "standalone, small
+ * random read: read as is"), and each costs a round trip to agentd, while
+ * reads near it are likely (a database page, a pack index, an object
+ * file's sections). So such a READ asks agentd for the aligned chunk of
+ * cfg.read_chunk_kb around it, replies its own bytes, and has the rest
+ * stored into the kernel's page cache (FUSE_NOTIFY_STORE, fs/fuse/dev.c
+ * fuse_notify_store()) off the request threads (wsfs_store_later(): a
+ * store waits for the page locks of READs in flight). A read of those
+ * bytes then never leaves the kernel, as JuiceFS's and gcsfuse's block
+ * reads save their round trips in a cache of their own.
+ *
+ * A stored page must hold what the file holds, as a page the kernel read
+ * itself does, and so may be stored only while no change can have crossed
+ * the Read: (1) the pod's: the watch must be live, and no invalidation
+ * came since the Read began (inval_seq), checked again after the store,
+ * which drops the chunk's pages when one came meanwhile (the watch's own
+ * invalidation may have run before the store); (2) this mount's: a
+ * write(2) changes the pages before its WRITE comes here, so no handle on
+ * the node may be open for writing (node_writable()), and nothing changed
+ * through the mount since the Read began (mgen). An open for writing, once
+ * its handle is listed, and a truncate, once its SetAttr has run
+ * (mutated()), bump store_gen and take store_lock for writing for a moment
+ * (store_barrier()) before they reply: a store in progress (store_lock
+ * held for reading) ends first, and later ones see the handle, the new
+ * mgen or store_gen. That wait is bounded (WSFS_STORE_WAIT_MS: a store
+ * may wait for the page lock of a READ that no worker is free to serve
+ * while they all wait here); past it the store, seeing store_gen moved
+ * once done, drops what it stored. A store
+ * never covers the READ's own bytes (their page is locked until the reply
+ * is in) and stops at what agentd returned (a store past the kernel's
+ * i_size would move it).
+ */
+
+/* Whether @ino has a handle open for writing (fs.c "Chunk reads"). */
+static void writable_fn(struct node_fh *n, void *arg)
+{
+	if (((struct wsfs_file *)n)->access != WSBRIDGE__V1__ACCESS__RDONLY)
+		*(bool *)arg = true;
+}
+
+static bool node_writable(struct wsfs *fs, fuse_ino_t ino)
+{
+	bool any = false;
+
+	node_fh_each(fs->nodes, ino, writable_fn, &any);
+	return any;
+}
+
+/* Let a chunk being stored finish before a change of the file's pages
+ * ("Chunk reads"). Any request thread, no lock held. */
+static void store_barrier(struct wsfs *fs)
+{
+	struct timespec until;
+
+	if (!fs->cfg.read_chunk_kb)
+		return;
+	atomic_fetch_add(&fs->store_gen, 1);
+	until = wsb_deadline(CLOCK_MONOTONIC, WSFS_STORE_WAIT_MS);
+	if (pthread_rwlock_clockwrlock(&fs->store_lock, CLOCK_MONOTONIC, &until) == 0)
+		pthread_rwlock_unlock(&fs->store_lock);
+}
+
+/*
+ * Whether READ @size bytes at @off through @f is to fetch its chunk
+ * ("Chunk reads"): *@coff and *@clen, the aligned bytes to ask agentd
+ * for (at most 2 chunks, <= CHUNK_MAX). Notes where the READ ends, for
+ * the next. FUSE worker thread.
+ */
+static bool chunk_read(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, uint64_t off,
+		       size_t size, uint64_t *coff, size_t *clen)
+{
+	uint64_t chunk = (uint64_t)fs->cfg.read_chunk_kb * 1024, end;
+	bool follows;
+
+	pthread_mutex_lock(&f->lock);
+	follows = off == f->read_end;
+	f->read_end = off + size;
+	pthread_mutex_unlock(&f->lock);
+	if (!chunk || size >= chunk || follows || f->direct_io || off % 4096 || size % 4096 ||
+	    !atomic_load(&fs->watch_live) || watch_ttl_ns(fs) <= 0 || !fs->se ||
+	    node_writable(fs, ino))
+		return false;
+	*coff = off - off % chunk;
+	end = off + size;
+	end += (chunk - end % chunk) % chunk;
+	*clen = (size_t)(end - *coff);
+	return *clen <= CHUNK_MAX;
+}
+
+/*
+ * Answer READ (@size bytes at @off of @ino) from a chunk still waiting to
+ * be stored, when one holds it and is still good to store (a READ at QD1
+ * may come before the chunk of the READ before it is in the page cache).
+ * True when it replied. FUSE worker thread.
+ */
+static bool read_from_store(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino, uint64_t off,
+			    size_t size)
+{
+	char *buf = NULL;
+	size_t n = 0;
+
+	pthread_mutex_lock(&fs->nq_lock);
+	for (const struct wsfs_store *s = fs->sq_head; s; s = s->next) {
+		if (s->nodeid != ino || off < s->off || off + size > s->off + s->len ||
+		    s->seq != seq_now(fs) || s->mgen != atomic_load(&fs->mgen) ||
+		    s->sgen != atomic_load(&fs->store_gen))
+			continue;
+		buf = malloc(size);
+		if (buf) {
+			memcpy(buf, s->data + (off - s->off), size);
+			n = size;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&fs->nq_lock);
+	if (!buf)
+		return false;
+	fuse_reply_buf(req, buf, n);
+	free(buf);
+	return true;
+}
+
+void wsfs_store_free(struct wsfs_store *s)
+{
+	if (!s)
+		return;
+	free_reply(s->owner);
+	free(s);
+}
+
+/* Store @len bytes of @data at @off into @ino's pages; 0 or -errno. */
+static int store_range(struct wsfs *fs, fuse_ino_t ino, uint64_t off, const uint8_t *data,
+		       size_t len)
+{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+
+	if (!len)
+		return 0;
+	bv.buf[0].mem = (void *)data;
+	return fuse_lowlevel_notify_store(fs->se, ino, (off_t)off, &bv, 0);
+}
+
+void wsfs_store_pages(struct wsfs *fs, struct wsfs_store *s)
+{
+	uint64_t end = s->off + s->len, skip_end = s->skip_off + s->skip_len;
+	int r = 0;
+
+	pthread_rwlock_rdlock(&fs->store_lock);
+	if (fs->se && seq_now(fs) == s->seq && atomic_load(&fs->mgen) == s->mgen &&
+	    atomic_load(&fs->store_gen) == s->sgen && atomic_load(&fs->watch_live) &&
+	    !node_writable(fs, s->nodeid)) {
+		if (s->skip_off > s->off)
+			r = store_range(fs, s->nodeid, s->off, s->data,
+					(size_t)((s->skip_off < end ? s->skip_off : end) - s->off));
+		if (r == 0 && skip_end < end)
+			r = store_range(fs, s->nodeid, skip_end, s->data + (skip_end - s->off),
+					(size_t)(end - skip_end));
+		if (r < 0 && r != -ENOENT)
+			wsb_debug("notify_store(%llu): %s", (unsigned long long)s->nodeid,
+				  strerror(-r));
+		/* A change that came while storing: its invalidation may
+		 * have run before the store. */
+		if (seq_now(fs) != s->seq || atomic_load(&fs->mgen) != s->mgen ||
+		    atomic_load(&fs->store_gen) != s->sgen)
+			(void)fuse_lowlevel_notify_inval_inode(fs->se, s->nodeid, (off_t)s->off,
+							       (off_t)s->len);
+	}
+	pthread_rwlock_unlock(&fs->store_lock);
+	wsfs_store_free(s);
+}
+
 static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -3249,18 +3428,46 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	read_mark(fs); /* agentd's read may set atime */
 	if (size <= CHUNK_MAX) {
 		/* The common case: one RPC, replied from its buffer. */
-		q.offset = (uint64_t)off;
-		q.size = (uint32_t)size;
+		uint64_t coff = (uint64_t)off, seq0 = 0, mgen0 = 0, sgen0 = 0;
+		size_t clen = size, skip, n;
+		bool chunk = f && chunk_read(fs, f, ino, (uint64_t)off, size, &coff, &clen);
+
+		if (chunk && read_from_store(fs, req, ino, (uint64_t)off, size))
+			return;
+		if (chunk) {
+			seq0 = seq_now(fs);
+			mgen0 = atomic_load(&fs->mgen);
+			sgen0 = atomic_load(&fs->store_gen);
+		}
+		q.offset = coff;
+		q.size = (uint32_t)clen;
 		r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor,
 			     &rep);
 		read_mark(fs);
 		if (r < 0) {
 			reply_err(req, r);
-		} else {
-			/* Before the reply: the kernel's GETATTR follows it. */
-			attr_keep(fs, ino, aver0, at0, rep->attr);
-			fuse_reply_buf(req, (const char *)rep->data.data,
-				       rep->data.len < size ? rep->data.len : size);
+			free_reply(rep);
+			return;
+		}
+		/* Before the reply: the kernel's GETATTR follows it. */
+		attr_keep(fs, ino, aver0, at0, rep->attr);
+		skip = (size_t)((uint64_t)off - coff);
+		n = rep->data.len > skip ? rep->data.len - skip : 0;
+		fuse_reply_buf(req, (const char *)rep->data.data + skip, n < size ? n : size);
+		if (chunk && rep->data.len > size) {
+			struct wsfs_store *st = calloc(1, sizeof(*st));
+
+			if (st) {
+				*st = (struct wsfs_store){ .nodeid = ino, .off = coff,
+							   .len = rep->data.len,
+							   .skip_off = (uint64_t)off,
+							   .skip_len = size, .seq = seq0,
+							   .mgen = mgen0, .sgen = sgen0,
+							   .data = rep->data.data,
+							   .owner = rep };
+				wsfs_store_later(fs, st);
+				rep = NULL;
+			}
 		}
 		free_reply(rep);
 		return;
@@ -5206,6 +5413,9 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->gb_seq, 1);
 	pthread_mutex_init(&fs->nq_lock, NULL);
 	pthread_cond_init(&fs->nq_cond, NULL);
+	fs->sq_tail = &fs->sq_head;
+	pthread_rwlock_init(&fs->store_lock, NULL);
+	atomic_init(&fs->store_gen, 0);
 	atomic_init(&fs->wb_n, 0);
 	atomic_init(&fs->sab_n, 0);
 	fs->wb_seq = 1;
@@ -5242,6 +5452,13 @@ void wsfs_free(struct wsfs *fs)
 	pthread_mutex_destroy(&fs->rel_send_lock);
 	pthread_mutex_destroy(&fs->nq_lock);
 	pthread_cond_destroy(&fs->nq_cond);
+	while (fs->sq_head) { /* the thread never ran (or never will) */
+		struct wsfs_store *s = fs->sq_head;
+
+		fs->sq_head = s->next;
+		wsfs_store_free(s);
+	}
+	pthread_rwlock_destroy(&fs->store_lock);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
 	wsfs_neg_free(fs);

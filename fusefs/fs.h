@@ -67,6 +67,15 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 #define WSFS_RELEASE_NS (5 * 1000 * 1000LL)
 /** Most nodes waiting for wsfs_inval_pages_later()'s thread. */
 #define WSFS_NQ_MAX 64
+/** Default of wsfs_config.read_chunk_kb (-o read_chunk_kb), KiB: the
+ * kernel's own readahead window (VM_READAHEAD_PAGES, 128 KiB). */
+#define WSFS_READ_CHUNK_KB_DEFAULT 128u
+/** Bytes of chunks waiting for wsfs_store_later()'s thread at most; past
+ * it a chunk's other bytes are dropped. */
+#define WSFS_STORE_MAX ((size_t)16 * 1024 * 1024)
+/** Longest an open for writing waits for a chunk being stored, ms (fs.c
+ * "Chunk reads"): the store may wait for a READ that needs a free worker. */
+#define WSFS_STORE_WAIT_MS 100
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
  * that many at once, the oldest one's retry is told ESTALE again. */
 #define WSFS_STALE_MAX 64
@@ -101,6 +110,11 @@ struct wsfs_config {
 	bool transform_symlinks;
 	/** Kernel readahead for the mount, KiB; 0 = the kernel's default. */
 	unsigned read_ahead_kb;
+	/** A small READ that does not go on where the handle's last one
+	 * ended asks agentd for the aligned chunk of this many KiB around it
+	 * (fs.c "Chunk reads"), 4..1024, a multiple of 4; 0 = only what the
+	 * kernel asked. */
+	unsigned read_chunk_kb;
 	/** Most entries of one directory a listing holds (about 200 bytes
 	 * each, names aside); past it READDIR fails with EFBIG. 0 = the default. */
 	unsigned max_dir_entries;
@@ -295,6 +309,15 @@ struct wsfs {
 	unsigned nq_n;
 	bool nq_started, nq_stop;
 	pthread_t nq_thread;
+	/** Chunks for the same thread to store (wsfs_store_later), oldest
+	 * first, and their bytes; protected by nq_lock. */
+	struct wsfs_store *sq_head, **sq_tail;
+	size_t sq_bytes;
+	/** Held (read) while a chunk is stored, (write) for a moment by each
+	 * open for writing and truncate (fs.c "Chunk reads"). */
+	pthread_rwlock_t store_lock;
+	/** Bumped by each open for writing and truncate (fs.c "Chunk reads"). */
+	atomic_uint_fast64_t store_gen;
 
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
 	pthread_mutex_t self_lock;
@@ -398,6 +421,41 @@ int wsfs_monitor_start(struct wsfs *fs);
  * warning (their next open drops the pages anyway). Any thread.
  */
 void wsfs_inval_pages_later(struct wsfs *fs, uint64_t nodeid);
+
+/**
+ * Bytes agentd returned around a small READ (fs.c "Chunk reads"), for the
+ * kernel's page cache: [off, off + len) of node @p nodeid's file, minus
+ * the READ's own [skip_off, skip_off + skip_len), replied already.
+ */
+struct wsfs_store {
+	struct wsfs_store *next; /**< wsfs.sq_head's list */
+	uint64_t nodeid;
+	uint64_t off;            /**< file offset of data[0], bytes */
+	size_t len;              /**< bytes at data */
+	uint64_t skip_off, skip_len;
+	uint64_t seq, mgen, sgen; /**< inval_seq, mgen, store_gen before the Read */
+	const uint8_t *data;     /**< within owner */
+	void *owner;             /**< the ReadReply holding data; freed with this */
+};
+
+/**
+ * Have @p s stored into the kernel's page cache soon (wsfs_store_pages()),
+ * on wsfs_inval_pages_later()'s thread (libfuse doc/README.notifications:
+ * never on a request thread; a store waits for the page locks of READs in
+ * flight). Takes @p s (malloc(3)ed) and its owner: frees them at once when
+ * WSFS_STORE_MAX bytes wait already, or the thread cannot start. Any thread.
+ */
+void wsfs_store_later(struct wsfs *fs, struct wsfs_store *s);
+
+/**
+ * Store @p s into the kernel's page cache (fuse_lowlevel_notify_store)
+ * when the file can have changed neither in the pod nor through this mount
+ * since its Read began, and free it. wsfs_store_later()'s thread only.
+ */
+void wsfs_store_pages(struct wsfs *fs, struct wsfs_store *s);
+
+/** Free @p s and its owner without storing it. Any thread. */
+void wsfs_store_free(struct wsfs_store *s);
 
 /**
  * Stop the monitor thread and wsfs_inval_pages_later()'s, and join them,

@@ -1567,26 +1567,78 @@ static void *monitor_main(void *arg)
 	return NULL;
 }
 
-/* wsfs_inval_pages_later()'s thread: drops the queued nodes' pages. */
+/*
+ * wsfs_inval_pages_later()'s thread: drops the queued nodes' pages, and
+ * stores the queued chunks (wsfs_store_later) when no node waits; once
+ * stopping, frees the chunks left unstored.
+ */
 static void *nq_main(void *arg)
 {
 	struct wsfs *fs = arg;
 
 	pthread_mutex_lock(&fs->nq_lock);
 	for (;;) {
+		struct wsfs_store *s;
 		uint64_t id;
+		bool stop;
 
-		while (!fs->nq_n && !fs->nq_stop)
+		while (!fs->nq_n && !fs->sq_head && !fs->nq_stop)
 			pthread_cond_wait(&fs->nq_cond, &fs->nq_lock);
-		if (!fs->nq_n)
+		if (fs->nq_n) {
+			id = fs->nq[--fs->nq_n];
+			pthread_mutex_unlock(&fs->nq_lock);
+			inval_inode(fs, id, 0);
+			pthread_mutex_lock(&fs->nq_lock);
+			continue;
+		}
+		s = fs->sq_head;
+		if (!s)
 			break;
-		id = fs->nq[--fs->nq_n];
+		fs->sq_head = s->next;
+		if (!fs->sq_head)
+			fs->sq_tail = &fs->sq_head;
+		fs->sq_bytes -= s->len;
+		stop = fs->nq_stop;
 		pthread_mutex_unlock(&fs->nq_lock);
-		inval_inode(fs, id, 0);
+		if (stop)
+			wsfs_store_free(s);
+		else
+			wsfs_store_pages(fs, s);
 		pthread_mutex_lock(&fs->nq_lock);
 	}
 	pthread_mutex_unlock(&fs->nq_lock);
 	return NULL;
+}
+
+/* Start nq_main() unless it runs or the mount is stopping; under nq_lock.
+ * Returns 0 or the errno of pthread_create(3). */
+static int nq_start(struct wsfs *fs)
+{
+	int r = 0;
+
+	if (!fs->nq_started && !fs->nq_stop) {
+		r = pthread_create(&fs->nq_thread, NULL, nq_main, fs);
+		fs->nq_started = r == 0;
+	}
+	return r;
+}
+
+void wsfs_store_later(struct wsfs *fs, struct wsfs_store *s)
+{
+	bool queued = false;
+
+	s->next = NULL;
+	pthread_mutex_lock(&fs->nq_lock);
+	if (fs->sq_bytes + s->len <= WSFS_STORE_MAX && nq_start(fs) == 0 && fs->nq_started) {
+		*fs->sq_tail = s;
+		fs->sq_tail = &s->next;
+		fs->sq_bytes += s->len;
+		queued = true;
+		pthread_cond_signal(&fs->nq_cond);
+	}
+	pthread_mutex_unlock(&fs->nq_lock);
+	if (!queued)
+		wsfs_store_free(s);
 }
 
 void wsfs_inval_pages_later(struct wsfs *fs, uint64_t nodeid)
@@ -1597,10 +1649,7 @@ void wsfs_inval_pages_later(struct wsfs *fs, uint64_t nodeid)
 	pthread_mutex_lock(&fs->nq_lock);
 	for (unsigned i = 0; i < fs->nq_n && !queued; i++)
 		queued = fs->nq[i] == nodeid;
-	if (!fs->nq_started && !fs->nq_stop) {
-		r = pthread_create(&fs->nq_thread, NULL, nq_main, fs);
-		fs->nq_started = r == 0;
-	}
+	r = nq_start(fs);
 	if (!queued && fs->nq_started && fs->nq_n < WSFS_NQ_MAX) {
 		fs->nq[fs->nq_n++] = nodeid;
 		queued = true;

@@ -48,6 +48,7 @@ struct opts {
 	double rpc_timeout;
 	unsigned max_threads;
 	unsigned read_ahead_kb;
+	unsigned read_chunk_kb;
 	unsigned max_dir_entries;
 	unsigned write_behind;
 	unsigned setattr_behind;
@@ -79,6 +80,7 @@ static const struct fuse_opt spec[] = {
 	FUSE_OPT_KEY("rpc_timeout=", KEY_NUM),
 	FUSE_OPT_KEY("max_threads=", KEY_NUM),
 	FUSE_OPT_KEY("read_ahead_kb=", KEY_NUM),
+	FUSE_OPT_KEY("read_chunk_kb=", KEY_NUM),
 	FUSE_OPT_KEY("max_dir_entries=", KEY_NUM),
 	FUSE_OPT_KEY("write_behind=", KEY_NUM),
 	FUSE_OPT_KEY("setattr_behind=", KEY_NUM),
@@ -117,6 +119,7 @@ static const struct num_opt {
 	{ "rpc_timeout", offsetof(struct opts, rpc_timeout), true },
 	{ "max_threads", offsetof(struct opts, max_threads), false },
 	{ "read_ahead_kb", offsetof(struct opts, read_ahead_kb), false },
+	{ "read_chunk_kb", offsetof(struct opts, read_chunk_kb), false },
 	{ "max_dir_entries", offsetof(struct opts, max_dir_entries), false },
 	{ "write_behind", offsetof(struct opts, write_behind), false },
 	{ "setattr_behind", offsetof(struct opts, setattr_behind), false },
@@ -245,6 +248,10 @@ static void usage(FILE *f)
 		"  -o max_threads=N       FUSE worker threads (default 16)\n"
 		"  -o read_ahead_kb=N     kernel readahead for the mount, KiB (default 4096;\n"
 		"                         needs root, else the kernel's 128 stays; 0 = leave)\n"
+		"  -o read_chunk_kb=N     a small read that does not follow the last one\n"
+		"                         fetches the aligned N KiB around it into the\n"
+		"                         page cache (default 128; 4..1024, a multiple of 4;\n"
+		"                         0 = only what was asked)\n"
 		"  -o max_dir_entries=N   most entries of one directory wsfs lists, about\n"
 		"                         200 bytes each while listed; a larger one fails\n"
 		"                         with EFBIG (default 1048576)\n"
@@ -379,6 +386,7 @@ int main(int argc, char **argv)
 		.rpc_timeout = 5.0,
 		.max_threads = 16,
 		.read_ahead_kb = 4096,
+		.read_chunk_kb = WSFS_READ_CHUNK_KB_DEFAULT,
 		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
 		.write_behind = WSFS_WRITE_BEHIND_DEFAULT,
 		.setattr_behind = 1,
@@ -461,6 +469,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: read_ahead_kb wants 0..1048576\n");
 		goto out;
 	}
+	if (o.read_chunk_kb % 4 || o.read_chunk_kb > 1024) {
+		fprintf(stderr, "wsfs: read_chunk_kb wants 0 or 4..1024, a multiple of 4\n");
+		goto out;
+	}
 	if (o.max_dir_entries < 1 || o.max_dir_entries > 1u << 26) {
 		fprintf(stderr, "wsfs: max_dir_entries wants 1..67108864\n");
 		goto out;
@@ -508,6 +520,7 @@ int main(int argc, char **argv)
 	cfg.no_watch = o.no_watch;
 	cfg.transform_symlinks = o.transform_symlinks;
 	cfg.read_ahead_kb = o.read_ahead_kb;
+	cfg.read_chunk_kb = o.read_chunk_kb;
 	cfg.max_dir_entries = o.max_dir_entries;
 	cfg.write_behind = o.write_behind;
 	cfg.setattr_behind = o.setattr_behind != 0;

@@ -594,6 +594,51 @@ open_under() {
 	assert_eq "$((n1 - n0))" 20 "Release calls for 20 files with gather_ms=0"
 }
 
+@test "chunk reads: 4 KiB reads at 300 random places of a 4 MiB file read the pod's bytes in about one Read per 128 KiB chunk; with -o read_chunk_kb=0 one Read each" {
+	agentd_unix --log-level debug
+	pod_run "$PY" "$PYTESTS/chunk_reads.py" make "$ROOT/f" 4 1
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	local n0 n1
+	n0=$(calls Read)
+	run_py chunk_reads.py random "$MNT/f" "$ROOT/f" 300
+	n1=$(calls Read)
+	echo "# Read calls for 300 random reads in 32 chunks: $((n1 - n0))" >&3
+	# The rest of each chunk is in the page cache: 32 chunks (a READ that
+	# comes while its chunk is being stored asks again).
+	[ "$((n1 - n0))" -le 48 ] ||
+		{ echo "$((n1 - n0)) Read calls, want 48 at most" >&2; return 1; }
+	fusermount3 -u "$MNT"
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,read_chunk_kb=0"
+	n0=$(calls Read)
+	run_py chunk_reads.py random "$MNT/f" "$ROOT/f" 300
+	n1=$(calls Read)
+	echo "# Read calls with read_chunk_kb=0: $((n1 - n0))" >&3
+	[ "$((n1 - n0))" -ge 200 ] ||
+		{ echo "$((n1 - n0)) Read calls with read_chunk_kb=0, want one per read" >&2; return 1; }
+}
+
+@test "chunk reads: a file the pod rewrites in place while the mount reads it at random places reads as the pod's last version once the pod stops" {
+	up
+	pod_run "$PY" "$PYTESTS/chunk_reads.py" make "$ROOT/f" 4 1
+	# A chunk read before a rewrite and stored after its invalidation
+	# would stay in the page cache for good (the watch keeps it).
+	bg reader "$PY" "$PYTESTS/chunk_reads.py" reader "$MNT/f" 4
+	local reader=$BG_PID
+	pod_run "$PY" "$PYTESTS/chunk_reads.py" rewrite "$ROOT/f" 30
+	wait "$reader"
+	visible "the pod's last version" "$PY" "$PYTESTS/chunk_reads.py" same "$MNT/f" "$ROOT/f"
+	sleep 0.5 # chunks still queued then have been stored or dropped
+	run_py chunk_reads.py same "$MNT/f" "$ROOT/f"
+}
+
+@test "chunk reads: after random reads of a file, a write and a truncate through the mount are what a descriptor open all along reads; the size stays the truncated one" {
+	up
+	pod_run "$PY" "$PYTESTS/chunk_reads.py" make "$ROOT/f" 4 1
+	run_py chunk_reads.py own "$MNT/f"
+	run_py chunk_reads.py same "$MNT/f" "$ROOT/f"
+	assert_eq "$(stat -c %s "$ROOT/f")" 1048676 "the pod's size after the truncate"
+}
+
 @test "R1: rm -rf on MNT lists each directory once, though rm opens it twice; a directory that changes between the opens is listed anew" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
