@@ -2679,8 +2679,8 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 		file_destroy(fs, f);
 		return -ESTALE;
 	}
-	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY)
-		store_barrier(fs); /* "Chunk reads": listed now */
+	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY || (flags & O_TRUNC))
+		store_barrier(fs); /* "Chunk reads": listed now (O_TRUNC: truncated) */
 	/*
 	 * ws_flush does nothing (no writeback cache, no lock support), so a
 	 * read-only open skips the FLUSH round trip at close (FOPEN_NOFLUSH,
@@ -3031,6 +3031,7 @@ again:
 		 * and its i_size made to cover the file (isize_cover()).
 		 */
 		node_attr_drop(fs->nodes, ino);
+		atomic_fetch_add(&fs->store_gen, 1); /* "Chunk reads": older chunks go */
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 		isize_cover(fs, ino, file_of(fi), st.st_size);
 	}
@@ -3055,8 +3056,11 @@ again:
 				info.seen.size != now.size ||
 				info.seen.mtime_ns != now.mtime_ns);
 
-		if (changed || (atomic_load(&fs->watch_live) && watch_ttl_ns(fs) > 0))
+		if (changed || (atomic_load(&fs->watch_live) && watch_ttl_ns(fs) > 0)) {
+			if (changed)
+				atomic_fetch_add(&fs->store_gen, 1); /* "Chunk reads" */
 			(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+		}
 	}
 	if (r == 0 && !fi->keep_cache && (rep->data.len || rep->data_eof)) {
 		struct wsfs_file *f = file_of(fi);
@@ -3249,33 +3253,43 @@ out:
  * which drops the chunk's pages when one came meanwhile (the watch's own
  * invalidation may have run before the store); (2) this mount's: a
  * write(2) changes the pages before its WRITE comes here, so no handle on
- * the node may be open for writing (node_writable()), and nothing changed
+ * the file may be open for writing, through any of its names
+ * (file_writable()), and nothing changed
  * through the mount since the Read began (mgen). An open for writing, once
  * its handle is listed, and a truncate, once its SetAttr has run
  * (mutated()), bump store_gen and take store_lock for writing for a moment
  * (store_barrier()) before they reply: a store in progress (store_lock
  * held for reading) ends first, and later ones see the handle, the new
- * mgen or store_gen. That wait is bounded (WSFS_STORE_WAIT_MS: a store
- * may wait for the page lock of a READ that no worker is free to serve
- * while they all wait here); past it the store, seeing store_gen moved
- * once done, drops what it stored. A store
+ * mgen or store_gen. A store waits for the page locks of READs in flight,
+ * each bounded by its RPC deadline, so that wait is bounded by the same
+ * plus WSFS_STORE_GRACE_MS; it can outlast that only when the READ it
+ * waits for has no worker to serve it, every one waiting here: then the
+ * open goes ahead, and the store, seeing store_gen moved once done, drops
+ * what it stored (a reader could see the old bytes until then). An open
+ * that finds the file changed or replaced, whose pages the kernel drops,
+ * bumps store_gen too. A store
  * never covers the READ's own bytes (their page is locked until the reply
  * is in) and stops at what agentd returned (a store past the kernel's
  * i_size would move it).
  */
 
-/* Whether @ino has a handle open for writing (fs.c "Chunk reads"). */
 static void writable_fn(struct node_fh *n, void *arg)
 {
 	if (((struct wsfs_file *)n)->access != WSBRIDGE__V1__ACCESS__RDONLY)
 		*(bool *)arg = true;
 }
 
-static bool node_writable(struct wsfs *fs, fuse_ino_t ino)
+/* Whether the server file @sino (identity @sident) has a handle open for
+ * writing through any of its names ("Chunk reads"); true also when it has
+ * more names than are looked at. */
+static bool file_writable(struct wsfs *fs, uint64_t sino, uint64_t sident)
 {
-	bool any = false;
+	uint64_t ids[8];
+	size_t n = node_ids_by_ino(fs->nodes, sino, sident, ids, 8);
+	bool any = n == 8;
 
-	node_fh_each(fs->nodes, ino, writable_fn, &any);
+	for (size_t i = 0; i < n && !any; i++)
+		node_fh_each(fs->nodes, ids[i], writable_fn, &any);
 	return any;
 }
 
@@ -3288,21 +3302,22 @@ static void store_barrier(struct wsfs *fs)
 	if (!fs->cfg.read_chunk_kb)
 		return;
 	atomic_fetch_add(&fs->store_gen, 1);
-	until = wsb_deadline(CLOCK_MONOTONIC, WSFS_STORE_WAIT_MS);
+	until = wsb_deadline(CLOCK_MONOTONIC, fs->cfg.rpc_timeout_ms + WSFS_STORE_GRACE_MS);
 	if (pthread_rwlock_clockwrlock(&fs->store_lock, CLOCK_MONOTONIC, &until) == 0)
 		pthread_rwlock_unlock(&fs->store_lock);
 }
 
 /*
  * Whether READ @size bytes at @off through @f is to fetch its chunk
- * ("Chunk reads"): *@coff and *@clen, the aligned bytes to ask agentd
- * for (at most 2 chunks, <= CHUNK_MAX). Notes where the READ ends, for
- * the next. FUSE worker thread.
+ * ("Chunk reads"): then *@coff, the chunk's offset (its size is
+ * cfg.read_chunk_kb KiB, <= CHUNK_MAX). Not for a READ that crosses a
+ * chunk's end. Notes where the READ ends, for the next. FUSE worker
+ * thread.
  */
-static bool chunk_read(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, uint64_t off,
-		       size_t size, uint64_t *coff, size_t *clen)
+static bool chunk_read(struct wsfs *fs, struct wsfs_file *f, uint64_t off, size_t size,
+		       uint64_t *coff)
 {
-	uint64_t chunk = (uint64_t)fs->cfg.read_chunk_kb * 1024, end;
+	uint64_t chunk = (uint64_t)fs->cfg.read_chunk_kb * 1024;
 	bool follows;
 
 	pthread_mutex_lock(&f->lock);
@@ -3310,31 +3325,30 @@ static bool chunk_read(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, uin
 	f->read_end = off + size;
 	pthread_mutex_unlock(&f->lock);
 	if (!chunk || size >= chunk || follows || f->direct_io || off % 4096 || size % 4096 ||
-	    !atomic_load(&fs->watch_live) || watch_ttl_ns(fs) <= 0 || !fs->se ||
-	    node_writable(fs, ino))
+	    off % chunk + size > chunk || !atomic_load(&fs->watch_live) ||
+	    watch_ttl_ns(fs) <= 0 || !fs->se || file_writable(fs, f->ino, f->ident))
 		return false;
 	*coff = off - off % chunk;
-	end = off + size;
-	end += (chunk - end % chunk) % chunk;
-	*clen = (size_t)(end - *coff);
-	return *clen <= CHUNK_MAX;
+	return true;
 }
 
 /*
- * Answer READ (@size bytes at @off of @ino) from a chunk still waiting to
- * be stored, when one holds it and is still good to store (a READ at QD1
- * may come before the chunk of the READ before it is in the page cache).
- * True when it replied. FUSE worker thread.
+ * Answer READ (@size bytes at @off of @ino, through @f) from a chunk of
+ * the same file still waiting to be stored, when one holds it and is still
+ * good to store (a READ at QD1 may come before the chunk of the READ
+ * before it is in the page cache). True when it replied. FUSE worker
+ * thread.
  */
-static bool read_from_store(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino, uint64_t off,
-			    size_t size)
+static bool read_from_store(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
+			    const struct wsfs_file *f, uint64_t off, size_t size)
 {
 	char *buf = NULL;
 	size_t n = 0;
 
 	pthread_mutex_lock(&fs->nq_lock);
 	for (const struct wsfs_store *s = fs->sq_head; s; s = s->next) {
-		if (s->nodeid != ino || off < s->off || off + size > s->off + s->len ||
+		if (s->nodeid != ino || s->sino != f->ino || s->sident != f->ident ||
+		    off < s->off || off + size > s->off + s->len ||
 		    s->seq != seq_now(fs) || s->mgen != atomic_load(&fs->mgen) ||
 		    s->sgen != atomic_load(&fs->store_gen))
 			continue;
@@ -3361,6 +3375,13 @@ void wsfs_store_free(struct wsfs_store *s)
 	free(s);
 }
 
+/* Whether nothing that would make @s stale has happened ("Chunk reads"). */
+static bool store_good(struct wsfs *fs, const struct wsfs_store *s)
+{
+	return seq_now(fs) == s->seq && atomic_load(&fs->mgen) == s->mgen &&
+	       atomic_load(&fs->store_gen) == s->sgen && atomic_load(&fs->watch_live);
+}
+
 /* Store @len bytes of @data at @off into @ino's pages; 0 or -errno. */
 static int store_range(struct wsfs *fs, fuse_ino_t ino, uint64_t off, const uint8_t *data,
 		       size_t len)
@@ -3376,28 +3397,31 @@ static int store_range(struct wsfs *fs, fuse_ino_t ino, uint64_t off, const uint
 void wsfs_store_pages(struct wsfs *fs, struct wsfs_store *s)
 {
 	uint64_t end = s->off + s->len, skip_end = s->skip_off + s->skip_len;
+	bool stored = false;
 	int r = 0;
 
 	pthread_rwlock_rdlock(&fs->store_lock);
-	if (fs->se && seq_now(fs) == s->seq && atomic_load(&fs->mgen) == s->mgen &&
-	    atomic_load(&fs->store_gen) == s->sgen && atomic_load(&fs->watch_live) &&
-	    !node_writable(fs, s->nodeid)) {
-		if (s->skip_off > s->off)
-			r = store_range(fs, s->nodeid, s->off, s->data,
-					(size_t)((s->skip_off < end ? s->skip_off : end) - s->off));
-		if (r == 0 && skip_end < end)
-			r = store_range(fs, s->nodeid, skip_end, s->data + (skip_end - s->off),
-					(size_t)(end - skip_end));
-		if (r < 0 && r != -ENOENT)
-			wsb_debug("notify_store(%llu): %s", (unsigned long long)s->nodeid,
-				  strerror(-r));
-		/* A change that came while storing: its invalidation may
-		 * have run before the store. */
-		if (seq_now(fs) != s->seq || atomic_load(&fs->mgen) != s->mgen ||
-		    atomic_load(&fs->store_gen) != s->sgen)
-			(void)fuse_lowlevel_notify_inval_inode(fs->se, s->nodeid, (off_t)s->off,
-							       (off_t)s->len);
+	if (!fs->se || !store_good(fs, s) || file_writable(fs, s->sino, s->sident))
+		goto out;
+	/* The bytes before the READ's own (replied already), and after. */
+	if (s->skip_off > s->off) {
+		r = store_range(fs, s->nodeid, s->off, s->data,
+				(size_t)((s->skip_off < end ? s->skip_off : end) - s->off));
+		stored = true;
 	}
+	if (r == 0 && skip_end < end && store_good(fs, s)) {
+		r = store_range(fs, s->nodeid, skip_end, s->data + (skip_end - s->off),
+				(size_t)(end - skip_end));
+		stored = true;
+	}
+	if (r < 0 && r != -ENOENT)
+		wsb_debug("notify_store(%llu): %s", (unsigned long long)s->nodeid, strerror(-r));
+	/* A change that came while storing: its invalidation may have run
+	 * before the store. */
+	if (stored && !store_good(fs, s))
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, s->nodeid, (off_t)s->off,
+						       (off_t)s->len);
+out:
 	pthread_rwlock_unlock(&fs->store_lock);
 	wsfs_store_free(s);
 }
@@ -3430,11 +3454,12 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		/* The common case: one RPC, replied from its buffer. */
 		uint64_t coff = (uint64_t)off, seq0 = 0, mgen0 = 0, sgen0 = 0;
 		size_t clen = size, skip, n;
-		bool chunk = f && chunk_read(fs, f, ino, (uint64_t)off, size, &coff, &clen);
+		bool chunk = f && chunk_read(fs, f, (uint64_t)off, size, &coff);
 
-		if (chunk && read_from_store(fs, req, ino, (uint64_t)off, size))
+		if (chunk && read_from_store(fs, req, ino, f, (uint64_t)off, size))
 			return;
 		if (chunk) {
+			clen = (size_t)fs->cfg.read_chunk_kb * 1024;
 			seq0 = seq_now(fs);
 			mgen0 = atomic_load(&fs->mgen);
 			sgen0 = atomic_load(&fs->store_gen);
@@ -3463,6 +3488,7 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 							   .skip_off = (uint64_t)off,
 							   .skip_len = size, .seq = seq0,
 							   .mgen = mgen0, .sgen = sgen0,
+							   .sino = f->ino, .sident = f->ident,
 							   .data = rep->data.data,
 							   .owner = rep };
 				wsfs_store_later(fs, st);

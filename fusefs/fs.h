@@ -73,9 +73,10 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 /** Bytes of chunks waiting for wsfs_store_later()'s thread at most; past
  * it a chunk's other bytes are dropped. */
 #define WSFS_STORE_MAX ((size_t)16 * 1024 * 1024)
-/** Longest an open for writing waits for a chunk being stored, ms (fs.c
- * "Chunk reads"): the store may wait for a READ that needs a free worker. */
-#define WSFS_STORE_WAIT_MS 100
+/** How much longer than rpc_timeout an open for writing waits for a chunk
+ * being stored at most, ms (fs.c "Chunk reads"): the store may wait for a
+ * READ that needs a free worker. */
+#define WSFS_STORE_GRACE_MS 2000u
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
  * that many at once, the oldest one's retry is told ESTALE again. */
 #define WSFS_STALE_MAX 64
@@ -434,6 +435,7 @@ struct wsfs_store {
 	size_t len;              /**< bytes at data */
 	uint64_t skip_off, skip_len;
 	uint64_t seq, mgen, sgen; /**< inval_seq, mgen, store_gen before the Read */
+	uint64_t sino, sident;   /**< the server file the Read read (wsfs_file ino, ident) */
 	const uint8_t *data;     /**< within owner */
 	void *owner;             /**< the ReadReply holding data; freed with this */
 };

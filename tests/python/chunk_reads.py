@@ -9,8 +9,9 @@ Usage:
   chunk_reads.py rewrite FILE N          make FILE anew in place N times,
                                          versions 2..N+1 (the pod's side)
   chunk_reads.py random FILE REF N       N 4 KiB reads of FILE at distinct
-                                         random blocks, each compared with
-                                         REF's bytes
+                                         random blocks, then 8 KiB across
+                                         each 64 KiB boundary, each
+                                         compared with REF's bytes
   chunk_reads.py reader FILE SECONDS     4 KiB reads of FILE at random
                                          places for SECONDS (no checks)
   chunk_reads.py same FILE REF           FILE reads as REF, byte for byte
@@ -69,6 +70,12 @@ def cmd_random(path, ref, n):
         got, want = os.pread(fd, BLOCK, b * BLOCK), os.pread(rfd, BLOCK, b * BLOCK)
         if got != want:
             fail("read %d, block %d: %r, the pod has %r" % (i, b, got[:20], want[:20]))
+    # 8 KiB across each 64 KiB boundary (a chunk's end, for any chunk size):
+    # from the last one down, so that none follows the one before.
+    for at in range((blocks * BLOCK // 65536) * 65536 - BLOCK, 0, -65536):
+        got, want = os.pread(fd, 2 * BLOCK, at), os.pread(rfd, 2 * BLOCK, at)
+        if got != want:
+            fail("8 KiB at %d: %r, the pod has %r" % (at, got[:20], want[:20]))
     print("%s reads: the pod's bytes" % n)
 
 
