@@ -3031,7 +3031,7 @@ again:
 		 * and its i_size made to cover the file (isize_cover()).
 		 */
 		node_attr_drop(fs->nodes, ino);
-		atomic_fetch_add(&fs->store_gen, 1); /* "Chunk reads": older chunks go */
+		store_barrier(fs); /* "Chunk reads": older chunks go */
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 		isize_cover(fs, ino, file_of(fi), st.st_size);
 	}
@@ -3058,7 +3058,7 @@ again:
 
 		if (changed || (atomic_load(&fs->watch_live) && watch_ttl_ns(fs) > 0)) {
 			if (changed)
-				atomic_fetch_add(&fs->store_gen, 1); /* "Chunk reads" */
+				store_barrier(fs); /* "Chunk reads": the kernel drops the pages */
 			(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 		}
 	}
@@ -3254,23 +3254,22 @@ out:
  * invalidation may have run before the store); (2) this mount's: a
  * write(2) changes the pages before its WRITE comes here, so no handle on
  * the file may be open for writing, through any of its names
- * (file_writable()), and nothing changed
- * through the mount since the Read began (mgen). An open for writing, once
- * its handle is listed, and a truncate, once its SetAttr has run
- * (mutated()), bump store_gen and take store_lock for writing for a moment
- * (store_barrier()) before they reply: a store in progress (store_lock
- * held for reading) ends first, and later ones see the handle, the new
- * mgen or store_gen. A store waits for the page locks of READs in flight,
- * each bounded by its RPC deadline, so that wait is bounded by the same
- * plus WSFS_STORE_GRACE_MS; it can outlast that only when the READ it
- * waits for has no worker to serve it, every one waiting here: then the
- * open goes ahead, and the store, seeing store_gen moved once done, drops
- * what it stored (a reader could see the old bytes until then). An open
- * that finds the file changed or replaced, whose pages the kernel drops,
- * bumps store_gen too. A store
- * never covers the READ's own bytes (their page is locked until the reply
- * is in) and stops at what agentd returned (a store past the kernel's
- * i_size would move it).
+ * (file_writable()), and nothing changed through the mount since the Read
+ * began (mgen). Whatever changes or drops the file's pages without those
+ * (an open for writing once its handle is listed, an O_TRUNC open, a
+ * truncate once its SetAttr has run, an open that finds the file changed
+ * or replaced) bumps store_gen and takes store_lock for writing for a
+ * moment (store_barrier()) before it replies: a store in progress
+ * (store_lock held for reading) ends first, and later ones see the
+ * handle, mgen or store_gen moved. A store waits for the page locks of
+ * READs in flight, each bounded by its RPC deadline, so that wait is
+ * bounded by the same plus WSFS_STORE_GRACE_MS; it can outlast that only
+ * when the READ it waits for has no worker to serve it, every one waiting
+ * here: then the open goes ahead, and the store, seeing store_gen moved
+ * once done, drops what it stored (a reader could see the old bytes until
+ * then). A store never covers the READ's own bytes (their page is locked
+ * until the reply is in) and stops at what agentd returned (a store past
+ * the kernel's i_size would move it).
  */
 
 static void writable_fn(struct node_fh *n, void *arg)
@@ -3324,8 +3323,8 @@ static bool chunk_read(struct wsfs *fs, struct wsfs_file *f, uint64_t off, size_
 	follows = off == f->read_end;
 	f->read_end = off + size;
 	pthread_mutex_unlock(&f->lock);
-	if (!chunk || size >= chunk || follows || f->direct_io || off % 4096 || size % 4096 ||
-	    off % chunk + size > chunk || !atomic_load(&fs->watch_live) ||
+	if (!chunk || !size || size >= chunk || follows || f->direct_io || off % 4096 ||
+	    size % 4096 || off % chunk + size > chunk || !atomic_load(&fs->watch_live) ||
 	    watch_ttl_ns(fs) <= 0 || !fs->se || file_writable(fs, f->ino, f->ident))
 		return false;
 	*coff = off - off % chunk;

@@ -315,9 +315,11 @@ struct wsfs {
 	struct wsfs_store *sq_head, **sq_tail;
 	size_t sq_bytes;
 	/** Held (read) while a chunk is stored, (write) for a moment by each
-	 * open for writing and truncate (fs.c "Chunk reads"). */
+	 * open for writing or with O_TRUNC and each truncate (fs.c "Chunk
+	 * reads"). */
 	pthread_rwlock_t store_lock;
-	/** Bumped by each open for writing and truncate (fs.c "Chunk reads"). */
+	/** Bumped by those, and by an open that finds the file changed or
+	 * replaced (fs.c "Chunk reads"). */
 	atomic_uint_fast64_t store_gen;
 
 	/* Own changes (watch.c wsfs_self_*); protected by self_lock. */
