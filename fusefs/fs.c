@@ -3451,13 +3451,16 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	read_mark(fs); /* agentd's read may set atime */
 	if (size <= CHUNK_MAX) {
 		/* The common case: one RPC, replied from its buffer. */
-		uint64_t coff = (uint64_t)off, seq0 = 0, mgen0 = 0, sgen0 = 0;
+		uint64_t coff = (uint64_t)off, seq0 = 0, mgen0 = 0, sgen0 = 0, sino = 0, sident = 0;
 		size_t clen = size, skip, n;
 		bool chunk = f && chunk_read(fs, f, (uint64_t)off, size, &coff);
 
 		if (chunk && read_from_store(fs, req, ino, f, (uint64_t)off, size))
 			return;
 		if (chunk) {
+			/* Not @f's after the reply: RELEASE may free it then. */
+			sino = f->ino;
+			sident = f->ident;
 			clen = (size_t)fs->cfg.read_chunk_kb * 1024;
 			seq0 = seq_now(fs);
 			mgen0 = atomic_load(&fs->mgen);
@@ -3487,7 +3490,7 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 							   .skip_off = (uint64_t)off,
 							   .skip_len = size, .seq = seq0,
 							   .mgen = mgen0, .sgen = sgen0,
-							   .sino = f->ino, .sident = f->ident,
+							   .sino = sino, .sident = sident,
 							   .data = rep->data.data,
 							   .owner = rep };
 				wsfs_store_later(fs, st);
