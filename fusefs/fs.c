@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1257,25 +1258,16 @@ int wsfs_mount_at(const char *mnt, char *dev, size_t dev_size, char *type, size_
  * few MiB the kernel keeps several 1 MiB READs in flight. The knob is
  * /sys/class/bdi/MAJ:MIN/read_ahead_kb (sysfs-class-bdi), which only root
  * may write: otherwise the default stays, and this says so at info level.
- * Runs once, on the first request after INIT (which the kernel has applied
- * by then).
+ * @p dev is the mount's "MAJ:MIN"; from conn_setup(), once.
  */
-static void readahead_tune(struct wsfs *fs)
+static void readahead_tune(struct wsfs *fs, const char *dev)
 {
-	char dev[32], path[96], cur[32], type[64];
+	char path[96], cur[32];
 	unsigned have = 0;
 	FILE *f;
-	int r;
 
-	if (!fs->cfg.read_ahead_kb || !fs->cfg.mountpoint)
+	if (!fs->cfg.read_ahead_kb)
 		return;
-	r = wsfs_mount_at(fs->cfg.mountpoint, dev, sizeof(dev), type, sizeof(type), NULL, 0);
-	if (r == 0 && strncmp(type, "fuse", 4) != 0)
-		r = -ENOENT; /* not this FUSE mount on top */
-	if (r < 0) {
-		wsb_info("readahead: %s not found in /proc/self/mountinfo", fs->cfg.mountpoint);
-		return;
-	}
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	f = fopen(path, "re");
 	if (f && fgets(cur, sizeof(cur), f))
@@ -1293,19 +1285,135 @@ static void readahead_tune(struct wsfs *fs)
 	wsb_debug("readahead: %s: %u KiB", path, fs->cfg.read_ahead_kb);
 }
 
-static pthread_once_t readahead_once = PTHREAD_ONCE_INIT;
-static struct wsfs *readahead_fs;
+/* ---- the connection's abort file ---- */
 
-static void readahead_run(void)
+/*
+ * The FUSE control filesystem's abort file of this mount's connection
+ * (/sys/fs/fuse/connections/DEV/abort, Documentation/filesystems/fuse.rst
+ * "Control filesystem"), open for writing, or -1. Written once, by
+ * conn_setup() before crash_catch() installs the handlers that read it.
+ *
+ * Why: a thread of wsfs may sit in the kernel, uninterruptible, on a page
+ * lock that a READ in flight holds (the page thread's fuse_notify_store()
+ * and fuse_notify_inval_inode() lock each page they touch). If wsfs dies
+ * or exits then, that READ is never answered, the thread never returns,
+ * so the process never finishes exiting, its /dev/fuse descriptor is
+ * never released and the connection never aborted: wsfs and the reader
+ * hang for good. Writing the abort file ends every request of the
+ * connection, which unlocks the pages. An open descriptor stays with this
+ * connection: once the connection is gone, a write to it does nothing
+ * (fs/fuse/control.c fuse_ctl_file_conn_get()), so it cannot reach a
+ * later mount that took the same number.
+ */
+static int conn_abort_fd = -1;
+
+int wsfs_conn_abort(void)
 {
-	readahead_tune(readahead_fs);
+	int e = errno;
+	int r = 0;
+
+	if (conn_abort_fd < 0)
+		return -ENOENT;
+	if (write(conn_abort_fd, "1", 1) != 1)
+		r = -errno;
+	errno = e;
+	return r;
 }
 
-/* The first request after INIT: readahead_tune(), once per process. */
+static struct sigaction crash_old[NSIG];
+static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+
+/*
+ * A fatal signal: abort the connection (see conn_abort_fd), put back the
+ * handler that was there before (the default, or a sanitizer's), and let
+ * it act: a fault returns and faults again; a signal that was sent
+ * (kill(2), raise(3), abort(3): si_code <= 0, sigaction(2)) is raised
+ * again. Only async-signal-safe calls (signal-safety(7)).
+ */
+static void crash_handler(int sig, siginfo_t *si, void *uctx)
+{
+	(void)uctx;
+	(void)wsfs_conn_abort();
+	(void)sigaction(sig, &crash_old[sig], NULL);
+	if (si->si_code <= 0)
+		(void)raise(sig);
+}
+
+/* Install crash_handler() for the signals that end a process with a
+ * fault; once, from conn_setup(). */
+static void crash_catch(void)
+{
+	struct sigaction sa;
+	size_t i;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = crash_handler;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	for (i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++)
+		(void)sigaction(crash_signals[i], &sa, &crash_old[crash_signals[i]]);
+}
+
+/*
+ * Open the abort file of the connection whose device is @p dev ("MAJ:MIN"
+ * from mountinfo). The control filesystem names a connection by the
+ * kernel's dev_t of its superblock, MAJ << 20 | MIN, in decimal
+ * (fs/fuse/control.c fuse_ctl_add_conn()). The file belongs to the
+ * mounting user (mode 0200), so root is not needed; the control
+ * filesystem must be mounted (systemd does; a container may not).
+ */
+static void conn_abort_open(const char *dev)
+{
+	unsigned maj, min;
+	char path[96];
+	int fd;
+
+	if (sscanf(dev, "%u:%u", &maj, &min) != 2 || maj >= 4096 || min >= (1u << 20))
+		return;
+	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", maj << 20 | min);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		wsb_info("cannot open %s (%s): a crash of wsfs while the kernel holds one of its "
+			 "threads may leave the mount hung",
+			 path, strerror(errno));
+		return;
+	}
+	conn_abort_fd = fd;
+	crash_catch();
+}
+
+static pthread_once_t conn_once = PTHREAD_ONCE_INIT;
+static struct wsfs *conn_fs;
+
+/* Once per process, on the first request after INIT (the mount is in
+ * mountinfo and the kernel has applied INIT by then): find this mount's
+ * device, then readahead_tune() and conn_abort_open(). */
+static void conn_setup(void)
+{
+	struct wsfs *fs = conn_fs;
+	char dev[32], type[64];
+	int r;
+
+	if (!fs->cfg.mountpoint)
+		return;
+	r = wsfs_mount_at(fs->cfg.mountpoint, dev, sizeof(dev), type, sizeof(type), NULL, 0);
+	if (r == 0 && strncmp(type, "fuse", 4) != 0)
+		r = -ENOENT; /* not this FUSE mount on top */
+	if (r < 0) {
+		wsb_info("%s not found in /proc/self/mountinfo: no readahead tuning, no abort "
+			 "file",
+			 fs->cfg.mountpoint);
+		return;
+	}
+	readahead_tune(fs, dev);
+	conn_abort_open(dev);
+}
+
+/* The first request after INIT: conn_setup(), once per process. */
 static void first_request(struct wsfs *fs)
 {
-	readahead_fs = fs;
-	(void)pthread_once(&readahead_once, readahead_run);
+	conn_fs = fs;
+	(void)pthread_once(&conn_once, conn_setup);
 }
 
 /* ---- lookup / forget / getattr ---- */

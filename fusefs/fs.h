@@ -531,6 +531,21 @@ int wsfs_neg_add(struct wsfs *fs, uint64_t parent, const char *name, size_t len)
 void wsfs_neg_free(struct wsfs *fs);
 
 /**
+ * Abort this process's FUSE connection: write its abort file in the FUSE
+ * control filesystem (Documentation/filesystems/fuse.rst, "Control
+ * filesystem"), which ends every request pending or in flight with
+ * ECONNABORTED and fails later ones with ENOTCONN. For an exit that
+ * cannot wait any longer: a thread held in the kernel on a page lock of a
+ * READ nobody will answer (fuse_notify_store(), fuse_notify_inval_inode())
+ * then returns. The file is opened on the first request after INIT (with
+ * the handlers of fatal signals that write it too). Returns 0, -ENOENT if
+ * it could not be opened (no /sys/fs/fuse/connections, or the mount was
+ * not found), or -errno of write(2). Any thread; async-signal-safe; errno
+ * is kept.
+ */
+int wsfs_conn_abort(void);
+
+/**
  * What is mounted on top at @p mnt (an absolute path without symlinks), from
  * /proc/self/mountinfo (proc(5): the mount point in field 5, with spaces,
  * tabs, newlines and backslashes as octal escapes; after " - " the file

@@ -690,6 +690,12 @@ int main(int argc, char **argv)
 	ret = r == 0 ? 0 : 1;
 	wsfs_send_behind(fs);
 	r = wsfs_monitor_stop(fs, 3000);
+	if (r < 0 && wsfs_conn_abort() == 0) {
+		/* A thread still in the kernel may wait on a page that a READ
+		 * nobody will answer holds: ending the requests frees it. */
+		wsb_warn("aborted the FUSE connection of %s to end the kernel's wait", mnt);
+		r = wsfs_monitor_stop(fs, 2000);
+	}
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	if (r < 0) {

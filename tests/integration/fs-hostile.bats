@@ -290,3 +290,91 @@ down() {
 	assert_eq "$(grep -c "closing the stream" "$WSFS_ERR")" 1
 	assert_content "$ROOT/f" $'x\n'
 }
+
+# d_threads PID: the threads of PID in uninterruptible sleep (state D), one
+# "TID:WCHAN" per line.
+d_threads() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		if [ "$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "$t/stat" 2>/dev/null)" = D ]; then
+			echo "${t##*/}:$(cat "$t/wchan" 2>/dev/null)"
+		fi
+	done
+}
+
+# page_held WSFS-OPTIONS...: mount a liar that holds every Read while
+# $STALL exists; read 4 KiB 2 MiB into a 4 MiB file (READER1: its pid,
+# stderr in reader1.err) so that a READ stays in flight with its pages
+# locked; have the pod rewrite a byte there, and wait until the watch's
+# invalidation waits in the kernel on that page (a thread of wsfs in state
+# D). Fails if none does within 10 s.
+page_held() {
+	STALL=$BATS_TEST_TMPDIR/stall
+	local calm=$BATS_TEST_TMPDIR/calm
+	: >"$calm"
+	dd if=/dev/urandom of="$ROOT/cold" bs=64K count=64 2>/dev/null
+	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL"
+	wsfs_start "$@" -f "unix:$LIAR_SOCK"
+	stat "$MNT/cold" >/dev/null
+	: >"$STALL"
+	# 2 MiB in: past what the Open brings along, so a Read goes out.
+	dd if="$MNT/cold" of=/dev/null bs=4k skip=512 count=1 \
+		2>"$BATS_TEST_TMPDIR/reader1.err" 3>&- &
+	READER1=$!
+	sleep 0.5
+	printf 'x' | dd of="$ROOT/cold" bs=1 seek=2097200 conv=notrunc 2>/dev/null
+	has_d() { [ -n "$(d_threads "$WSFS_PID")" ]; }
+	if ! poll_until 10 has_d; then
+		rm -f "$STALL"
+		echo "# no thread of wsfs waited in the kernel" >&3
+		return 1
+	fi
+	echo "# waiting in the kernel: $(d_threads "$WSFS_PID" | tr '\n' ' ')" >&3
+}
+
+# conn_abort_mnt: abort the FUSE connection of $MNT by hand (a failed
+# test's way out of a hung mount), and let the liar's Reads go.
+conn_abort_mnt() {
+	local dev
+	dev=$(awk -v m="$(mountinfo_escape "$MNT")" '$5 == m { print $3 }' /proc/self/mountinfo)
+	if [ -n "$dev" ]; then
+		echo 1 >"/sys/fs/fuse/connections/$((${dev%%:*} << 20 | ${dev#*:}))/abort" || true
+	fi
+	rm -f "$STALL"
+}
+
+# wsfs_all_gone: every thread of wsfs has ended (not only its main one).
+wsfs_all_gone() {
+	[ "$(find "/proc/$WSFS_PID/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)" -le 1 ] &&
+		[ -z "$(d_threads "$WSFS_PID")" ]
+}
+
+@test "wsfs crashing while the kernel holds one of its threads on a page lock aborts its connection: wsfs exits, the reader gets ENOTCONN" {
+	# The page thread's invalidation locks each page of the file; a READ
+	# in flight holds one. If wsfs dies then, nobody answers the READ, the
+	# thread never leaves the kernel, so wsfs never finishes exiting and
+	# its /dev/fuse stays open: both hang for good, unless the crash
+	# handler writes the connection's abort file.
+	skip_sanitized "a deliberate SIGSEGV is a sanitizer report"
+	[ -w /sys/fs/fuse/connections ] || skip "no FUSE control filesystem"
+	command -v prlimit >/dev/null || skip "no prlimit"
+	local st
+	page_held -o rpc_timeout=60
+	prlimit --pid "$WSFS_PID" --core=0
+	kill -SEGV "$WSFS_PID"
+	if ! wait_gone "$READER1" 10; then
+		conn_abort_mnt
+		echo "# the reader still waited 10 s after wsfs crashed" >&3
+		return 1
+	fi
+	rm -f "$STALL"
+	st=0
+	wait "$READER1" || st=$?
+	assert_eq "$st" 1 "dd's exit status"
+	assert_contains "$(cat "$BATS_TEST_TMPDIR/reader1.err")" "Transport endpoint is not connected"
+	poll_until 10 wsfs_all_gone || true
+	assert_eq "$(d_threads "$WSFS_PID")" "" "threads of wsfs still in the kernel"
+	st=0
+	wait "$WSFS_PID" || st=$?
+	assert_eq "$st" $((128 + 11)) "wsfs's exit status (SIGSEGV)"
+}

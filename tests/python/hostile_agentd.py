@@ -37,12 +37,17 @@ every ReadDir of a directory other than the root answers one entry named
 "." (which wsfs drops) and not the end, with offsets 1, 2, 1, 2, ...
 (a listing that would go on for ever).
 
+While the file named by --stall exists, every Read (unary or in an op
+stream) waits before it is forwarded: a READ the kernel sent stays in
+flight, its pages locked, for as long as a test needs.
+
 Each reply's lies come from a generator of its own, seeded with (seed,
 method, how many calls of that method came before), so a seed gives the same
 lies to the same sequence of calls whatever threads run them.
 
 Usage: hostile_agentd.py --listen unix:PATH --upstream unix:PATH
                          --seed N [--rate P] [--calm FILE] [--lie KIND]
+                         [--stall FILE]
 
 Runs until SIGTERM or SIGINT. Debian's /usr/bin/python3 with python3-grpcio;
 the generated stubs come from $WSB_PROTO (see wsbtest.py).
@@ -53,6 +58,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -250,6 +256,7 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--calm")
+    ap.add_argument("--stall")
     ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle"])
     a = ap.parse_args()
     a.root_file = a.lie is not None
@@ -281,6 +288,8 @@ def main():
             call = up.unary_unary(path)
 
             def uu(req, context, call=call, cls=cls, name=meth.name):
+                while name == "Read" and a.stall and os.path.exists(a.stall):
+                    time.sleep(0.02)
                 try:
                     data = call(req, metadata=fwd_md(context), timeout=30)
                 except grpc.RpcError as e:
