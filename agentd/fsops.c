@@ -890,7 +890,8 @@ static bool is_dot_or_dotdot(const char *n)
 }
 
 int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int64_t offset,
-		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof)
+		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof,
+		  struct fsops_dirent *ret_self)
 {
 	/* getdents64 records: d_ino, d_off, d_reclen, d_type, d_name */
 	char buf[32 * 1024] __attribute__((aligned(8)));
@@ -963,6 +964,11 @@ int fsops_readdir(const struct resolve_root *root, const void *path, size_t len,
 		}
 	}
 done:
+	if (ret_self) {
+		memset(ret_self, 0, sizeof(*ret_self));
+		ret_self->has_attr = stat_ident(root, fd, "", AT_EMPTY_PATH, &ret_self->st,
+						&ret_self->ident) == 0;
+	}
 	close(fd);
 	*ret_ents = ents;
 	*ret_n = n;

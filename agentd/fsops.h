@@ -248,11 +248,15 @@ struct fsops_dirent {
  * FSOPS_READDIR_MAX), never "." or "..", using getdents64(2) and the d_off
  * cookies the file system gives. Returns 0 with a malloc'd array in
  * *ret_ents of *ret_n entries (free with fsops_dirents_free) and *ret_eof
- * true when the directory has no more entries. Errors: -ENOTDIR, -ENOENT,
- * -EINVAL (bad cookie, from lseek(2)), -EXDEV.
+ * true when the directory has no more entries. With @p ret_self (may be
+ * NULL), the directory's own attributes after the listing (getdents(2)
+ * may have set its atime: relatime, mount(8)) go into its st and ident,
+ * with has_attr false if that stat failed; its name is NULL. Errors:
+ * -ENOTDIR, -ENOENT, -EINVAL (bad cookie, from lseek(2)), -EXDEV.
  */
 int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int64_t offset,
-		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof);
+		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof,
+		  struct fsops_dirent *ret_self);
 
 /** Free what fsops_readdir returned. NULL is a no-op. */
 void fsops_dirents_free(struct fsops_dirent *ents, size_t n);

@@ -310,7 +310,7 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 			 * left is skipped, as is one that cannot be listed. */
 			if (fsops_readdir(root, l.path, l.len, 0,
 					  budget < PREFETCH_DIR_MAX ? budget : PREFETCH_DIR_MAX,
-					  &l.ents, &l.n, &eof) < 0) {
+					  &l.ents, &l.n, &eof, NULL) < 0) {
 				listing_free(&l);
 				continue;
 			}
@@ -348,14 +348,21 @@ static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void 
 	Wsbridge__V1__ReadDirReply rep = WSBRIDGE__V1__READ_DIR_REPLY__INIT;
 	Wsbridge__V1__DirListing **subp = NULL;
 	struct listing top = { 0 }, *sub = NULL;
+	struct fsops_dirent self;
+	Wsbridge__V1__Attr a;
 	size_t n_sub = 0, n_send = 0;
 	bool eof;
 	int r;
 
 	r = fsops_readdir(&AD(data)->root, q->path.data, q->path.len, q->offset, q->max_entries,
-			  &top.ents, &top.n, &eof);
+			  &top.ents, &top.n, &eof, &self);
 	if (r < 0)
 		return fail_path(call, r, "readdir", &q->path);
+	if (self.has_attr) {
+		attr_from_stat(&a, &self.st);
+		attr_set_ident(&a, &self.ident);
+		rep.attr = &a;
+	}
 	if (q->prefetch && q->offset == 0 && eof &&
 	    prefetch(&AD(data)->root, &top, q->path.data, q->path.len, q->prefetch, &sub,
 		     &n_sub) < 0) {

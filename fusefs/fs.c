@@ -1724,7 +1724,8 @@ static void read_mark(struct wsfs *fs)
 
 /*
  * The attributes agentd last reported for @ino (node_attr_*: with an Open
- * or a Read, which may have set atime), while the watch is live and they
+ * or a Read, which may have set atime, or with the last page of a listing
+ * of a directory, dir_load()), while the watch is live and they
  * are at most watch_timeout old, as ttl_for() lets the kernel keep them:
  * the kernel asks GETATTR after every read it sent (fs/fuse/file.c
  * fuse_invalidate_atime), so without these a `git commit` after `git add`
@@ -1734,7 +1735,8 @@ static bool attr_kept(struct wsfs *fs, fuse_ino_t ino, struct stat *st)
 {
 	if (watch_ttl_ns(fs) <= 0 || !atomic_load(&fs->watch_live))
 		return false;
-	return node_attr_get(fs->nodes, ino, wsfs_now_ns() - watch_ttl_ns(fs), st);
+	return node_attr_get_gen(fs->nodes, ino, wsfs_now_ns() - watch_ttl_ns(fs),
+				 atomic_load(&fs->mgen), st);
 }
 
 /* Keep @a (may be NULL), reported by a call on @ino that began at @at_ns
@@ -4760,10 +4762,11 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	size_t received = 0, pages = 0, power = 1;
 	int64_t saved = INT64_MIN;
 	struct wsfs_pf *p;
-	int64_t cookie = 0;
+	int64_t cookie = 0, at0 = 0;
 	char *path = NULL;
 	size_t len;
-	bool fetched = false;
+	bool fetched = false, self = false;
+	struct stat self_st;
 	int r;
 
 	dir_clear(d);
@@ -4805,9 +4808,14 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		 * agentd. */
 		if (q.prefetch && atomic_exchange(&fs->pf_mgen, mgen0) != mgen0)
 			q.prefetch = 0;
+		at0 = wsfs_now_ns();
 		r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
 		if (r < 0)
 			break;
+		/* The directory's own attributes after this page (an agentd
+		 * before ReadDirReply.attr sends none). */
+		self = rep->attr && attr_to_stat(rep->attr, &self_st) == 0 &&
+		       S_ISDIR(self_st.st_mode);
 		r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 		usable = usable && all;
 		if (r == 0 && live && cookie == 0)
@@ -4846,6 +4854,17 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	}
 	if (r == 0 && fetched && usable && live && d->n <= READDIR_PAGE)
 		pf_put_listing(fs, path, len, d, seq0, mgen0);
+	/* For the GETATTR that follows a listing: the kernel drops the
+	 * directory's atime after every READDIR it sent (fs/fuse/readdir.c
+	 * fuse_readdir_uncached(), fuse_invalidate_atime()) and fts(3) (rm
+	 * -rf, find, du) fstat(2)s each directory it opened: one Stat per
+	 * directory. Kept under the version taken before the listing (an
+	 * event since drops it) and for as long as mgen stays what it was
+	 * before the listing: the mount's own changes in the directory send
+	 * no event that drops it (watch.c self_match()), and they, or a
+	 * chmod of it, would leave its mtime, ctime, nlink or mode stale. */
+	if (r == 0 && fetched && self)
+		node_attr_put_gen(fs->nodes, ino, d->aver, &self_st, at0, mgen0);
 	free(path);
 	if (r == 0)
 		r = dir_sort(fs, d);

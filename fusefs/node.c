@@ -84,6 +84,7 @@ struct node_attr {
 	struct stat st;
 	uint64_t ver;  /* attr_ver() when they were asked for */
 	int64_t at_ns; /* CLOCK_MONOTONIC, when they were asked for */
+	uint64_t gen;  /* the generation they hold for, or NODE_ATTR_ANY_GEN */
 };
 
 /* A name of a directory whose listing is known in full (node_known_*). */
@@ -1432,14 +1433,14 @@ uint64_t node_attr_ver(struct node_table *t, uint64_t id)
 	return v;
 }
 
-void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
-		   int64_t at_ns)
+void node_attr_put_gen(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
+		       int64_t at_ns, uint64_t gen)
 {
 	struct node *n;
 
 	/* inotify reports a change under one name only (inotify(7)): the
 	 * other names of a hard-linked file would leave these stale. */
-	if (!S_ISREG(st->st_mode) || st->st_nlink != 1)
+	if (!S_ISDIR(st->st_mode) && (!S_ISREG(st->st_mode) || st->st_nlink != 1))
 		return;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
@@ -1450,19 +1451,22 @@ void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver, const struct
 			n->attr->st = *st;
 			n->attr->ver = ver;
 			n->attr->at_ns = at_ns;
+			n->attr->gen = gen;
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
 }
 
-bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns, struct stat *ret)
+bool node_attr_get_gen(struct node_table *t, uint64_t id, int64_t min_ns, uint64_t gen,
+		       struct stat *ret)
 {
 	struct node *n;
 	bool ok = false;
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->attr && n->attr->ver == attr_ver(t, n) && n->attr->at_ns >= min_ns) {
+	if (n && n->attr && n->attr->ver == attr_ver(t, n) && n->attr->at_ns >= min_ns &&
+	    (n->attr->gen == NODE_ATTR_ANY_GEN || n->attr->gen == gen)) {
 		*ret = n->attr->st;
 		ok = true;
 	}

@@ -504,10 +504,11 @@ bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq,
 		  struct stat *ret);
 
 /**
- * Attributes agentd reported for a file (node_attr_*): what answers the
- * kernel's GETATTR after a read, which drops the atime it had cached
- * (fs/fuse/file.c fuse_invalidate_atime) and so asks after every file it
- * read. A caller takes node_attr_ver() before the call that reports them
+ * Attributes agentd reported for a file or directory (node_attr_*): what
+ * answers the kernel's GETATTR after a read or a listing, which drops the
+ * atime it had cached (fs/fuse/file.c, fs/fuse/readdir.c
+ * fuse_invalidate_atime) and so asks after every file it read and every
+ * directory it listed. A caller takes node_attr_ver() before the call that reports them
  * and node_attr_put()s what it reported; the put keeps nothing when
  * anything dropped the node's attributes meanwhile. They are dropped by
  * node_seen_set(NULL) (the watch's invalidations), node_attr_drop() and
@@ -533,16 +534,40 @@ uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 /**
  * Keep @p st (copied) for @p id, asked for at @p at_ns (CLOCK_MONOTONIC ns)
  * under version @p ver, if that is still the node's version, the node is
- * named and has server inode st->st_ino, and @p st is a regular file with
- * one link (inotify(7) reports a change under one name only). Out of
- * memory keeps nothing.
+ * named and has server inode st->st_ino, and @p st is a directory or a
+ * regular file with one link (inotify(7) reports a change under one name
+ * only; a directory has one). With @p gen other than NODE_ATTR_ANY_GEN
+ * they hold only while the caller's generation (fs.c: mgen, the count of
+ * the mount's own changes) is @p gen. Out of memory keeps nothing.
  */
-void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
-		   int64_t at_ns);
+void node_attr_put_gen(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
+		       int64_t at_ns, uint64_t gen);
 
-/** What node_attr_put() kept for @p id into *@p ret, if asked for at or after
- * @p min_ns and not dropped since. Returns true then, else false. */
-bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns, struct stat *ret);
+/** node_attr_put_gen()'s @p gen for attributes that hold whatever the
+ * caller's generation. */
+#define NODE_ATTR_ANY_GEN UINT64_MAX
+
+/**
+ * What node_attr_put_gen() kept for @p id into *@p ret, if asked for at or
+ * after @p min_ns, not dropped since, and kept for generation @p gen or
+ * NODE_ATTR_ANY_GEN. Returns true then, else false.
+ */
+bool node_attr_get_gen(struct node_table *t, uint64_t id, int64_t min_ns, uint64_t gen,
+		       struct stat *ret);
+
+/** node_attr_put_gen() for any generation. */
+static inline void node_attr_put(struct node_table *t, uint64_t id, uint64_t ver,
+				 const struct stat *st, int64_t at_ns)
+{
+	node_attr_put_gen(t, id, ver, st, at_ns, NODE_ATTR_ANY_GEN);
+}
+
+/** node_attr_get_gen() of what was kept for any generation. */
+static inline bool node_attr_get(struct node_table *t, uint64_t id, int64_t min_ns,
+				 struct stat *ret)
+{
+	return node_attr_get_gen(t, id, min_ns, NODE_ATTR_ANY_GEN, ret);
+}
 
 /**
  * Keep @p st (copied): the attributes of directory @p id as its removal left

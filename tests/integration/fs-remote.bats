@@ -545,6 +545,43 @@ calls() {
 	visible "created under a prefetched tree" listing_is "$MNT/t/a/b" 2 c new
 }
 
+@test "a directory listed through the mount is stat'ed without a Stat call, with the atime the listing gave it in the POD" {
+	agentd_unix --log-level debug
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	# Made after the mount listed anything (no prefetched listing of it),
+	# with an atime older than its mtime, which a listing moves
+	# (relatime).
+	mkdir "$ROOT/L"
+	touch "$ROOT/L/a" "$ROOT/L/b"
+	touch -a -d 2001-01-01 "$ROOT/L"
+	atime_old() { [ "$(stat -c %X "$MNT/L")" = 978307200 ]; }
+	visible "the old atime" atime_old
+	local n0 n1
+	n0=$(calls Stat)
+	# opendir(3) and readdir(3), no stat(2) of it.
+	assert_eq "$("$PY" -c 'import os, sys; print(" ".join(sorted(os.listdir(sys.argv[1]))))' \
+		"$MNT/L")" "a b"
+	# The kernel dropped its atime (a READDIR went out): GETATTR.
+	assert_eq "$(stat -c %X "$MNT/L")" "$(stat -c %X "$ROOT/L")" "atime through the mount"
+	n1=$(calls Stat)
+	assert_eq "$((n1 - n0))" 0 "Stat calls for the listing and the stat"
+	# An own change in it drops what the listing kept: mtime is the pod's.
+	touch "$MNT/L/c"
+	assert_eq "$(stat -c %Y.%y "$MNT/L")" "$(stat -c %Y.%y "$ROOT/L")" "mtime after a create"
+	rm "$MNT/L/a"
+	assert_eq "$(stat -c %Y.%y.%h "$MNT/L")" "$(stat -c %Y.%y.%h "$ROOT/L")" "after an unlink"
+	mkdir "$MNT/L/d"
+	"$PY" -c 'import os, sys; os.listdir(sys.argv[1])' "$MNT/L"
+	assert_eq "$(stat -c %h.%y "$MNT/L")" "$(stat -c %h.%y "$ROOT/L")" "nlink after a mkdir"
+	# And so does a chmod of it (a GETATTR forced at once, before the
+	# watch's event of it).
+	"$PY" -c 'import os, sys; os.listdir(sys.argv[1])' "$MNT/L"
+	chmod 700 "$MNT/L"
+	assert_eq "$(stat --cached=never -c %a "$MNT/L")" 700 "mode after a chmod"
+}
+
 # Files under DIR that the process PID holds open (its /proc fd links).
 open_under() {
 	local pid=$1 dir=$2 fd n=0

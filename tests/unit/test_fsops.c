@@ -898,7 +898,7 @@ static void test_readdir_paging(void **state)
 		struct fsops_dirent *ents;
 		size_t n;
 
-		assert_int_equal(fsops_readdir(&fx->root, P("many"), off, 37, &ents, &n, &eof), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P("many"), off, 37, &ents, &n, &eof, NULL), 0);
 		assert_true(n <= 37);
 		assert_true(eof || n == 37);
 		for (size_t i = 0; i < n; i++) {
@@ -926,7 +926,7 @@ static void test_readdir_paging(void **state)
 		struct fsops_dirent *ents;
 		size_t n;
 
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof, NULL), 0);
 		assert_true(eof);
 		for (size_t i = 0; i < n; i++) {
 			assert_string_not_equal(ents[i].name, ".");
@@ -934,9 +934,34 @@ static void test_readdir_paging(void **state)
 		}
 		assert_int_equal(n, 4); /* f abs l many */
 		fsops_dirents_free(ents, n);
-		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, &ents, &n, &eof), -ENOTDIR);
-		assert_int_equal(fsops_readdir(&fx->root, P("abs"), 0, 0, &ents, &n, &eof), -EXDEV);
-		assert_int_equal(fsops_readdir(&fx->root, P(""), -1, 0, &ents, &n, &eof), -EINVAL);
+		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, &ents, &n, &eof, NULL), -ENOTDIR);
+		assert_int_equal(fsops_readdir(&fx->root, P("abs"), 0, 0, &ents, &n, &eof, NULL), -EXDEV);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), -1, 0, &ents, &n, &eof, NULL), -EINVAL);
+	}
+
+	/* the directory's own attributes, taken after the listing: an atime
+	 * older than the mtime is one the listing may set (relatime) */
+	{
+		const struct timespec old[2] = { { .tv_sec = 946684800 }, { .tv_nsec = UTIME_OMIT } };
+		struct fsops_dirent *ents, self = { .has_attr = false };
+		struct stat after;
+		size_t n;
+		int dfd = open(fx->rootdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		assert_true(dfd >= 0);
+		assert_int_equal(utimensat(dfd, "many", old, 0), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P("many"), 0, 0, &ents, &n, &eof, &self), 0);
+		fsops_dirents_free(ents, n);
+		assert_int_equal(fstatat(dfd, "many", &after, 0), 0);
+		close(dfd);
+		assert_true(self.has_attr);
+		assert_null(self.name);
+		assert_true(S_ISDIR(self.st.st_mode));
+		assert_int_equal(self.st.st_ino, after.st_ino);
+		assert_int_equal(self.st.st_atim.tv_sec, after.st_atim.tv_sec);
+		assert_int_equal(self.st.st_atim.tv_nsec, after.st_atim.tv_nsec);
+		assert_int_equal(self.st.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, &ents, &n, &eof, &self), -ENOTDIR);
 	}
 }
 
@@ -1070,7 +1095,7 @@ static void test_birth(void **state)
 		size_t n = 0;
 		bool eof = false;
 
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof, NULL), 0);
 		assert_true(n > 0);
 		for (size_t i = 0; i < n; i++) {
 			assert_true(ents[i].has_attr);
@@ -1079,7 +1104,7 @@ static void test_birth(void **state)
 		}
 		fsops_dirents_free(ents, n);
 		fx->root = saved;
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, &ents, &n, &eof, NULL), 0);
 		for (size_t i = 0; i < n; i++)
 			if (strcmp(ents[i].name, "g") == 0) {
 				assert_int_equal(ents[i].ident.btime_ns, id3.btime_ns);
