@@ -821,8 +821,8 @@ static void release_send(struct wsfs *fs, const uint64_t *a, size_t n)
 		r = rpc(fs, M("Release"), &q.base, &wsbridge__v1__release_reply__descriptor, &rep);
 		if (r == 0 && k > 1 && rep->released == 0) {
 			if (!atomic_exchange(&fs->rel_single, true))
-				wsb_info("agentd releases one handle per call (it ignores "
-					 "HandleRequest.more): releasing one by one");
+				wsb_notice("agentd releases one handle per call (it ignores "
+					   "HandleRequest.more): releasing one by one");
 			k = 1;
 		}
 		free_reply(rep);

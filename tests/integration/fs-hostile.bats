@@ -378,3 +378,29 @@ wsfs_all_gone() {
 	wait "$WSFS_PID" || st=$?
 	assert_eq "$st" $((128 + 11)) "wsfs's exit status (SIGSEGV)"
 }
+
+@test "an agentd from before HandleRequest.more (one handle per Release): wsfs releases the rest one by one, and agentd keeps none" {
+	liar_start 1 --lie old-release
+	wsfs_start -o rpc_timeout=5 -f "unix:$LIAR_SOCK"
+	mkdir "$MNT/rel"
+	# 100 made at once, then closed in a row: their handles go back in
+	# batches, the first of which such an agentd answers released 0.
+	run "$PY" - "$MNT/rel" <<-'PYEOF'
+	import os, sys
+	fds = [os.open("%s/f%d" % (sys.argv[1], i), os.O_CREAT | os.O_WRONLY, 0o644)
+	       for i in range(100)]
+	for fd in fds:
+	    os.close(fd)
+	PYEOF
+	assert_eq "$status" 0 "the exit status of the python that made them: $output"
+	none_held() { [ "$(open_under "$AGENTD_PID" "$ROOT/rel")" = 0 ]; }
+	if ! poll_until 10 none_held; then
+		echo "# agentd still holds $(open_under "$AGENTD_PID" "$ROOT/rel") of them" >&3
+		return 1
+	fi
+	assert_contains "$(cat "$WSFS_ERR")" "releasing one by one"
+	# and so do later ones
+	echo x >"$MNT/rel/g"
+	assert_content "$ROOT/rel/g" $'x\n'
+	poll_until 10 none_held
+}

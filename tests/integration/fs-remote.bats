@@ -582,15 +582,6 @@ calls() {
 	assert_eq "$(stat --cached=never -c %a "$MNT/L")" 700 "mode after a chmod"
 }
 
-# Files under DIR that the process PID holds open (its /proc fd links).
-open_under() {
-	local pid=$1 dir=$2 fd n=0
-	for fd in /proc/"$pid"/fd/*; do
-		case "$(readlink "$fd" 2>/dev/null)" in "$dir"/*) n=$((n + 1)) ;; esac
-	done
-	echo "$n"
-}
-
 @test "releases: the handles of 100 files made on MNT and closed at once go back to agentd in a few Release calls; moments later agentd holds none of them" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"

@@ -436,6 +436,16 @@ wsfs_wait_exit() {
 	wait "$WSFS_PID" 2>/dev/null || WSFS_STATUS=$?
 }
 
+# open_under PID DIR: how many files under DIR the process PID holds open
+# (its /proc fd links).
+open_under() {
+	local pid=$1 dir=$2 fd n=0
+	for fd in /proc/"$pid"/fd/*; do
+		case "$(readlink "$fd" 2>/dev/null)" in "$dir"/*) n=$((n + 1)) ;; esac
+	done
+	echo "$n"
+}
+
 # wsb_sanitized: true when the binaries under test are a sanitizer build
 # (meson -Db_sanitize=..., as .ci/run's second run). Read from the build's
 # own options: ASAN_OPTIONS cannot tell, as this file sets it for every

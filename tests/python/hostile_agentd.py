@@ -32,7 +32,9 @@ test's check that wsfs still works once agentd is honest again). With
 regular file), "root-owner" (owner and group (uint32_t)-1; not in the first,
 wsfs's check at mount time); or "old-watch": it plays an agentd from before
 WatchRequest.no_events, which ignores that field (it asks agentd for a
-whole Watch and takes the no_events mark off its READY); "readdir-cycle":
+whole Watch and takes the no_events mark off its READY); "old-release": it
+plays an agentd from before HandleRequest.more, which releases the first
+handle of a Release only and replies released 0; "readdir-cycle":
 every ReadDir of a directory other than the root answers one entry named
 "." (which wsfs drops) and not the end, with offsets 1, 2, 1, 2, ...
 (a listing that would go on for ever).
@@ -257,7 +259,8 @@ def main():
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--calm")
     ap.add_argument("--stall")
-    ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle"])
+    ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle",
+                                      "old-release"])
     a = ap.parse_args()
     a.root_file = a.lie is not None
     root_stats = [0]
@@ -290,6 +293,10 @@ def main():
             def uu(req, context, call=call, cls=cls, name=meth.name):
                 while name == "Read" and a.stall and os.path.exists(a.stall):
                     time.sleep(0.02)
+                if a.lie == "old-release" and name == "Release":
+                    q = pb.HandleRequest.FromString(req)
+                    del q.more[:]
+                    req = q.SerializeToString()
                 try:
                     data = call(req, metadata=fwd_md(context), timeout=30)
                 except grpc.RpcError as e:
@@ -297,6 +304,8 @@ def main():
                     if liar and liar.roll(liar.rate):
                         liar.fail(context)
                     relay_error(e, context)
+                if a.lie == "old-release":
+                    return pb.ReleaseReply().SerializeToString() if name == "Release" else data
                 if a.lie == "readdir-cycle":
                     if name != "ReadDir" or pb.ReadDirRequest.FromString(req).path == b"":
                         return data
