@@ -1258,16 +1258,25 @@ int wsfs_mount_at(const char *mnt, char *dev, size_t dev_size, char *type, size_
  * few MiB the kernel keeps several 1 MiB READs in flight. The knob is
  * /sys/class/bdi/MAJ:MIN/read_ahead_kb (sysfs-class-bdi), which only root
  * may write: otherwise the default stays, and this says so at info level.
- * @p dev is the mount's "MAJ:MIN"; from conn_setup(), once.
+ * Runs once, on the first request after INIT (which the kernel has applied
+ * by then).
  */
-static void readahead_tune(struct wsfs *fs, const char *dev)
+static void readahead_tune(struct wsfs *fs)
 {
-	char path[96], cur[32];
+	char dev[32], path[96], cur[32], type[64];
 	unsigned have = 0;
 	FILE *f;
+	int r;
 
-	if (!fs->cfg.read_ahead_kb)
+	if (!fs->cfg.read_ahead_kb || !fs->cfg.mountpoint)
 		return;
+	r = wsfs_mount_at(fs->cfg.mountpoint, dev, sizeof(dev), type, sizeof(type), NULL, 0);
+	if (r == 0 && strncmp(type, "fuse", 4) != 0)
+		r = -ENOENT; /* not this FUSE mount on top */
+	if (r < 0) {
+		wsb_info("readahead: %s not found in /proc/self/mountinfo", fs->cfg.mountpoint);
+		return;
+	}
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	f = fopen(path, "re");
 	if (f && fgets(cur, sizeof(cur), f))
@@ -1285,13 +1294,28 @@ static void readahead_tune(struct wsfs *fs, const char *dev)
 	wsb_debug("readahead: %s: %u KiB", path, fs->cfg.read_ahead_kb);
 }
 
+static pthread_once_t readahead_once = PTHREAD_ONCE_INIT;
+static struct wsfs *readahead_fs;
+
+static void readahead_run(void)
+{
+	readahead_tune(readahead_fs);
+}
+
+/* The first request after INIT: readahead_tune(), once per process. */
+static void first_request(struct wsfs *fs)
+{
+	readahead_fs = fs;
+	(void)pthread_once(&readahead_once, readahead_run);
+}
+
 /* ---- the connection's abort file ---- */
 
 /*
  * The FUSE control filesystem's abort file of this mount's connection
  * (/sys/fs/fuse/connections/DEV/abort, Documentation/filesystems/fuse.rst
  * "Control filesystem"), open for writing, or -1. Written once, by
- * conn_setup() before crash_catch() installs the handlers that read it.
+ * wsfs_conn_open() before crash_catch() installs the handlers that read it.
  *
  * Why: a thread of wsfs may sit in the kernel, uninterruptible, on a page
  * lock that a READ in flight holds (the page thread's fuse_notify_store()
@@ -1328,19 +1352,37 @@ static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
  * handler that was there before (the default, or a sanitizer's), and let
  * it act: a fault returns and faults again; a signal that was sent
  * (kill(2), raise(3), abort(3): si_code <= 0, sigaction(2)) is raised
- * again. Only async-signal-safe calls (signal-safety(7)).
+ * again, and so is a machine-check SIGBUS that is no fault of this thread
+ * (BUS_MCEERR_AO, sigaction(2)), which would not come again. Only
+ * async-signal-safe calls (signal-safety(7)).
  */
 static void crash_handler(int sig, siginfo_t *si, void *uctx)
 {
 	(void)uctx;
 	(void)wsfs_conn_abort();
 	(void)sigaction(sig, &crash_old[sig], NULL);
-	if (si->si_code <= 0)
+	if (si->si_code <= 0 || (sig == SIGBUS && si->si_code == BUS_MCEERR_AO))
 		(void)raise(sig);
 }
 
+/*
+ * A sanitizer that finds an error ends the process with _exit (unless
+ * abort_on_error), no signal: abort the connection then too. Weak, so
+ * that a build without a sanitizer needs no such symbol
+ * (sanitizer/common_interface_defs.h).
+ */
+extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
+static void crash_sanitizer_death(void)
+{
+	(void)wsfs_conn_abort();
+}
+
 /* Install crash_handler() for the signals that end a process with a
- * fault; once, from conn_setup(). */
+ * fault, except one ignored (a kill(2) of it ends nothing); once, from
+ * wsfs_conn_open(). The handler that was there is read before the new
+ * one goes in, so a crash between the two finds it. SA_ONSTACK: a
+ * sanitizer's alternate stack serves a stack overflow. */
 static void crash_catch(void)
 {
 	struct sigaction sa;
@@ -1348,72 +1390,53 @@ static void crash_catch(void)
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = crash_handler;
-	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
 	sigemptyset(&sa.sa_mask);
-	for (i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++)
-		(void)sigaction(crash_signals[i], &sa, &crash_old[crash_signals[i]]);
+	for (i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++) {
+		int sig = crash_signals[i];
+
+		if (sigaction(sig, NULL, &crash_old[sig]) < 0 ||
+		    (!(crash_old[sig].sa_flags & SA_SIGINFO) &&
+		     crash_old[sig].sa_handler == SIG_IGN))
+			continue;
+		(void)sigaction(sig, &sa, NULL);
+	}
+	if (__sanitizer_set_death_callback)
+		__sanitizer_set_death_callback(crash_sanitizer_death);
 }
 
-/*
- * Open the abort file of the connection whose device is @p dev ("MAJ:MIN"
- * from mountinfo). The control filesystem names a connection by the
- * kernel's dev_t of its superblock, MAJ << 20 | MIN, in decimal
- * (fs/fuse/control.c fuse_ctl_add_conn()). The file belongs to the
- * mounting user (mode 0200), so root is not needed; the control
- * filesystem must be mounted (systemd does; a container may not).
- */
-static void conn_abort_open(const char *dev)
+int wsfs_conn_open(struct wsfs *fs)
 {
+	char dev[32], type[64], path[96];
 	unsigned maj, min;
-	char path[96];
-	int fd;
+	int fd, r;
 
-	if (sscanf(dev, "%u:%u", &maj, &min) != 2 || maj >= 4096 || min >= (1u << 20))
-		return;
+	if (conn_abort_fd >= 0)
+		return 0;
+	if (!fs->cfg.mountpoint)
+		return -ENOENT;
+	r = wsfs_mount_at(fs->cfg.mountpoint, dev, sizeof(dev), type, sizeof(type), NULL, 0);
+	if (r == 0 && strcmp(type, "fuse.wsfs") != 0 && strcmp(type, "fuse") != 0)
+		r = -ENOENT; /* not this mount on top */
+	if (r == 0 &&
+	    (sscanf(dev, "%u:%u", &maj, &min) != 2 || maj >= 4096 || min >= (1u << 20)))
+		r = -EINVAL;
+	if (r < 0)
+		goto fail;
 	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", maj << 20 | min);
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0) {
-		wsb_info("cannot open %s (%s): a crash of wsfs while the kernel holds one of its "
-			 "threads may leave the mount hung",
-			 path, strerror(errno));
-		return;
+		r = -errno;
+		goto fail;
 	}
 	conn_abort_fd = fd;
 	crash_catch();
-}
-
-static pthread_once_t conn_once = PTHREAD_ONCE_INIT;
-static struct wsfs *conn_fs;
-
-/* Once per process, on the first request after INIT (the mount is in
- * mountinfo and the kernel has applied INIT by then): find this mount's
- * device, then readahead_tune() and conn_abort_open(). */
-static void conn_setup(void)
-{
-	struct wsfs *fs = conn_fs;
-	char dev[32], type[64];
-	int r;
-
-	if (!fs->cfg.mountpoint)
-		return;
-	r = wsfs_mount_at(fs->cfg.mountpoint, dev, sizeof(dev), type, sizeof(type), NULL, 0);
-	if (r == 0 && strncmp(type, "fuse", 4) != 0)
-		r = -ENOENT; /* not this FUSE mount on top */
-	if (r < 0) {
-		wsb_info("%s not found in /proc/self/mountinfo: no readahead tuning, no abort "
-			 "file",
-			 fs->cfg.mountpoint);
-		return;
-	}
-	readahead_tune(fs, dev);
-	conn_abort_open(dev);
-}
-
-/* The first request after INIT: conn_setup(), once per process. */
-static void first_request(struct wsfs *fs)
-{
-	conn_fs = fs;
-	(void)pthread_once(&conn_once, conn_setup);
+	return 0;
+fail:
+	wsb_info("no FUSE abort file for %s (%s): a crash of wsfs while the kernel holds one "
+		 "of its threads may leave the mount hung",
+		 fs->cfg.mountpoint, strerror(-r));
+	return r;
 }
 
 /* ---- lookup / forget / getattr ---- */

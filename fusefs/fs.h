@@ -537,13 +537,30 @@ void wsfs_neg_free(struct wsfs *fs);
  * ECONNABORTED and fails later ones with ENOTCONN. For an exit that
  * cannot wait any longer: a thread held in the kernel on a page lock of a
  * READ nobody will answer (fuse_notify_store(), fuse_notify_inval_inode())
- * then returns. The file is opened on the first request after INIT (with
- * the handlers of fatal signals that write it too). Returns 0, -ENOENT if
- * it could not be opened (no /sys/fs/fuse/connections, or the mount was
- * not found), or -errno of write(2). Any thread; async-signal-safe; errno
- * is kept.
+ * then returns. Call it after fuse_session_unmount(): libfuse skips the
+ * unmount of an aborted connection (its fuse_kern_unmount() takes POLLERR
+ * on /dev/fuse for "already unmounted"). Returns 0 (also when the
+ * connection had already ended: the kernel accepts the write then too),
+ * -ENOENT if wsfs_conn_open() found no abort file, or -errno of write(2).
+ * Any thread; async-signal-safe; errno is kept.
  */
 int wsfs_conn_abort(void);
+
+/**
+ * Open the abort file of the connection mounted at fs->cfg.mountpoint
+ * (found in /proc/self/mountinfo: type fuse.wsfs or fuse on top there; the
+ * control filesystem names a connection by its superblock's dev_t, MAJ <<
+ * 20 | MIN in decimal, fs/fuse/control.c fuse_ctl_add_conn(); the file
+ * belongs to the mounting user, mode 0200) for wsfs_conn_abort(), and
+ * install handlers of SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT (and a
+ * sanitizer's death callback, in such a build) that call it before the
+ * handler that was there acts. Call once, right after
+ * fuse_session_mount(), before any thread starts. Returns 0 or -errno
+ * (-ENOENT: no such mount, or no /sys/fs/fuse/connections, which a
+ * container may lack); then it logs at info level and nothing is
+ * installed. Main thread.
+ */
+int wsfs_conn_open(struct wsfs *fs);
 
 /**
  * What is mounted on top at @p mnt (an absolute path without symlinks), from

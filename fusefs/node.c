@@ -1439,12 +1439,15 @@ void node_attr_put_gen(struct node_table *t, uint64_t id, uint64_t ver, const st
 	struct node *n;
 
 	/* inotify reports a change under one name only (inotify(7)): the
-	 * other names of a hard-linked file would leave these stale. */
-	if (!S_ISDIR(st->st_mode) && (!S_ISREG(st->st_mode) || st->st_nlink != 1))
+	 * other names of a hard-linked file would leave these stale. A
+	 * directory's change by the mount itself sends no event that drops
+	 * them (fs.c attr_kept()): only with a generation. */
+	if (S_ISDIR(st->st_mode) ? gen == NODE_ATTR_ANY_GEN
+				 : !S_ISREG(st->st_mode) || st->st_nlink != 1)
 		return;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && attr_ver(t, n) == ver && n->links && n->ino == st->st_ino) {
+	if (n && attr_ver(t, n) == ver && attached(t, n) && n->ino == st->st_ino) {
 		if (!n->attr)
 			n->attr = malloc(sizeof(*n->attr));
 		if (n->attr) {

@@ -534,11 +534,12 @@ uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 /**
  * Keep @p st (copied) for @p id, asked for at @p at_ns (CLOCK_MONOTONIC ns)
  * under version @p ver, if that is still the node's version, the node is
- * named and has server inode st->st_ino, and @p st is a directory or a
+ * named (or the root) and has server inode st->st_ino, and @p st is a
  * regular file with one link (inotify(7) reports a change under one name
- * only; a directory has one). With @p gen other than NODE_ATTR_ANY_GEN
- * they hold only while the caller's generation (fs.c: mgen, the count of
- * the mount's own changes) is @p gen. Out of memory keeps nothing.
+ * only) or, with @p gen, a directory. With @p gen other than
+ * NODE_ATTR_ANY_GEN they hold only while the caller's generation (fs.c:
+ * mgen, the count of the mount's own changes, which send no event that
+ * would drop a directory's) is @p gen. Out of memory keeps nothing.
  */
 void node_attr_put_gen(struct node_table *t, uint64_t id, uint64_t ver, const struct stat *st,
 		       int64_t at_ns, uint64_t gen);

@@ -1338,7 +1338,7 @@ static int run_watch(struct wsfs *fs)
 	struct wsc_stream *s = NULL;
 	struct wsc_status st = {0};
 	struct watch_state ws = {0};
-	bool live = false;
+	bool live = false, stop;
 	int r;
 
 	q.no_events = fs->cfg.no_watch;
@@ -1439,10 +1439,15 @@ static int run_watch(struct wsfs *fs)
 
 	pthread_mutex_lock(&fs->mon_lock);
 	fs->watch = NULL;
+	stop = fs->stopping;
 	pthread_mutex_unlock(&fs->mon_lock);
 	if (live) {
 		atomic_store(&fs->watch_live, false);
-		wsfs_invalidate_all(fs); /* events may have been lost */
+		/* Events may have been lost; not when wsfs stops: no worker
+		 * answers a READ now, and the page locks of one the kernel
+		 * sent would hold this thread. */
+		if (!stop)
+			wsfs_invalidate_all(fs);
 		wsb_notice("watch stream ended (%s); caches expire by timeouts until it is back",
 			   r == 0 ? "OK" : wsb_status_name(st.code));
 	}

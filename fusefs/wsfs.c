@@ -655,6 +655,7 @@ int main(int argc, char **argv)
 		fuse_remove_signal_handlers(se);
 		goto out;
 	}
+	(void)wsfs_conn_open(fs);
 	r = wsfs_gather_start(fs);
 	if (r == 0)
 		r = wsfs_monitor_start(fs);
@@ -690,13 +691,13 @@ int main(int argc, char **argv)
 	ret = r == 0 ? 0 : 1;
 	wsfs_send_behind(fs);
 	r = wsfs_monitor_stop(fs, 3000);
+	fuse_session_unmount(se);
 	if (r < 0 && wsfs_conn_abort() == 0) {
 		/* A thread still in the kernel may wait on a page that a READ
 		 * nobody will answer holds: ending the requests frees it. */
-		wsb_warn("aborted the FUSE connection of %s to end the kernel's wait", mnt);
+		wsb_warn("wrote the FUSE connection's abort file to end the kernel's wait");
 		r = wsfs_monitor_stop(fs, 2000);
 	}
-	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 	if (r < 0) {
 		/* The monitor still uses fs and the client: leave it to exit. */

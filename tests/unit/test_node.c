@@ -637,8 +637,8 @@ static void test_attr(void **state)
 	assert_int_equal(node_forget(t, f, 1), 0);
 	assert_false(node_attr_get(t, f, 0, &got));
 
-	/* A directory's (nlink 2 and more) are kept; with a generation, only
-	 * while the caller's is that one; without, whatever it is. */
+	/* A directory's (nlink 2 and more) are kept with a generation only,
+	 * and only while the caller's is that one. */
 	{
 		struct stat ds = { .st_ino = 1, .st_nlink = 3, .st_mode = S_IFDIR | 0755 };
 
@@ -647,8 +647,10 @@ static void test_attr(void **state)
 		assert_int_equal(got.st_nlink, 3);
 		assert_false(node_attr_get_gen(t, d, 0, 8, &got));
 		assert_false(node_attr_get(t, d, 0, &got));
+		node_attr_drop(t, d);
 		node_attr_put(t, d, node_attr_ver(t, d), &ds, 1000);
-		assert_true(node_attr_get_gen(t, d, 0, 8, &got));
+		assert_false(node_attr_get_gen(t, d, 0, 8, &got));
+		assert_false(node_attr_get(t, d, 0, &got));
 		/* a symlink's never */
 		f = add(t, d, "sl", 76, S_IFLNK);
 		ds.st_ino = 76;
