@@ -200,6 +200,8 @@ struct listing {
 	Wsbridge__V1__DirEntry *de, **dep;
 	Wsbridge__V1__Attr *attrs;
 	Wsbridge__V1__DirListing msg;
+	struct fsops_dirent self; /* the directory's own attributes after it */
+	Wsbridge__V1__Attr self_attr;
 };
 
 static void listing_free(struct listing *l)
@@ -310,7 +312,7 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 			 * left is skipped, as is one that cannot be listed. */
 			if (fsops_readdir(root, l.path, l.len, 0,
 					  budget < PREFETCH_DIR_MAX ? budget : PREFETCH_DIR_MAX,
-					  &l.ents, &l.n, &eof, NULL) < 0) {
+					  &l.ents, &l.n, &eof, &l.self) < 0) {
 				listing_free(&l);
 				continue;
 			}
@@ -388,6 +390,11 @@ static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void 
 		l->msg.path.len = l->len;
 		l->msg.n_entries = l->n;
 		l->msg.entries = l->dep;
+		if (l->self.has_attr) {
+			attr_from_stat(&l->self_attr, &l->self.st);
+			attr_set_ident(&l->self_attr, &l->self.ident);
+			l->msg.attr = &l->self_attr;
+		}
 	}
 	if (n_send && !(subp = calloc(n_send, sizeof(*subp))))
 		n_send = 0;

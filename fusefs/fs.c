@@ -4546,6 +4546,8 @@ struct wsfs_pf {
 	int64_t at_ns; /* CLOCK_MONOTONIC when fetched */
 	struct wsfs_dirent *ents;
 	size_t n;
+	bool has_st;     /* st holds the directory's own attributes */
+	struct stat st;  /* DirListing.attr: after it was listed */
 };
 
 static void dirents_free(struct wsfs_dirent *ents, size_t n)
@@ -4670,6 +4672,8 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 		memcpy(p->path, dl->path.data, dl->path.len);
 		p->path[dl->path.len] = '\0';
 		p->len = dl->path.len;
+		p->has_st = dl->attr && attr_to_stat(dl->attr, &p->st) == 0 &&
+			    S_ISDIR(p->st.st_mode);
 		pf_keep(fs, p, seq, mgen);
 	}
 }
@@ -4809,6 +4813,13 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		p->n = 0;
 		seq0 = p->seq;
 		mgen0 = p->mgen;
+		/* Its own attributes, as prefetched with it (nothing was
+		 * reported or changed since, or pf_take() would not give it). */
+		self = p->has_st;
+		if (self) {
+			self_st = p->st;
+			at0 = p->at_ns;
+		}
 		pf_free(p);
 		eof = true;
 	} else {
@@ -4885,8 +4896,9 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	 * event since drops it) and for as long as mgen stays what it was
 	 * before the listing: the mount's own changes in the directory send
 	 * no event that drops it (watch.c self_match()), and they, or a
-	 * chmod of it, would leave its mtime, ctime, nlink or mode stale. */
-	if (r == 0 && fetched && self)
+	 * chmod of it, would leave its mtime, ctime, nlink or mode stale.
+	 * A listing prefetched with an ancestor's brings them too. */
+	if (r == 0 && self)
 		node_attr_put_gen(fs->nodes, ino, d->aver, &self_st, at0, mgen0);
 	free(path);
 	if (r == 0)

@@ -539,6 +539,15 @@ calls() {
 		"t t/a t/a/1 t/a/b t/a/b/2 t/a/b/c t/a/b/c/3 t/d t/e t/e/f t/e/f/4 "
 	n1=$(calls ReadDir)
 	assert_eq "$((n1 - n0))" 1 "ReadDir calls for find over 7 directories"
+	# Each directory's own attributes came along (DirListing.attr): du
+	# stats every directory find listed (the kernel dropped their atimes)
+	# without a Stat call, and sees what the pod sees.
+	n0=$(calls Stat)
+	run du -s --inodes "$MNT/t"
+	assert_status 0
+	assert_eq "${output%%$'\t'*}" 11 "du's count of files and directories"
+	n1=$(calls Stat)
+	assert_eq "$((n1 - n0))" 0 "Stat calls for du over the listed tree"
 	# A prefetched listing is not used once the pod changed something.
 	ls "$MNT" >/dev/null
 	touch "$ROOT/t/a/b/new"
