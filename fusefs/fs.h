@@ -494,8 +494,9 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 /**
  * The own operation wsfs_self_begin() announced on @p path (@p len bytes)
  * ended: @p ok, it changed the file (its echoes are expected for
- * WSFS_SELF_WINDOW_NS more); @p st, the file's attributes in its reply, or
- * NULL (none in the reply). A failed operation (!@p ok) clears what @p path
+ * WSFS_SELF_WINDOW_NS more); @p st, the file's attributes in its reply as
+ * fs.c's attr_to_stat() gives them (st_dev holds the identity), or NULL
+ * (none in the reply). A failed operation (!@p ok) clears what @p path
  * has recorded, so that nothing it did not cause is taken for an echo (a
  * pod-side create that made an own O_EXCL create fail, say). Any thread.
  */

@@ -575,11 +575,18 @@ static void links_unknown(struct wsfs *fs)
 /* ---- own changes ---- */
 
 
-/* Attributes compared to tell an own change's echo from the pod's change. */
+/* Attributes compared to tell an own change's echo from the pod's change
+ * (self_attr_same()). */
 struct self_attr {
 	uint64_t ino, size, nlink;
 	int64_t mtime_ns, ctime_ns;
 	uint32_t mode, uid, gid;
+	/* node_ident() (Attr.btime_ns, Attr.generation), 0 unknown: a file
+	 * the pod made at the name on the inode number an own one had, within
+	 * one timestamp tick and of the same size, is another file. Not every
+	 * reply carries it (Write, SetAttr), so it is compared where both
+	 * know it (node_same_ident()). */
+	uint64_t ident;
 };
 
 struct wsfs_self {
@@ -734,9 +741,19 @@ out:
 	pthread_mutex_unlock(&fs->self_lock);
 }
 
+/* Whether @a and @b are one state of one file. */
+static bool self_attr_same(const struct self_attr *a, const struct self_attr *b)
+{
+	return a->ino == b->ino && a->size == b->size && a->nlink == b->nlink &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns && a->mode == b->mode &&
+	       a->uid == b->uid && a->gid == b->gid && node_same_ident(a->ident, b->ident);
+}
+
+/* @st as fs.c's attr_to_stat() left it: st_dev holds the identity. */
 static void self_attr_of(const struct stat *st, struct self_attr *a)
 {
 	memset(a, 0, sizeof(*a));
+	a->ident = (uint64_t)st->st_dev;
 	a->ino = st->st_ino;
 	a->size = (uint64_t)st->st_size;
 	a->nlink = st->st_nlink;
@@ -908,7 +925,7 @@ static bool self_was(struct wsfs *fs, const ProtobufCBinaryData *path, const str
 			/* Only a state the clock put before the last one: within
 			 * one timestamp tick the pod can make it again. */
 			hit = e->prev[i].ctime_ns < e->attr.ctime_ns &&
-			      memcmp(&e->prev[i], a, sizeof(*a)) == 0;
+			      self_attr_same(&e->prev[i], a);
 	pthread_mutex_unlock(&fs->self_lock);
 	return hit;
 }
@@ -924,7 +941,8 @@ static bool self_unlinking(const struct self_attr *m, const struct self_attr *g)
 {
 	return g->ino == m->ino && g->size == m->size && g->mtime_ns == m->mtime_ns &&
 	       g->mode == m->mode && g->uid == m->uid && g->gid == m->gid && m->nlink > 0 &&
-	       g->nlink == m->nlink - 1 && g->ctime_ns >= m->ctime_ns;
+	       g->nlink == m->nlink - 1 && g->ctime_ns >= m->ctime_ns &&
+	       node_same_ident(g->ident, m->ident);
 }
 
 /*
@@ -952,7 +970,7 @@ static bool self_made(struct wsfs *fs, const ProtobufCBinaryData *path,
 			/* An older state only if the clock put it before the
 			 * newest (as in self_was()). */
 			hit = (i == 0 || e->made[i].ctime_ns < e->made[0].ctime_ns) &&
-			      memcmp(&e->made[i], &got, sizeof(got)) == 0;
+			      self_attr_same(&e->made[i], &got);
 	/* git's temporary object: its CREATED, lstat'ed while the own
 	 * unlink after the link ran (the name still there, nlink 1). */
 	if (!hit && e && self_live(e, now) && (!created || e->made_await) &&
@@ -1003,6 +1021,7 @@ static bool self_match(struct wsfs *fs, const ProtobufCBinaryData *path, unsigne
 static void self_attr_of_pb(const Wsbridge__V1__Attr *a, struct self_attr *ret)
 {
 	memset(ret, 0, sizeof(*ret));
+	ret->ident = wsfs_attr_ident(a);
 	ret->ino = a->ino;
 	ret->size = a->size;
 	ret->nlink = a->nlink;
@@ -1037,7 +1056,7 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 		    !has)
 			return false;
 		self_attr_of_pb(ev_attr, &now);
-		if (memcmp(&now, &want, sizeof(now)) == 0)
+		if (self_attr_same(&now, &want))
 			return true;
 		/* The state between two own operations (a write, then a
 		 * chmod): the later one's own event follows. */
@@ -1061,7 +1080,7 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 			return false;
 		if (rep->attr) {
 			self_attr_of_pb(rep->attr, &now);
-			same = memcmp(&now, &want, sizeof(now)) == 0;
+			same = self_attr_same(&now, &want);
 		}
 		protobuf_c_message_free_unpacked(&rep->base, NULL);
 		if (same || !self_match_wait(fs, path, WSFS_SELF_CHANGED, &want, &has, true,
@@ -1069,7 +1088,7 @@ static bool self_changed_only(struct wsfs *fs, const ProtobufCBinaryData *path,
 			break;
 		/* An own operation ended while the Stat ran: the server then
 		 * matches its reply, which the kernel has. */
-		same = memcmp(&now, &want, sizeof(now)) == 0;
+		same = self_attr_same(&now, &want);
 		if (gen2 == gen)
 			break; /* no own operation since: not (only) ours */
 	}
@@ -1123,10 +1142,10 @@ static bool self_state(struct wsfs *fs, const ProtobufCBinaryData *path,
 	if (self_match_wait(fs, path, kinds, &want, &has, true, NULL) && has) {
 		if (is_dir)
 			return want.ino == got.ino && want.mode == got.mode && want.uid == got.uid &&
-			       want.gid == got.gid &&
+			       want.gid == got.gid && node_same_ident(want.ident, got.ident) &&
 			       ((got.mtime_ns == want.mtime_ns && got.ctime_ns == want.ctime_ns) ||
 				(got.mtime_ns == got.ctime_ns && got.ctime_ns >= want.ctime_ns));
-		if (memcmp(&want, &got, sizeof(got)) == 0)
+		if (self_attr_same(&want, &got))
 			return true;
 	}
 	return !is_dir && (self_was(fs, path, &got) || self_made(fs, path, a, false));
