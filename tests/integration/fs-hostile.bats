@@ -385,14 +385,7 @@ wsfs_all_gone() {
 	mkdir "$MNT/rel"
 	# 100 made at once, then closed in a row: their handles go back in
 	# batches, the first of which such an agentd answers released 0.
-	run "$PY" - "$MNT/rel" <<-'PYEOF'
-	import os, sys
-	fds = [os.open("%s/f%d" % (sys.argv[1], i), os.O_CREAT | os.O_WRONLY, 0o644)
-	       for i in range(100)]
-	for fd in fds:
-	    os.close(fd)
-	PYEOF
-	assert_eq "$status" 0 "the exit status of the python that made them: $output"
+	open_all_then_close "$MNT/rel" 100
 	none_held() { [ "$(open_under "$AGENTD_PID" "$ROOT/rel")" = 0 ]; }
 	if ! poll_until 10 none_held; then
 		echo "# agentd still holds $(open_under "$AGENTD_PID" "$ROOT/rel") of them" >&3

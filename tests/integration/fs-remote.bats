@@ -601,14 +601,7 @@ calls() {
 	# close asks agentd nothing (its FLUSH has no bytes to send), so under
 	# gVisor too the 100 come within a few times the 5 ms a queued handle
 	# waits (with a byte each, each FLUSH sent a Write: 12 calls in CI).
-	run "$PY" - "$MNT/rel" <<-'EOF'
-	import os, sys
-	fds = [os.open("%s/f%d" % (sys.argv[1], i), os.O_CREAT | os.O_WRONLY, 0o644)
-	       for i in range(100)]
-	for fd in fds:
-	    os.close(fd)
-	EOF
-	assert_eq "$status" 0 "the exit status of the python that made them: $output"
+	open_all_then_close "$MNT/rel" 100
 	assert_content "$ROOT/rel/f99" ""
 	if ! wsb_runsc; then
 		# agentd's own descriptors (not gVisor's gofer's)

@@ -436,6 +436,20 @@ wsfs_wait_exit() {
 	wait "$WSFS_PID" 2>/dev/null || WSFS_STATUS=$?
 }
 
+# open_all_then_close DIR N: make N empty files DIR/f0... at once (all
+# open together), then close them in a row; fails, showing python's
+# output, if that does not succeed.
+open_all_then_close() {
+	run "$PY" - "$1" "$2" <<-'EOF'
+	import os, sys
+	fds = [os.open("%s/f%d" % (sys.argv[1], i), os.O_CREAT | os.O_WRONLY, 0o644)
+	       for i in range(int(sys.argv[2]))]
+	for fd in fds:
+	    os.close(fd)
+	EOF
+	assert_eq "$status" 0 "the exit status of the python that made them: $output"
+}
+
 # open_under PID DIR: how many files under DIR the process PID holds open
 # (its /proc fd links).
 open_under() {

@@ -398,7 +398,9 @@ def main():
     if a.lie != "old-watch":
         handlers["Ops"] = grpc.stream_stream_rpc_method_handler(ops)
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
+    # A thread per call in progress: each of wsfs's op streams (one per
+    # FUSE thread, up to 16) holds one for as long as it lives.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
                          options=[("grpc.max_receive_message_length", 64 << 20),
                                   ("grpc.max_send_message_length", 64 << 20)])
     server.add_generic_rpc_handlers(
