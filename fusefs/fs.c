@@ -3791,6 +3791,12 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 		n = rep->written < want ? rep->written : want;
 		done += n;
 		have_st = attr_to_stat(rep->attr, &st) == 0;
+		/* A Write reply carries no identity (Attr.btime_ns,
+		 * .generation): the handle's file's, so that the own record
+		 * tells this file from another the pod puts on its inode
+		 * number (watch.c self_attr). */
+		if (have_st)
+			st.st_dev = (dev_t)node_ident_fill(st_ident(&st), f->ident);
 		if (q.setattr_after && rep->setattr_done) {
 			int e = 0;
 
