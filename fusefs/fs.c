@@ -4549,7 +4549,7 @@ struct wsfs_pf {
 	size_t len;
 	uint64_t seq;  /* inval_seq when fetched */
 	uint64_t mgen; /* mgen when fetched */
-	int64_t at_ns; /* CLOCK_MONOTONIC when fetched */
+	int64_t at_ns; /* CLOCK_MONOTONIC, ns: when the call that fetched it began */
 	struct wsfs_dirent *ents;
 	size_t n;
 	bool has_st;     /* st holds the directory's own attributes */
@@ -4573,17 +4573,19 @@ static void pf_free(struct wsfs_pf *p)
 }
 
 /*
- * Keep listing @p (the table owns it from now on), fetched at inval_seq
- * @seq and mgen @mgen, in place of an older listing of the same path, else
- * of the oldest kept one.
+ * Keep listing @p (the table owns it from now on), fetched by a call begun
+ * at @at_ns (CLOCK_MONOTONIC, ns: its age counts from then, as the
+ * caches' do) at inval_seq @seq and mgen @mgen, in place of an older
+ * listing of the same path, else of the oldest kept one.
  */
-static void pf_keep(struct wsfs *fs, struct wsfs_pf *p, uint64_t seq, uint64_t mgen)
+static void pf_keep(struct wsfs *fs, struct wsfs_pf *p, uint64_t seq, uint64_t mgen,
+		    int64_t at_ns)
 {
 	size_t slot;
 
 	p->seq = seq;
 	p->mgen = mgen;
-	p->at_ns = wsfs_now_ns();
+	p->at_ns = at_ns;
 	pthread_mutex_lock(&fs->pf_lock);
 	slot = fs->pf_next;
 	for (size_t k = 0; k < WSFS_PF_DIRS; k++) {
@@ -4646,11 +4648,12 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
 
 /*
  * Keep the prefetched listings of @rep for the opendir that may follow;
- * fetched at inval_seq @seq and mgen @mgen. Replaces an older listing of
- * the same path, else the oldest kept one.
+ * fetched by a call begun at @at_ns at inval_seq @seq and mgen @mgen
+ * (pf_keep()). Replaces an older listing of the same path, else the oldest
+ * kept one.
  */
 static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq,
-		       uint64_t mgen)
+		       uint64_t mgen, int64_t at_ns)
 {
 	/* At most the server's cap per reply (several replies' worth stay:
 	 * WSFS_PF_DIRS listings, the oldest replaced first). */
@@ -4680,21 +4683,22 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
 		p->len = dl->path.len;
 		p->has_st = dl->attr && attr_to_stat(dl->attr, &p->st) == 0 &&
 			    S_ISDIR(p->st.st_mode);
-		pf_keep(fs, p, seq, mgen);
+		pf_keep(fs, p, seq, mgen, at_ns);
 	}
 }
 
 /*
  * Keep a copy of @d, the whole listing of @path (@len bytes) that this
- * mount has just fetched at inval_seq @seq and mgen @mgen, for the next
- * opendir of it (pf_take()'s rules): rm(1) and fts(3) open a directory,
- * read a page of it, and open it again to read it all, and the kernel's
- * cache of the listing is whole only once a reader reached its end. Out of
+ * mount has just fetched with calls begun at @at_ns and later, at inval_seq
+ * @seq and mgen @mgen, for the next opendir of it (pf_take()'s rules):
+ * rm(1) and fts(3) open a directory, read a page of it, and open it again
+ * to read it all, and the kernel's cache of the listing is whole only once
+ * a reader reached its end. Out of
  * memory keeps nothing. For listings of at most READDIR_PAGE entries (about
  * 200 bytes each), as ReadDir's prefetched ones.
  */
 static void pf_put_listing(struct wsfs *fs, const char *path, size_t len,
-			   const struct wsfs_dir *d, uint64_t seq, uint64_t mgen)
+			   const struct wsfs_dir *d, uint64_t seq, uint64_t mgen, int64_t at_ns)
 {
 	struct wsfs_pf *p = calloc(1, sizeof(*p));
 
@@ -4717,7 +4721,7 @@ static void pf_put_listing(struct wsfs *fs, const char *path, size_t len,
 	memcpy(p->path, path, len);
 	p->path[len] = '\0';
 	p->len = len;
-	pf_keep(fs, p, seq, mgen);
+	pf_keep(fs, p, seq, mgen, at_ns);
 }
 
 /*
@@ -4795,7 +4799,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 	size_t received = 0, pages = 0, power = 1;
 	int64_t saved = INT64_MIN;
 	struct wsfs_pf *p;
-	int64_t cookie = 0, at0 = 0;
+	int64_t cookie = 0, at0 = 0, at_first = 0;
 	char *path = NULL;
 	size_t len;
 	bool fetched = false, self = false;
@@ -4849,6 +4853,8 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		if (q.prefetch && atomic_exchange(&fs->pf_mgen, mgen0) != mgen0)
 			q.prefetch = 0;
 		at0 = wsfs_now_ns();
+		if (cookie == 0)
+			at_first = at0;
 		r = rpc(fs, M("ReadDir"), &q.base, &wsbridge__v1__read_dir_reply__descriptor, &rep);
 		if (r < 0)
 			break;
@@ -4859,7 +4865,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 		usable = usable && all;
 		if (r == 0 && live && cookie == 0)
-			pf_put_all(fs, rep, seq0, mgen0);
+			pf_put_all(fs, rep, seq0, mgen0, at0);
 		received += rep->n_entries;
 		if (rep->n_entries == 0 || rep->eof) {
 			eof = true;
@@ -4893,7 +4899,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		r = -EFBIG;
 	}
 	if (r == 0 && fetched && usable && live && d->n <= READDIR_PAGE)
-		pf_put_listing(fs, path, len, d, seq0, mgen0);
+		pf_put_listing(fs, path, len, d, seq0, mgen0, at_first);
 	/* For the GETATTR that follows a listing: the kernel drops the
 	 * directory's atime after every READDIR it sent (fs/fuse/readdir.c
 	 * fuse_readdir_uncached(), fuse_invalidate_atime()) and fts(3) (rm
