@@ -889,9 +889,9 @@ static bool is_dot_or_dotdot(const char *n)
 	return n[0] == '.' && (n[1] == '\0' || (n[1] == '.' && n[2] == '\0'));
 }
 
-int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int64_t offset,
-		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof,
-		  struct fsops_dirent *ret_self)
+int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int oflags,
+		  int64_t offset, unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n,
+		  bool *ret_eof, struct fsops_dirent *ret_self)
 {
 	/* getdents64 records: d_ino, d_off, d_reclen, d_type, d_name */
 	char buf[32 * 1024] __attribute__((aligned(8)));
@@ -906,7 +906,7 @@ int fsops_readdir(const struct resolve_root *root, const void *path, size_t len,
 		max = FSOPS_READDIR_MAX;
 	if (offset < 0)
 		return -EINVAL;
-	fd = resolve_open(root, path, len, O_RDONLY | O_DIRECTORY, 0);
+	fd = resolve_open(root, path, len, O_RDONLY | O_DIRECTORY | (oflags & O_NOFOLLOW), 0);
 	if (fd < 0)
 		return fd;
 	if (offset != 0 && lseek(fd, (off_t)offset, SEEK_SET) < 0) {

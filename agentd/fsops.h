@@ -242,8 +242,9 @@ struct fsops_dirent {
 };
 
 /**
- * List directory @p path (following a final symlink inside the root) from
- * cookie @p offset (0 = the start; else a next_offset from an earlier page),
+ * List directory @p path (following a final symlink inside the root, unless
+ * @p oflags has O_NOFOLLOW: then a symlink fails -ENOTDIR, as open(2) with
+ * O_DIRECTORY | O_NOFOLLOW) from cookie @p offset (0 = the start; else a next_offset from an earlier page),
  * at most @p max entries (0 = FSOPS_READDIR_DEFAULT; capped at
  * FSOPS_READDIR_MAX), never "." or "..", using getdents64(2) and the d_off
  * cookies the file system gives. Returns 0 with a malloc'd array in
@@ -254,9 +255,9 @@ struct fsops_dirent {
  * with has_attr false if that stat failed; its name is NULL. Errors:
  * -ENOTDIR, -ENOENT, -EINVAL (bad cookie, from lseek(2)), -EXDEV.
  */
-int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int64_t offset,
-		  unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n, bool *ret_eof,
-		  struct fsops_dirent *ret_self);
+int fsops_readdir(const struct resolve_root *root, const void *path, size_t len, int oflags,
+		  int64_t offset, unsigned max, struct fsops_dirent **ret_ents, size_t *ret_n,
+		  bool *ret_eof, struct fsops_dirent *ret_self);
 
 /** Free what fsops_readdir returned. NULL is a no-op. */
 void fsops_dirents_free(struct fsops_dirent *ents, size_t n);

@@ -309,15 +309,20 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 				break;
 			}
 			/* Whole, or not at all: a directory larger than what is
-			 * left is skipped, as is one that cannot be listed. */
-			if (fsops_readdir(root, l.path, l.len, 0,
+			 * left is skipped, as is one that cannot be listed, and
+			 * one that is no longer the directory the entry's lstat
+			 * saw (the pod put a symlink, or another directory, in
+			 * its place since): its listing would go out under a
+			 * name that does not lead to it. */
+			if (fsops_readdir(root, l.path, l.len, O_NOFOLLOW, 0,
 					  budget < PREFETCH_DIR_MAX ? budget : PREFETCH_DIR_MAX,
 					  &l.ents, &l.n, &eof, &l.self) < 0) {
 				listing_free(&l);
 				continue;
 			}
 			tried += l.n;
-			if (!eof) {
+			if (!eof || !l.self.has_attr || l.self.st.st_ino != e->st.st_ino ||
+			    l.self.st.st_dev != e->st.st_dev) {
 				listing_free(&l);
 				continue;
 			}
@@ -356,8 +361,8 @@ static void do_readdir(struct rpc_call *call, const ProtobufCMessage *req, void 
 	bool eof;
 	int r;
 
-	r = fsops_readdir(&AD(data)->root, q->path.data, q->path.len, q->offset, q->max_entries,
-			  &top.ents, &top.n, &eof, &self);
+	r = fsops_readdir(&AD(data)->root, q->path.data, q->path.len, 0, q->offset,
+			  q->max_entries, &top.ents, &top.n, &eof, &self);
 	if (r < 0)
 		return fail_path(call, r, "readdir", &q->path);
 	if (self.has_attr) {
