@@ -1447,7 +1447,8 @@ void node_attr_put_gen(struct node_table *t, uint64_t id, uint64_t ver, const st
 		return;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && attr_ver(t, n) == ver && attached(t, n) && n->ino == st->st_ino) {
+	if (n && attr_ver(t, n) == ver && attached(t, n) && n->ino == st->st_ino &&
+	    node_same_ident(n->ident, (uint64_t)st->st_dev)) {
 		if (!n->attr)
 			n->attr = malloc(sizeof(*n->attr));
 		if (n->attr) {

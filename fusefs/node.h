@@ -534,7 +534,9 @@ uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 /**
  * Keep @p st (copied) for @p id, asked for at @p at_ns (CLOCK_MONOTONIC ns)
  * under version @p ver, if that is still the node's version, the node is
- * named (or the root) and has server inode st->st_ino, and @p st is a
+ * named (or the root) and has server inode st->st_ino and identity
+ * st->st_dev (node_ident(), as fs.c's attr_to_stat() leaves it there; 0
+ * unknown: node_same_ident()), and @p st is a
  * regular file with one link (inotify(7) reports a change under one name
  * only) or, with @p gen, a directory. With @p gen other than
  * NODE_ATTR_ANY_GEN they hold only while the caller's generation (fs.c:

@@ -569,6 +569,26 @@ static void test_attr(void **state)
 	node_attr_put(t, g, node_attr_ver(t, g), &st, 1000);
 	assert_false(node_attr_get(t, g, 0, &got));
 	st.st_mode = S_IFREG | 0644;
+	/* Refused too: another file on the node's inode number (one reused),
+	 * told by the identity in st_dev where both sides know it. */
+	{
+		struct stat hs = st;
+		uint64_t h;
+
+		assert_int_equal(node_lookup(t, NODE_OWN, d, "hh", 2, 73, 0x500000006ull, REG, 1, &h),
+				 0);
+		hs.st_ino = 73;
+		hs.st_dev = (dev_t)0x500000007ull;
+		node_attr_put(t, h, node_attr_ver(t, h), &hs, 1000);
+		assert_false(node_attr_get(t, h, 0, &got));
+		hs.st_dev = (dev_t)0x500000006ull;
+		node_attr_put(t, h, node_attr_ver(t, h), &hs, 1000);
+		assert_true(node_attr_get(t, h, 0, &got));
+		node_attr_drop(t, h);
+		hs.st_dev = 0; /* an agentd that sends no identity */
+		node_attr_put(t, h, node_attr_ver(t, h), &hs, 1000);
+		assert_true(node_attr_get(t, h, 0, &got));
+	}
 
 	/* The watch's invalidation (node_seen_set NULL) drops them; a seen
 	 * set by an own open does not. */
