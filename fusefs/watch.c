@@ -782,6 +782,19 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 			e->n_prev = 0;
 			e->n_made = 0;
 		} else if (st) {
+			struct self_attr a;
+			bool same_made;
+
+			self_attr_of(st, &a);
+			/* A reply without the identity (Write, SetAttr) is of
+			 * the file the path's last state was, if the inode is
+			 * its: the halves it lacks come from there, so that its
+			 * echo is not matched by another file on that inode
+			 * number (node_same_ident() takes unknown for any). */
+			if (e->has_attr && e->attr.ino == a.ino)
+				a.ident = node_ident_fill(a.ident, e->attr.ident);
+			else if (e->n_made > 0 && e->made[0].ino == a.ino)
+				a.ident = node_ident_fill(a.ident, e->made[0].ident);
 			if (e->has_attr) {
 				memmove(&e->prev[1], &e->prev[0],
 					(WSFS_SELF_PREV - 1) * sizeof(e->prev[0]));
@@ -789,12 +802,13 @@ void wsfs_self_end(struct wsfs *fs, const char *path, size_t len, bool ok,
 				if (e->n_prev < WSFS_SELF_PREV)
 					e->n_prev++;
 			}
-			self_attr_of(st, &e->attr);
+			e->attr = a;
 			e->has_attr = true;
+			same_made = e->n_made > 0 && e->made[0].ino == a.ino &&
+				    node_same_ident(e->made[0].ident, a.ident);
 			if (!S_ISDIR(st->st_mode) &&
-			    ((e->kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) ||
-			     (e->n_made > 0 && e->made[0].ino == (uint64_t)st->st_ino))) {
-				if (e->n_made > 0 && e->made[0].ino != (uint64_t)st->st_ino)
+			    ((e->kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) || same_made)) {
+				if (e->n_made > 0 && !same_made)
 					e->n_made = 0;
 				memmove(&e->made[1], &e->made[0],
 					WSFS_SELF_PREV * sizeof(e->made[0]));
