@@ -2389,11 +2389,20 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	if (fi && fi->fh) {
 		f = file_of(fi);
 		node_fh_ref(fs->nodes, &f->link);
-	} else if (!info.attached) {
-		/* fchmod/fchown/futimens of an unlinked open file. */
+	} else if (!info.attached || !(q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE)) {
+		/*
+		 * fchmod/fchown/futimens: the kernel names no handle (only
+		 * ftruncate does), but an open file of the node is its file
+		 * for sure, where the path may hold another one by now: the
+		 * pod renamed or replaced it before its event came, or in the
+		 * same inotify read as the mount's create (agentd then reports
+		 * only the new name). Unlinked, only that way. A size goes by
+		 * the path while the node is named: a handle may be read-only
+		 * (ftruncate(2) EINVAL where truncate(2) works).
+		 */
 		struct node_fh *link = node_fh_get(fs->nodes, ino);
 
-		if (!link) {
+		if (!link && !info.attached) {
 			r = -ESTALE;
 			goto out;
 		}

@@ -327,8 +327,43 @@ static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t
  * something and sends at once (docs/protocol.md "Watch"). */
 #define WSFS_EVENT_LATENCY_NS (200 * 1000000LL)
 
-/** Most Stats ev_gone() makes per batch (each one RPC on the watch thread). */
+/** Most Stats ev_gone() and ev_moved() make per batch (each one RPC on the
+ * watch thread). */
 #define WSFS_GONE_CHECKS_MAX 32
+
+/*
+ * Whether @path holds node @info's file now (attr_is()), as agentd says:
+ * one Stat on this thread, counted in *@checks (at most
+ * WSFS_GONE_CHECKS_MAX per batch: an rm -rf or a mass rename in the pod of
+ * a tree just listed must not hold up the stream). Returns 1 yes, 0 no
+ * (another file, or none: ENOENT, ENOTDIR), -1 not known (the link is
+ * down, the batch's checks are spent, or the call failed otherwise).
+ */
+static int path_holds(struct wsfs *fs, const ProtobufCBinaryData *path,
+		      const struct node_info *info, unsigned *checks)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct wsc_status st;
+	int r;
+
+	if (atomic_load(&fs->conn_down) || *checks >= WSFS_GONE_CHECKS_MAX)
+		return -1;
+	++*checks;
+	q.path = *path;
+	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
+			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
+			 fs->cfg.rpc_timeout_ms, &st);
+	if (r == -ENOENT || r == -ENOTDIR)
+		r = 0;
+	else if (r == 0 && rep->attr)
+		r = attr_is(info, rep->attr);
+	else
+		r = -1;
+	if (rep)
+		protobuf_c_message_free_unpacked(&rep->base, NULL);
+	return r;
+}
 
 /*
  * Whether agentd said within WSFS_EVENT_LATENCY_NS before the batch that
@@ -349,42 +384,23 @@ static bool bound_lately(const struct node_info *info, int64_t batch_ns)
  * Unless agentd said the name is that node within WSFS_EVENT_LATENCY_NS
  * before the batch (the mount may have looked the name up, or made it,
  * since the pod's removal): then agentd is asked what the path holds now
- * (one Stat, on this thread), and the name stays if it is the same inode.
- * (An inode number the removal freed and a new file took at once passes
- * for the same: that is the case the time bound is for.) At most
- * WSFS_GONE_CHECKS_MAX such Stats per batch (*@checks counts them: an
- * rm -rf in the pod of a tree just listed must not hold up the stream);
- * past them the name stays.
+ * (path_holds(): one Stat, on this thread, counted in *@checks), and the
+ * name stays if it is the same inode, or if that is not known. (An inode
+ * number the removal freed and a new file took at once passes for the
+ * same: that is the case the time bound is for.)
  */
 static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t batch_ns,
 		    unsigned *checks)
 {
-	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
-	Wsbridge__V1__StatReply *rep = NULL;
 	struct node_info info;
-	struct wsc_status st;
 	const char *name;
 	uint64_t parent;
 	size_t len;
-	int r;
 
 	if (!node_at(fs, path, &parent, &name, &len, &info) || !node_held(&info))
 		return;
-	if (!bound_lately(&info, batch_ns) || !info.ino) {
+	if (!bound_lately(&info, batch_ns) || !info.ino || path_holds(fs, path, &info, checks) == 0)
 		name_gone(fs, parent, name, len);
-		return;
-	}
-	if (atomic_load(&fs->conn_down) || *checks >= WSFS_GONE_CHECKS_MAX)
-		return;
-	++*checks;
-	q.path = *path;
-	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
-			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
-			 fs->cfg.rpc_timeout_ms, &st);
-	if ((r == -ENOENT || r == -ENOTDIR) || (r == 0 && rep->attr && !attr_is(&info, rep->attr)))
-		name_gone(fs, parent, name, len);
-	if (rep)
-		protobuf_c_message_free_unpacked(&rep->base, NULL);
 }
 
 /*
@@ -393,12 +409,19 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
  * follows, unless it is known, or may be, another file (the mount looked
  * @from up again, or made it, since: bound lately; an inode number alone
  * does not tell, the file system gives a freed one to the next file);
- * else a held node at @path that is known to be another file, and was not
- * bound lately, is taken from it.
+ * else a held node at @path that is known to be another file is taken
+ * from it. A held node bound lately (a cwd entered, a file opened just
+ * before the pod's rename) is checked with agentd (path_holds(), counted
+ * in *@checks): it follows if @from no longer holds its file and @a is
+ * that file (without @a, as for a directory: if @path holds it), and
+ * leaves @path if @path no longer holds it; without that, a cwd entered
+ * just before the pod renamed it lost its name, and calls
+ * on a descriptor opened just before the pod replaced its file reached the
+ * new file by the name.
  */
 static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 		     const ProtobufCBinaryData *path, const Wsbridge__V1__Attr *a,
-		     int64_t batch_ns)
+		     int64_t batch_ns, unsigned *checks)
 {
 	struct node_info mi, vi;
 	uint64_t mparent = 0, vparent = 0, m, v;
@@ -410,7 +433,10 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	/* (v == m: two names of one file; rename(2) leaves both.) A node of
 	 * the same directory at @path (the mount looked the new name up
 	 * before the event came) gives way to the one that holds a cwd. */
-	if (m && !bound_lately(&mi, batch_ns) && (!a || attr_is(&mi, a)) && v != m) {
+	if (m && (!a || attr_is(&mi, a)) && v != m &&
+	    (!bound_lately(&mi, batch_ns) ||
+	     (node_held(&mi) && path_holds(fs, from, &mi, checks) == 0 &&
+	      (a || path_holds(fs, path, &mi, checks) == 1)))) {
 		/* It replaces the node at @path, as a rename through the
 		 * mount does; into a directory the table does not know, it
 		 * cannot be followed. */
@@ -419,7 +445,8 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 			name_gone(fs, mparent, mname, mlen);
 		return;
 	}
-	if (v && a && vi.ino && !attr_is(&vi, a) && node_held(&vi) && !bound_lately(&vi, batch_ns))
+	if (v && a && vi.ino && !attr_is(&vi, a) && node_held(&vi) &&
+	    (!bound_lately(&vi, batch_ns) || path_holds(fs, path, &vi, checks) == 0))
 		name_gone(fs, vparent, vname, vlen);
 }
 
@@ -1324,7 +1351,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		 * paths resolve to. */
 		ev_name(fs, &ev->from);
 		ev_name(fs, &ev->path);
-		ev_moved(fs, &ev->from, &ev->path, ev->attr, ws->batch_ns);
+		ev_moved(fs, &ev->from, &ev->path, ev->attr, ws->batch_ns, &ws->gone_checks);
 		/* A link made and moved before agentd reported it. */
 		new_name(fs, ev, &ws->link_checks);
 		break;

@@ -358,6 +358,44 @@ PY
 	assert_eq "$output" "$want"
 	assert_contains "$output" "B: the pod has it under the new name: True"
 	assert_contains "$output" "D: reads through /proc/self/fd: old"
+	# The pod's change 80 ms after the host's chdir or open: its event
+	# comes while the mount's lookup is recent (watch.c bound_lately(),
+	# 200 ms), when a lookup may be newer than the event; wsfs asks
+	# agentd what the names hold. Without that the renamed cwds lost
+	# their names (B, C, G) and the replaced file's descriptor read the
+	# new file (D).
+	run "$PY" "$PYTESTS/pod_renames.py" "$MNT/soon" "$ROOT/soon" 0.3 0.08
+	assert_status 0
+	assert_eq "$output" "$want"
+}
+
+@test "fchmod and futimens of an open file reach it when the POD renamed it right after the open: with the watch (the event comes while the lookup is recent) and without (no event; the node keeps the old name)" {
+	# With the watch, by the path both failed ENOENT (the node did not
+	# follow a rename whose event came within 200 ms of its lookup);
+	# without it they still do by the path: an open file of the node is
+	# its file for sure (fs.c ws_setattr()).
+	agentd_unix
+	local opts
+	for opts in "" ",no_watch"; do
+		mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT$opts"
+		run "$PY" - "$MNT" "$ROOT" "${opts#,}" <<'PY'
+import os, sys, time
+mnt, root, tag = sys.argv[1], sys.argv[2], sys.argv[3]
+for i in range(3):
+    f, g = "f%s%d" % (tag, i), "g%s%d" % (tag, i)
+    fd = os.open(os.path.join(mnt, f), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.rename(os.path.join(root, f), os.path.join(root, g))
+    time.sleep(0.3)
+    os.fchmod(fd, 0o600)
+    os.utime(fd, (5, 5))
+    os.close(fd)
+    st = os.stat(os.path.join(root, g))
+    print("%o %d" % (st.st_mode & 0o777, st.st_mtime))
+PY
+		assert_status 0
+		assert_eq "$output" "$(printf '600 5\n%.0s' 1 2 3)"
+		umount_wsfs
+	done
 }
 
 @test "R2: a file the POD replaces by rename in a tight loop opens whole on MNT: fstat's size is the bytes read, and a mmap(2) of it reads them" {

@@ -5,7 +5,10 @@ root) and once on a local directory (VIEW = POD), and print what each step
 did; the two outputs must be the same. Each line names what a local disk
 does; a step whose errno may differ prints only whether it failed.
 
-Usage: pod_renames.py VIEW POD SETTLE_SECONDS
+Usage: pod_renames.py VIEW POD SETTLE_SECONDS [BEFORE_SECONDS]
+BEFORE_SECONDS (default SETTLE_SECONDS) is the pause between the host's
+step (a chdir, an open) and the pod's change: a short one has the event
+come while the mount's lookup is recent (wsfs watch.c bound_lately()).
 """
 import ctypes
 import os
@@ -13,6 +16,7 @@ import sys
 import time
 
 VIEW, POD, SETTLE = sys.argv[1], sys.argv[2], float(sys.argv[3])
+BEFORE = float(sys.argv[4]) if len(sys.argv) > 4 else SETTLE
 
 
 def settle():
@@ -21,6 +25,11 @@ def settle():
     with the create before it reaches the mount as a create of the new
     name)."""
     time.sleep(SETTLE)
+
+
+def pause():
+    """Between the host's step and the pod's change."""
+    time.sleep(BEFORE)
 
 
 def attempt(what, fn):
@@ -46,7 +55,7 @@ os.makedirs(v("a", "build"))
 with open(v("a", "build", "old.o"), "w"):
     pass
 os.chdir(v("a", "build"))
-settle()
+pause()
 os.unlink(p("a", "build", "old.o"))
 os.rmdir(p("a", "build"))
 os.mkdir(p("a", "build"))
@@ -65,7 +74,7 @@ os.chdir(home)
 # A cwd the pod renames: the process stays in it, under its new name.
 os.makedirs(v("b", "d1"))
 os.chdir(v("b", "d1"))
-settle()
+pause()
 os.rename(p("b", "d1"), p("b", "d2"))
 settle()
 attempt("B: create in the renamed cwd:", lambda: open("c", "w").close())
@@ -79,7 +88,7 @@ print("B: the new d1 stays empty:", os.listdir(p("b", "d1")) == [])
 # A cwd whose parent the pod renames.
 os.makedirs(v("c", "p", "d"))
 os.chdir(v("c", "p", "d"))
-settle()
+pause()
 os.rename(p("c", "p"), p("c", "q"))
 settle()
 attempt("C: create below the renamed parent:", lambda: open("x", "w").close())
@@ -94,7 +103,7 @@ with open(v("o", "f"), "w") as f:
     f.write("old")
 os.chmod(v("o", "f"), 0o644)
 fd = os.open(v("o", "f"), os.O_RDWR)
-settle()
+pause()
 with open(p("o", "g"), "w") as f:
     f.write("new")
 os.chmod(p("o", "g"), 0o644)
@@ -117,7 +126,7 @@ os.makedirs(v("e"))
 with open(v("e", "f"), "w") as f:
     f.write("data")
 fd = os.open(v("e", "f"), os.O_RDONLY)
-settle()
+pause()
 os.rename(p("e", "f"), p("e", "f2"))
 settle()
 attempt("E: fchmod:", lambda: os.fchmod(fd, 0o600))
@@ -135,7 +144,7 @@ open(v("x", "a", "fa"), "w").close()
 open(v("x", "b", "fb"), "w").close()
 os.chdir(v("x", "a"))
 dfd = os.open(v("x", "b"), os.O_RDONLY | os.O_DIRECTORY)
-settle()
+pause()
 if libc.renameat2(-100, p("x", "a").encode(), -100, p("x", "b").encode(), 2) != 0:
     sys.exit("renameat2: errno %d" % ctypes.get_errno())
 settle()
@@ -152,7 +161,7 @@ os.makedirs(p("y", "d"))
 open(p("y", "d", "old"), "w").close()
 settle()
 os.chdir(v("y", "d"))
-settle()
+pause()
 os.rename(p("y", "d"), p("y", "e"))
 for i in range(1000):
     try:
