@@ -538,6 +538,15 @@ int main(int argc, char **argv)
 			e = 0;
 		else
 			e = stat(mnt, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+		if (e == ENOTCONN) {
+			/* The mount of a FUSE server that died (stat(2) of a
+			 * connection without its server: ENOTCONN). */
+			fprintf(stderr,
+				"wsfs: mount point %s: %s: a FUSE mount whose server is gone "
+				"is still there; unmount it first: fusermount3 -u %s\n",
+				mnt, strerror(e), mnt);
+			goto out;
+		}
 		if (e) {
 			fprintf(stderr, "wsfs: mount point %s: %s\n", mnt, strerror(e));
 			goto out;

@@ -2214,6 +2214,10 @@ while todo:
 	kill -KILL "$WSFS_PID"
 	wait_gone "$WSFS_PID" 5
 	exec 5<&- 6<&- 7<&-
+	# A wsfs on the dead mount says what to do.
+	run "$WSFS" -f "$ADDR" "$MNT"
+	assert_status 1
+	assert_contains "$output" "server is gone is still there; unmount it first: fusermount3 -u $MNT"
 	umount_wsfs
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	run "$PY" - "$MNT" <<-'EOF'
