@@ -2391,22 +2391,30 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		node_fh_ref(fs->nodes, &f->link);
 	} else if (!info.attached || !(q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE)) {
 		/*
-		 * fchmod/fchown/futimens: the kernel names no handle (only
-		 * ftruncate does), but an open file of the node is its file
+		 * fchmod/fchown/futimens, and chmod/chown/utimensat by path:
+		 * the kernel names no handle (only ftruncate does) and does
+		 * not say which. An open file of the node is the node's file
 		 * for sure, where the path may hold another one by now: the
 		 * pod renamed or replaced it before its event came, or in the
 		 * same inotify read as the mount's create (agentd then reports
-		 * only the new name). Unlinked, only that way. A size goes by
-		 * the path while the node is named: a handle may be read-only
-		 * (ftruncate(2) EINVAL where truncate(2) works).
+		 * only the new name). So the call goes to the file the kernel
+		 * resolved the name to, as stat(2) shows it meanwhile, never
+		 * to one the process did not open. Unlinked, only that way. A
+		 * size goes by the path while the node is named: a handle may
+		 * be read-only (ftruncate(2) EINVAL where truncate(2) works).
 		 */
-		struct node_fh *link = node_fh_get(fs->nodes, ino);
-
-		if (!link && !info.attached) {
+		f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
+		/* Not an open that raced the pod's replacing of the name: it
+		 * holds the new file (ws_open(), replaced). */
+		if (f && info.attached &&
+		    !(f->ino == info.ino && node_same_ident(f->ident, info.ident))) {
+			file_put(fs, f);
+			f = NULL;
+		}
+		if (!f && !info.attached) {
 			r = -ESTALE;
 			goto out;
 		}
-		f = (struct wsfs_file *)link;
 	}
 	if (f) {
 		struct hslot s = { f, &q.handle };
@@ -2415,7 +2423,22 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 		r = file_rpc(fs, &s, 1, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
 			     &rep);
-	} else {
+		if ((r == -EIO || r == -EBADF || r == -EACCES) && !(fi && fi->fh) && info.attached) {
+			/* The handle failed (agentd lost it and it could
+			 * not be opened again, or it is broken): by the
+			 * name, as for a node with no open file. */
+			if (path)
+				self_end_attr(fs, path, len, r, NULL);
+			free(path);
+			path = NULL;
+			free_reply(rep);
+			rep = NULL;
+			q.handle = 0;
+			file_put(fs, f);
+			f = NULL;
+		}
+	}
+	if (!f) {
 		r = path_of(fs, ino, &path, &len);
 		if (r < 0)
 			goto out;

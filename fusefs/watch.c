@@ -337,7 +337,8 @@ static void name_gone(struct wsfs *fs, uint64_t parent, const char *name, size_t
  * WSFS_GONE_CHECKS_MAX per batch: an rm -rf or a mass rename in the pod of
  * a tree just listed must not hold up the stream). Returns 1 yes, 0 no
  * (another file, or none: ENOENT, ENOTDIR), -1 not known (the link is
- * down, the batch's checks are spent, or the call failed otherwise).
+ * down, the batch's checks are spent, or the call failed otherwise: then
+ * no more this batch).
  */
 static int path_holds(struct wsfs *fs, const ProtobufCBinaryData *path,
 		      const struct node_info *info, unsigned *checks)
@@ -354,12 +355,16 @@ static int path_holds(struct wsfs *fs, const ProtobufCBinaryData *path,
 	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
 			 &wsbridge__v1__stat_reply__descriptor, (ProtobufCMessage **)&rep,
 			 fs->cfg.rpc_timeout_ms, &st);
-	if (r == -ENOENT || r == -ENOTDIR)
+	if (r == -ENOENT || r == -ENOTDIR) {
 		r = 0;
-	else if (r == 0 && rep->attr)
+	} else if (r == 0 && rep->attr) {
 		r = attr_is(info, rep->attr);
-	else
+	} else {
+		/* No more this batch: a hung agentd would hold the stream
+		 * for a timeout per check. */
+		*checks = WSFS_GONE_CHECKS_MAX;
 		r = -1;
+	}
 	if (rep)
 		protobuf_c_message_free_unpacked(&rep->base, NULL);
 	return r;
@@ -379,6 +384,24 @@ static bool bound_lately(const struct node_info *info, int64_t batch_ns)
 }
 
 /*
+ * Whether @path is still bound as it was when node_at() gave @id (0: no
+ * node) and @was: path_holds() takes a round trip, during which a request
+ * thread may bind the name anew (a lookup, an own create or rename), and
+ * what the check found is then no ground to move or take that binding.
+ */
+static bool bound_same(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_t id,
+		       const struct node_info *was)
+{
+	struct node_info now;
+	const char *name;
+	uint64_t parent;
+	size_t len;
+
+	return node_at(fs, path, &parent, &name, &len, &now) == id &&
+	       (!id || now.bound_ns == was->bound_ns);
+}
+
+/*
  * The pod removed @path, in the batch that arrived at @batch_ns
  * (CLOCK_MONOTONIC): take the name from its node, if held (node_held()).
  * Unless agentd said the name is that node within WSFS_EVENT_LATENCY_NS
@@ -394,12 +417,14 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
 {
 	struct node_info info;
 	const char *name;
-	uint64_t parent;
+	uint64_t parent, id;
 	size_t len;
 
-	if (!node_at(fs, path, &parent, &name, &len, &info) || !node_held(&info))
+	id = node_at(fs, path, &parent, &name, &len, &info);
+	if (!id || !node_held(&info))
 		return;
-	if (!bound_lately(&info, batch_ns) || !info.ino || path_holds(fs, path, &info, checks) == 0)
+	if (!bound_lately(&info, batch_ns) || !info.ino ||
+	    (path_holds(fs, path, &info, checks) == 0 && bound_same(fs, path, id, &info)))
 		name_gone(fs, parent, name, len);
 }
 
@@ -436,7 +461,8 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	if (m && (!a || attr_is(&mi, a)) && v != m &&
 	    (!bound_lately(&mi, batch_ns) ||
 	     (node_held(&mi) && path_holds(fs, from, &mi, checks) == 0 &&
-	      (a || path_holds(fs, path, &mi, checks) == 1)))) {
+	      (a || path_holds(fs, path, &mi, checks) == 1) && bound_same(fs, from, m, &mi) &&
+	      bound_same(fs, path, v, &vi)))) {
 		/* It replaces the node at @path, as a rename through the
 		 * mount does; into a directory the table does not know, it
 		 * cannot be followed. */
@@ -446,7 +472,8 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 		return;
 	}
 	if (v && a && vi.ino && !attr_is(&vi, a) && node_held(&vi) &&
-	    (!bound_lately(&vi, batch_ns) || path_holds(fs, path, &vi, checks) == 0))
+	    (!bound_lately(&vi, batch_ns) ||
+	     (path_holds(fs, path, &vi, checks) == 0 && bound_same(fs, path, v, &vi))))
 		name_gone(fs, vparent, vname, vlen);
 }
 

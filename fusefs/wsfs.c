@@ -542,8 +542,9 @@ int main(int argc, char **argv)
 			/* The mount of a FUSE server that died (stat(2) of a
 			 * connection without its server: ENOTCONN). */
 			fprintf(stderr,
-				"wsfs: mount point %s: %s: a FUSE mount whose server is gone "
-				"is still there; unmount it first: fusermount3 -u %s\n",
+				"wsfs: mount point %s: %s: a FUSE mount there (or above it) "
+				"whose server is gone is still mounted; unmount it first: "
+				"fusermount3 -u %s\n",
 				mnt, strerror(e), mnt);
 			goto out;
 		}

@@ -2217,7 +2217,7 @@ while todo:
 	# A wsfs on the dead mount says what to do.
 	run "$WSFS" -f "$ADDR" "$MNT"
 	assert_status 1
-	assert_contains "$output" "server is gone is still there; unmount it first: fusermount3 -u $MNT"
+	assert_contains "$output" "server is gone is still mounted; unmount it first: fusermount3 -u $MNT"
 	umount_wsfs
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	run "$PY" - "$MNT" <<-'EOF'
