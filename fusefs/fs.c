@@ -2314,6 +2314,23 @@ static void set_time(Wsbridge__V1__TimeSpec *t, bool now, const struct timespec 
 	}
 }
 
+/* Whether wire path @path (@len bytes) holds node @info's file now, as
+ * agentd says (one Stat; false if that fails). Any thread. */
+static bool path_holds_node(struct wsfs *fs, const char *path, size_t len,
+			    const struct node_info *info)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+	struct stat st;
+	bool same;
+
+	q.path = bin(path, len);
+	same = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep) == 0 &&
+	       attr_to_stat(rep->attr, &st) == 0 && same_file(info, &st);
+	free_reply(rep);
+	return same;
+}
+
 static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -2423,12 +2440,15 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 		r = file_rpc(fs, &s, 1, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
 			     &rep);
-		if ((r == -EIO || r == -EBADF || r == -EACCES) && !(fi && fi->fh) && info.attached) {
-			/* The handle failed (agentd lost it and it could
-			 * not be opened again, or it is broken): by the
-			 * name, as for a node with no open file. */
-			if (path)
-				self_end_attr(fs, path, len, r, NULL);
+		if ((r == -EIO || r == -EBADF || r == -EACCES) && !(fi && fi->fh) && info.attached &&
+		    path && path_holds_node(fs, path, len, &info)) {
+			/* The handle failed (agentd lost it and could not
+			 * open the file again, or it is broken): by the name,
+			 * as for a node with no open file, but only while the
+			 * name holds the node's file (a broken handle is one
+			 * whose name held another): never a file the process
+			 * did not open. */
+			self_end_attr(fs, path, len, r, NULL);
 			free(path);
 			path = NULL;
 			free_reply(rep);

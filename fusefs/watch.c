@@ -402,6 +402,27 @@ static bool bound_same(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_
 }
 
 /*
+ * bound_same() for the new name of a MOVED whose node @mi is about to
+ * follow, or that name bound meanwhile to a node of @mi's very file (a
+ * LOOKUP or readdirplus of the new name after the event's ev_name()): the
+ * node replaces it, as when that lookup came before the batch.
+ */
+static bool dest_same(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_t id,
+		      const struct node_info *was, const struct node_info *mi)
+{
+	struct node_info now;
+	const char *name;
+	uint64_t parent, now_id;
+	size_t len;
+
+	now_id = node_at(fs, path, &parent, &name, &len, &now);
+	if (now_id == id && (!id || now.bound_ns == was->bound_ns))
+		return true;
+	return now_id && now.mode == mi->mode && now.ino == mi->ino &&
+	       node_same_ident(now.ident, mi->ident);
+}
+
+/*
  * The pod removed @path, in the batch that arrived at @batch_ns
  * (CLOCK_MONOTONIC): take the name from its node, if held (node_held()).
  * Unless agentd said the name is that node within WSFS_EVENT_LATENCY_NS
@@ -452,6 +473,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	uint64_t mparent = 0, vparent = 0, m, v;
 	const char *mname = NULL, *vname = NULL;
 	size_t mlen = 0, vlen = 0;
+	unsigned checks0 = *checks;
 
 	m = node_at(fs, from, &mparent, &mname, &mlen, &mi);
 	v = node_at(fs, path, &vparent, &vname, &vlen, &vi);
@@ -462,7 +484,7 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 	    (!bound_lately(&mi, batch_ns) ||
 	     (node_held(&mi) && path_holds(fs, from, &mi, checks) == 0 &&
 	      (a || path_holds(fs, path, &mi, checks) == 1) && bound_same(fs, from, m, &mi) &&
-	      bound_same(fs, path, v, &vi)))) {
+	      dest_same(fs, path, v, &vi, &mi)))) {
 		/* It replaces the node at @path, as a rename through the
 		 * mount does; into a directory the table does not know, it
 		 * cannot be followed. */
@@ -471,9 +493,11 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 			name_gone(fs, mparent, mname, mlen);
 		return;
 	}
+	/* (After a Stat above, only while @path is bound as it was.) */
 	if (v && a && vi.ino && !attr_is(&vi, a) && node_held(&vi) &&
-	    (!bound_lately(&vi, batch_ns) ||
-	     (path_holds(fs, path, &vi, checks) == 0 && bound_same(fs, path, v, &vi))))
+	    (!bound_lately(&vi, batch_ns) ? *checks == checks0 || bound_same(fs, path, v, &vi)
+					   : path_holds(fs, path, &vi, checks) == 0 &&
+						     bound_same(fs, path, v, &vi)))
 		name_gone(fs, vparent, vname, vlen);
 }
 
