@@ -244,10 +244,10 @@ struct fsops_dirent {
 /**
  * List directory @p path (following a final symlink inside the root, unless
  * @p oflags has O_NOFOLLOW: then a symlink fails -ENOTDIR, as open(2) with
- * O_DIRECTORY | O_NOFOLLOW) from cookie @p offset (0 = the start; else a next_offset from an earlier page),
- * at most @p max entries (0 = FSOPS_READDIR_DEFAULT; capped at
- * FSOPS_READDIR_MAX), never "." or "..", using getdents64(2) and the d_off
- * cookies the file system gives. Returns 0 with a malloc'd array in
+ * O_DIRECTORY | O_NOFOLLOW) from cookie @p offset (0 = the start; else a
+ * next_offset from an earlier page), at most @p max entries (0 =
+ * FSOPS_READDIR_DEFAULT; capped at FSOPS_READDIR_MAX), never "." or "..",
+ * using getdents64(2) and the d_off cookies the file system gives. Returns 0 with a malloc'd array in
  * *ret_ents of *ret_n entries (free with fsops_dirents_free) and *ret_eof
  * true when the directory has no more entries. With @p ret_self (may be
  * NULL), the directory's own attributes after the listing (getdents(2)

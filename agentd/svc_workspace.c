@@ -312,9 +312,10 @@ static int prefetch(const struct resolve_root *root, const struct listing *top,
 			 * left is skipped, as is one that cannot be listed, and
 			 * one that is no longer the directory the entry's lstat
 			 * saw (the pod put a symlink, or another directory, in
-			 * its place since; fsops_stat()'s identity tells one on
-			 * a reused inode number): its listing would go out
-			 * under a name that does not lead to it. */
+			 * its place since; the identity, birth time and file
+			 * handle, tells one on a reused inode number): its
+			 * listing would go out under a name that does not lead
+			 * to it. */
 			if (fsops_readdir(root, l.path, l.len, O_NOFOLLOW, 0,
 					  budget < PREFETCH_DIR_MAX ? budget : PREFETCH_DIR_MAX,
 					  &l.ents, &l.n, &eof, &l.self) < 0) {

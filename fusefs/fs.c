@@ -4745,9 +4745,9 @@ static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, u
  * @seq and mgen @mgen, for the next opendir of it (pf_take()'s rules):
  * rm(1) and fts(3) open a directory, read a page of it, and open it again
  * to read it all, and the kernel's cache of the listing is whole only once
- * a reader reached its end. Out of
- * memory keeps nothing. For listings of at most READDIR_PAGE entries (about
- * 200 bytes each), as ReadDir's prefetched ones.
+ * a reader reached its end. Out of memory keeps nothing. For listings of at
+ * most READDIR_PAGE entries (about 200 bytes each), as ReadDir's
+ * prefetched ones.
  */
 static void pf_put_listing(struct wsfs *fs, const char *path, size_t len,
 			   const struct wsfs_dir *d, uint64_t seq, uint64_t mgen, int64_t at_ns)

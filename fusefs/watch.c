@@ -412,14 +412,13 @@ static bool dest_same(struct wsfs *fs, const ProtobufCBinaryData *path, uint64_t
 {
 	struct node_info now;
 	const char *name;
-	uint64_t parent, now_id;
+	uint64_t parent;
 	size_t len;
 
-	now_id = node_at(fs, path, &parent, &name, &len, &now);
-	if (now_id == id && (!id || now.bound_ns == was->bound_ns))
+	if (bound_same(fs, path, id, was))
 		return true;
-	return now_id && now.mode == mi->mode && now.ino == mi->ino &&
-	       node_same_ident(now.ident, mi->ident);
+	return node_at(fs, path, &parent, &name, &len, &now) && now.mode == mi->mode &&
+	       now.ino == mi->ino && node_same_ident(now.ident, mi->ident);
 }
 
 /*
@@ -461,9 +460,9 @@ static void ev_gone(struct wsfs *fs, const ProtobufCBinaryData *path, int64_t ba
  * in *@checks): it follows if @from no longer holds its file and @a is
  * that file (without @a, as for a directory: if @path holds it), and
  * leaves @path if @path no longer holds it; without that, a cwd entered
- * just before the pod renamed it lost its name, and calls
- * on a descriptor opened just before the pod replaced its file reached the
- * new file by the name.
+ * just before the pod renamed it lost its name, and calls on a descriptor
+ * opened just before the pod replaced its file reached the new file by the
+ * name.
  */
 static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 		     const ProtobufCBinaryData *path, const Wsbridge__V1__Attr *a,
@@ -493,11 +492,9 @@ static void ev_moved(struct wsfs *fs, const ProtobufCBinaryData *from,
 			name_gone(fs, mparent, mname, mlen);
 		return;
 	}
-	/* (After a Stat above, only while @path is bound as it was.) */
 	if (v && a && vi.ino && !attr_is(&vi, a) && node_held(&vi) &&
-	    (!bound_lately(&vi, batch_ns) ? *checks == checks0 || bound_same(fs, path, v, &vi)
-					   : path_holds(fs, path, &vi, checks) == 0 &&
-						     bound_same(fs, path, v, &vi)))
+	    (!bound_lately(&vi, batch_ns) || path_holds(fs, path, &vi, checks) == 0) &&
+	    (*checks == checks0 || bound_same(fs, path, v, &vi))) /* after a Stat: as it was */
 		name_gone(fs, vparent, vname, vlen);
 }
 

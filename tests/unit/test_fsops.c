@@ -898,7 +898,8 @@ static void test_readdir_paging(void **state)
 		struct fsops_dirent *ents;
 		size_t n;
 
-		assert_int_equal(fsops_readdir(&fx->root, P("many"), 0, off, 37, &ents, &n, &eof, NULL), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P("many"), 0, off, 37,
+		                               &ents, &n, &eof, NULL), 0);
 		assert_true(n <= 37);
 		assert_true(eof || n == 37);
 		for (size_t i = 0; i < n; i++) {
@@ -926,7 +927,8 @@ static void test_readdir_paging(void **state)
 		struct fsops_dirent *ents;
 		size_t n;
 
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, 0, &ents, &n, &eof, NULL), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, 0,
+		                               &ents, &n, &eof, NULL), 0);
 		assert_true(eof);
 		for (size_t i = 0; i < n; i++) {
 			assert_string_not_equal(ents[i].name, ".");
@@ -934,12 +936,16 @@ static void test_readdir_paging(void **state)
 		}
 		assert_int_equal(n, 4); /* f abs l many */
 		fsops_dirents_free(ents, n);
-		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, 0, &ents, &n, &eof, NULL), -ENOTDIR);
-		assert_int_equal(fsops_readdir(&fx->root, P("abs"), 0, 0, 0, &ents, &n, &eof, NULL), -EXDEV);
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, -1, 0, &ents, &n, &eof, NULL), -EINVAL);
+		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, 0,
+		                               &ents, &n, &eof, NULL), -ENOTDIR);
+		assert_int_equal(fsops_readdir(&fx->root, P("abs"), 0, 0, 0,
+		                               &ents, &n, &eof, NULL), -EXDEV);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, -1, 0,
+		                               &ents, &n, &eof, NULL), -EINVAL);
 		/* a symlink to a directory inside: followed, unless O_NOFOLLOW */
 		assert_int_equal(symlink("many", strcat(strcpy(p, fx->rootdir), "/tomany")), 0);
-		assert_int_equal(fsops_readdir(&fx->root, P("tomany"), 0, 0, 0, &ents, &n, &eof, NULL), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P("tomany"), 0, 0, 0,
+		                               &ents, &n, &eof, NULL), 0);
 		assert_int_equal(n, N);
 		fsops_dirents_free(ents, n);
 		assert_int_equal(fsops_readdir(&fx->root, P("tomany"), O_NOFOLLOW, 0, 0, &ents, &n, &eof,
@@ -958,7 +964,8 @@ static void test_readdir_paging(void **state)
 
 		assert_true(dfd >= 0);
 		assert_int_equal(utimensat(dfd, "many", old, 0), 0);
-		assert_int_equal(fsops_readdir(&fx->root, P("many"), 0, 0, 0, &ents, &n, &eof, &self), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P("many"), 0, 0, 0,
+		                               &ents, &n, &eof, &self), 0);
 		fsops_dirents_free(ents, n);
 		assert_int_equal(fstatat(dfd, "many", &after, 0), 0);
 		close(dfd);
@@ -969,7 +976,8 @@ static void test_readdir_paging(void **state)
 		assert_int_equal(self.st.st_atim.tv_sec, after.st_atim.tv_sec);
 		assert_int_equal(self.st.st_atim.tv_nsec, after.st_atim.tv_nsec);
 		assert_int_equal(self.st.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
-		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, 0, &ents, &n, &eof, &self), -ENOTDIR);
+		assert_int_equal(fsops_readdir(&fx->root, P("f"), 0, 0, 0,
+		                               &ents, &n, &eof, &self), -ENOTDIR);
 	}
 }
 
@@ -1103,7 +1111,8 @@ static void test_birth(void **state)
 		size_t n = 0;
 		bool eof = false;
 
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, 0, &ents, &n, &eof, NULL), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, 0,
+		                               &ents, &n, &eof, NULL), 0);
 		assert_true(n > 0);
 		for (size_t i = 0; i < n; i++) {
 			assert_true(ents[i].has_attr);
@@ -1112,7 +1121,8 @@ static void test_birth(void **state)
 		}
 		fsops_dirents_free(ents, n);
 		fx->root = saved;
-		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, 0, &ents, &n, &eof, NULL), 0);
+		assert_int_equal(fsops_readdir(&fx->root, P(""), 0, 0, 0,
+		                               &ents, &n, &eof, NULL), 0);
 		for (size_t i = 0; i < n; i++)
 			if (strcmp(ents[i].name, "g") == 0) {
 				assert_int_equal(ents[i].ident.btime_ns, id3.btime_ns);
