@@ -70,11 +70,19 @@ struct wsfs_file {
 	uint64_t sh;   /* agentd's handle; under lock */
 	uint64_t gen;  /* conn_gen when sh was obtained; under lock */
 	bool broken;   /* could not be reopened safely: EIO; under lock */
+	/* sh is a read-only handle that stands in for the writable one that
+	 * file_park() gave back; file_handle_rw() opens that again. Under
+	 * lock. */
+	bool parked;
 	uint64_t ino;  /* server inode at open */
 	uint64_t ident; /* and identity (st_ident()) */
 	Wsbridge__V1__Access access;
 	bool append;
 	bool direct_io; /* opened FOPEN_DIRECT_IO: writes bypass the kernel's pages */
+	/* The file had an execute bit when last seen (open, chmod): its
+	 * handles go back to agentd at once when it is closed, not queued
+	 * ("Releases"). */
+	atomic_bool exec;
 	uint64_t sh_pos; /* for an append file: a handle without O_APPEND, or 0; under lock */
 	atomic_int wb_err; /* errno of a write-behind that failed, not yet reported */
 	bool wrote;         /* a WRITE came; under lock */
@@ -735,6 +743,13 @@ static struct wsfs_file *file_of(struct fuse_file_info *fi)
 	return (struct wsfs_file *)(uintptr_t)fi->fh;
 }
 
+/* Whether @mode is a regular file's with an execute bit: one execve(2)
+ * may run, which fails ETXTBSY while anyone has it open for writing. */
+static bool mode_exec(mode_t mode)
+{
+	return S_ISREG(mode) && (mode & (S_IXUSR | S_IXGRP | S_IXOTH));
+}
+
 static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct stat *st,
 				  Wsbridge__V1__Access access, bool append)
 {
@@ -750,6 +765,7 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
 	f->ident = st_ident(st);
 	f->access = access;
 	f->append = append;
+	atomic_init(&f->exec, mode_exec(st->st_mode));
 	pthread_mutex_lock(&files_lock);
 	f->next = fs_files;
 	if (fs_files)
@@ -772,14 +788,27 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
  * pod sees the file closed (IN_CLOSE_WRITE) up to 5 ms later, within the
  * window its echo is expected in (wsfs_self_end()); every byte written
  * was agentd's before the close returned (FLUSH), and nothing waits on a
- * release. An agentd from before HandleRequest.more releases the first
- * handle only and replies released 0: the rest then go one per call, as
- * every release after it (rel_single). A handle a Release cannot take
- * to agentd now (it is unreachable) is kept and released by the monitor
- * once agentd answers again (release_later(), wsfs_release_pending()), so
- * that a network blip does not leak agentd's handles (its table is
- * bounded); after an agentd restart that Release finds them gone, which
- * is harmless (EBADF for one alone, nothing for a batch).
+ * release. Not so for a writable handle of a file with an execute bit
+ * (wsfs_file.exec): while agentd holds it open for writing, execve(2) of
+ * the file in the pod fails ETXTBSY (execve(2)), and the kernel sends
+ * RELEASE only after close(2) has returned (fs/fuse/file.c: a background
+ * request). So FLUSH, which close(2) waits for, parks such a handle
+ * (file_park()): agentd opens the file again read-only from it
+ * (OpenRequest.reopen) and releases it; a later call on it (a dup(2)'d
+ * descriptor still writing) opens it for writing again from the
+ * read-only one (file_handle_rw()). A chmod that adds an execute bit
+ * (the linker makes its output executable after closing it: binutils'
+ * bfd_close()) parks the node's closed writable handles and sends the
+ * queue at once (exec_changed()); a writable handle with the bit that
+ * is not parked is released at once (file_destroy()). An agentd from
+ * before HandleRequest.more releases the first handle only and replies
+ * released 0: the rest then go one per call, as every release after it
+ * (rel_single). A handle a Release cannot take to agentd now (it is
+ * unreachable) is kept and released by the monitor once agentd answers
+ * again (release_later(), wsfs_release_pending()), so that a network
+ * blip does not leak agentd's handles (its table is bounded); after an
+ * agentd restart that Release finds them gone, which is harmless (EBADF
+ * for one alone, nothing for a batch).
  */
 
 /* Keep handles @a[@n] agentd could not be told of for
@@ -942,8 +971,13 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 	if (f->next)
 		f->next->prev = f->prev;
 	pthread_mutex_unlock(&files_lock);
-	release_handle(fs, f->sh);
-	release_handle(fs, f->sh_pos);
+	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY && atomic_load(&f->exec) && !f->parked) {
+		release_send(fs, &f->sh, f->sh ? 1 : 0);
+		release_send(fs, &f->sh_pos, f->sh_pos ? 1 : 0);
+	} else {
+		release_handle(fs, f->sh);
+		release_handle(fs, f->sh_pos);
+	}
 	pthread_mutex_destroy(&f->lock);
 	free(f->ra);
 	free(f);
@@ -1060,6 +1094,151 @@ static int file_handle(struct wsfs_file *f, uint64_t *sh)
 	return r;
 }
 
+/*
+ * FLUSH (close(2)) of @f, a writable handle of a file with an execute bit
+ * ("Releases"): agentd opens the file again read-only from @f's handle
+ * (OpenRequest.reopen: the same inode, linked or not) and releases the
+ * writable one (and the append file's positional one), so that nothing
+ * holds the file open for writing once close(2) returns and the pod can
+ * execve(2) it. If agentd cannot open it read-only (no read permission),
+ * the handle stays as it is. Any FUSE request thread, no lock held; the
+ * RPCs run under f->lock (as file_reopen()'s).
+ */
+static void file_park(struct wsfs *fs, struct wsfs_file *f)
+{
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	uint64_t gave[2] = { 0, 0 };
+	char *path = NULL;
+	size_t len = 0;
+
+	if (f->access == WSBRIDGE__V1__ACCESS__RDONLY || !atomic_load(&f->exec))
+		return;
+	/* The Release is an IN_CLOSE_WRITE (CHANGED) echo, as ws_release()'s. */
+	if (path_of(fs, f->link.nodeid, &path, &len) == 0)
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	pthread_mutex_lock(&f->lock);
+	if (!f->broken && !f->parked && f->sh) {
+		q.reopen = f->sh;
+		q.path = bin("\0", 1); /* ws_open(): names nothing */
+		q.access = WSBRIDGE__V1__ACCESS__RDONLY;
+		if (open_rpc(fs, &q, &rep) == 0) {
+			gave[0] = f->sh;
+			gave[1] = f->sh_pos;
+			f->sh = rep->handle;
+			f->sh_pos = 0;
+			f->parked = true;
+		}
+		/* else kept: its Release goes at once (file_destroy()) */
+	}
+	if (gave[0])
+		release_send(fs, gave, gave[1] ? 2 : 1);
+	pthread_mutex_unlock(&f->lock);
+	free_reply(rep);
+	if (path) {
+		wsfs_self_end(fs, path, len, true, NULL);
+		free(path);
+	}
+}
+
+/*
+ * file_handle() for a call on @f, which may write: a parked handle
+ * (file_park()) is opened for writing again first, from the read-only one,
+ * with @f's access and O_APPEND, and the read-only one released. Returns 0
+ * with *@sh, -EIO if @f is broken, or the Open's -errno (EACCES when the
+ * file lost its write permission meanwhile and agentd is not root). A
+ * read-only handle agentd no longer knows is given as it is, for the
+ * call's EBADF to reopen the file by path. Any FUSE request thread, no
+ * lock held.
+ */
+static int file_handle_rw(struct wsfs *fs, struct wsfs_file *f, uint64_t *sh)
+{
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	uint64_t ro = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->broken) {
+		r = -EIO;
+	} else if (f->parked) {
+		q.reopen = f->sh;
+		q.path = bin("\0", 1);
+		q.access = f->access;
+		q.append = f->append;
+		r = open_rpc(fs, &q, &rep);
+		if (r == 0) {
+			ro = f->sh;
+			f->sh = rep->handle;
+			f->parked = false;
+		} else if (r == -EBADF) {
+			/* agentd lost it (a restart): the call's EBADF reopens
+			 * by path (file_rpc_ex(), file_reopen()). */
+			f->parked = false;
+			r = 0;
+		}
+	}
+	if (r == 0)
+		*sh = f->sh;
+	pthread_mutex_unlock(&f->lock);
+	release_handle(fs, ro);
+	free_reply(rep);
+	return r;
+}
+
+/* node_fh_each(): set a file's wsfs_file.exec to *@arg (a bool). */
+static void exec_set_fn(struct node_fh *n, void *arg)
+{
+	atomic_store(&((struct wsfs_file *)n)->exec, *(bool *)arg);
+}
+
+/* Writable open files of a node, referenced (exec_pick()). */
+struct exec_pick {
+	struct wsfs_file *f[8];
+	size_t n;
+};
+
+/* node_fh_each(): @h into @arg when it is writable, with a reference (the
+ * table's lock is held: sab_pick()). */
+static void exec_pick(struct node_fh *h, void *arg)
+{
+	struct exec_pick *p = arg;
+	struct wsfs_file *f = (struct wsfs_file *)h;
+
+	if (p->n < sizeof(p->f) / sizeof(p->f[0]) && f->access != WSBRIDGE__V1__ACCESS__RDONLY) {
+		h->refs++;
+		p->f[p->n++] = f;
+	}
+}
+
+/* Node @id's mode became @mode (a SETATTR's): its open files note whether
+ * it has an execute bit. When it does, its writable handles whose FLUSH
+ * came are parked (file_park()) and the handles waiting in the release
+ * queue go at once ("Releases"), before the chmod(2) returns. Any FUSE
+ * request thread, no lock held; blocks on RPCs. */
+static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
+{
+	struct exec_pick pick = { .n = 0 };
+	bool on = mode_exec(mode);
+
+	node_fh_each(fs->nodes, id, exec_set_fn, &on);
+	if (!on)
+		return;
+	node_fh_each(fs->nodes, id, exec_pick, &pick);
+	for (size_t i = 0; i < pick.n; i++) {
+		bool closing;
+
+		pthread_mutex_lock(&fs->sab_lock);
+		closing = pick.f[i]->closing;
+		pthread_mutex_unlock(&fs->sab_lock);
+		if (closing)
+			file_park(fs, pick.f[i]);
+		file_put(fs, pick.f[i]);
+	}
+	if (fs->gb_started)
+		(void)release_flush(fs);
+}
+
 /* Does agentd still know handle @sh? 1 yes, 0 no (EBADF), or -errno. */
 static int handle_alive(struct wsfs *fs, uint64_t sh)
 {
@@ -1095,7 +1274,7 @@ static int file_rpc_ex(struct wsfs *fs, struct hslot *slots, size_t n, const cha
 		bool reopened = false;
 
 		for (size_t i = 0; i < n; i++) {
-			r = file_handle(slots[i].f, &used[i]);
+			r = file_handle_rw(fs, slots[i].f, &used[i]);
 			if (r < 0)
 				return r;
 			*slots[i].field = used[i];
@@ -2074,6 +2253,11 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	pthread_mutex_unlock(&fs->sab_lock);
 	if (put)
 		file_put(fs, f);
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		bool on = mode_exec(S_IFREG | mode);
+
+		node_fh_each(fs->nodes, ino, exec_set_fn, &on);
+	}
 
 	st->st_mode = (st->st_mode & S_IFMT) | mode;
 	if (to_set & FUSE_SET_ATTR_ATIME)
@@ -2483,6 +2667,8 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	/* fchown(2) after utimensat(2) (tar, cp -a): the kernel asks GETATTR
 	 * first (fs/fuse/dir.c fuse_setattr, to kill suid bits itself). */
 	own_keep(fs, ino, r == 0 ? &st : NULL, gen0, gen, oseq0);
+	if (r == 0 && (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE))
+		exec_changed(fs, ino, st.st_mode);
 	if (r == 0 && S_ISREG(st.st_mode)) {
 		/* The kernel truncated its own pages; what it keeps matches. */
 		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
@@ -4467,6 +4653,8 @@ static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	sab_closing(fs, f);
 	wb_wait(fs);
+	if (f)
+		file_park(fs, f); /* "Releases": nothing left writing the file */
 	fuse_reply_err(req, f ? wb_error(f, WB_FLUSH) : 0);
 }
 

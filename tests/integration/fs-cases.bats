@@ -681,6 +681,50 @@ except OSError as e:
 	assert_eq "$(cmp "$MNT/prog" "$ROOT/prog" && echo same)" same
 }
 
+@test "S2: a program made on MNT runs in the workspace right after (no ETXTBSY from a handle still open)" {
+	command -v cc >/dev/null || skip "no cc"
+	local i fails=0
+	# agentd holding the file open for writing, execve(2) of it in the
+	# pod fails ETXTBSY. The linker makes its output executable after
+	# closing it (chmod), cp(1) creates it so: both run at once, here in
+	# the same shell with no gap (under gVisor in the sandbox, pod_run).
+	printf 'int main(void){return 7;}' >"$MNT/p.c"
+	for i in 1 2 3 4 5 6 7 8; do
+		if wsb_runsc; then
+			(cd "$MNT" && cc p.c -o "p$i")
+			run pod_run "$ROOT/p$i"
+		else
+			run bash -c 'cd "$1" && cc p.c -o "p$2" && exec "$3/p$2"' _ "$MNT" "$i" "$ROOT"
+		fi
+		[ "$status" -eq 7 ] || { fails=$((fails + 1)); echo "# cc $i: $status $output" >&3; }
+	done
+	for i in $(seq 1 30); do
+		if wsb_runsc; then
+			cp /bin/true "$MNT/t$i"
+			run pod_run "$ROOT/t$i"
+		else
+			run bash -c 'cp /bin/true "$1/t$2" && exec "$3/t$2"' _ "$MNT" "$i" "$ROOT"
+		fi
+		[ "$status" -eq 0 ] || { fails=$((fails + 1)); echo "# cp $i: $status $output" >&3; }
+	done
+	assert_eq "$fails" 0 "runs that failed"
+
+	# A close gives agentd's writable handle back while another
+	# descriptor of the open file stays: that one writes on (with
+	# O_APPEND too).
+	exec 4>"$MNT/s"
+	chmod +x "$MNT/s"
+	(echo a >&4)
+	echo b >&4
+	exec 4>&-
+	exec 4>>"$MNT/s"
+	(echo c >&4)
+	echo d >&4
+	exec 4>&-
+	assert_eq "$(cat "$ROOT/s")" $'a\nb\nc\nd'
+	assert_eq "$(cat "$MNT/s")" $'a\nb\nc\nd'
+}
+
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "M1: touch gives now; touch -d sets exactly; touch -a leaves mtime alone" {
 	local before after m exp
