@@ -28,6 +28,7 @@
 #include "agentd.h"
 #include "devagent.pb-c.h"
 #include "exec.h"
+#include "watch.h"
 #include "wsb.h"
 #include "wsbridge.pb-c.h"
 
@@ -37,6 +38,12 @@
 #define START_MAX_ENV 4096
 /** Longest TERM, bytes. */
 #define TERM_MAX 256
+
+/**
+ * Longest a command's exit status waits for its changes to reach the Watch
+ * streams (watch_barrier()), ms: a stalled watcher delays no exit longer.
+ */
+#define EXIT_BARRIER_MS 100u
 
 /** ExecuteCommands: timeout of each command, ms (Dev_Agent had none). */
 #define COMMANDS_TIMEOUT_MS ((uint64_t)10 * 60 * 1000)
@@ -248,11 +255,14 @@ struct stream_ctx {
 	bool end_wanted;             /* ended while sending: finish on sent */
 	int end_code;
 	const char *end_msg;         /* static */
+	bool have_exit;              /* exit holds the exit event, not yet sent */
+	struct exec_exit exit;
+	struct watch_barrier *barrier; /* the exit waits for its changes */
 };
 
 static void stream_maybe_free(struct stream_ctx *c)
 {
-	if (!c->call && !c->sending)
+	if (!c->call && !c->sending && !c->barrier)
 		free(c);
 }
 
@@ -281,6 +291,8 @@ static void stream_end(struct stream_ctx *c, int code, const char *msg)
 	if (!call || c->end_wanted)
 		return;
 	stream_unwatch(c);
+	watch_barrier_cancel(c->barrier);
+	c->barrier = NULL;
 	if (c->sending && code != WSB_OK) {
 		/* One operation at a time: the outstanding send completes
 		 * first (fast, once the call is cancelled). */
@@ -297,6 +309,7 @@ static void stream_end(struct stream_ctx *c, int code, const char *msg)
 }
 
 static void stream_sent(struct rpc_call *call, bool ok, void *arg);
+static void stream_barrier_done(void *arg);
 
 static void stream_send(struct stream_ctx *c, const ProtobufCMessage *msg)
 {
@@ -317,8 +330,10 @@ static void stream_pump(struct stream_ctx *c)
 	Wsbridge__V1__ExecLost lost = WSBRIDGE__V1__EXEC_LOST__INIT;
 	struct exec_event e;
 
-	if (!c->call || c->sending || c->done || c->end_wanted)
+	if (!c->call || c->sending || c->done || c->end_wanted || c->barrier)
 		return;
+	if (c->have_exit)
+		goto exited;
 	if (!c->started_sent) {
 		c->started_sent = true;
 		started.id = c->id;
@@ -353,26 +368,48 @@ static void stream_pump(struct stream_ctx *c)
 		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_LOST;
 		ev.lost = &lost;
 		break;
-	case EXEC_EV_EXITED: {
-		struct rpc_call *call = c->call;
-
-		exit_to_msg(&e.exit, &ex);
-		ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED;
-		ev.exited = &ex;
-		/* The last event and the OK status in one batch: one write
-		 * and one wake-up less at the end of every command. */
-		c->done = true;
-		stream_unwatch(c);
-		c->call = NULL;
-		(void)rpc_reply(call, &ev.base);
-		return;
-	}
+	case EXEC_EV_EXITED:
+		/* The exit goes once the command's changes to the tree went
+		 * out on the Watch streams: a client that reads the mount
+		 * right after the command finds them there (README, R1). */
+		c->exit = e.exit;
+		c->have_exit = true;
+		if (watch_barrier(svc_workspace_watcher(), EXIT_BARRIER_MS, stream_barrier_done, c,
+				  &c->barrier) == 1)
+			return;
+		c->barrier = NULL;
+		goto exited;
 	case EXEC_EV_NONE:
 		if (c->no_follow)
 			stream_end(c, WSB_OK, NULL); /* caught up: the replay is over */
 		return; /* else the watcher's ready callback comes back */
 	}
 	stream_send(c, &ev.base);
+	return;
+exited: {
+	struct rpc_call *call = c->call;
+
+	exit_to_msg(&c->exit, &ex);
+	ev.event_case = WSBRIDGE__V1__EXEC_EVENT__EVENT_EXITED;
+	ev.exited = &ex;
+	/* The last event and the OK status in one batch: one write and one
+	 * wake-up less at the end of every command. */
+	c->have_exit = false;
+	c->done = true;
+	stream_unwatch(c);
+	c->call = NULL;
+	(void)rpc_reply(call, &ev.base);
+}
+}
+
+/* The barrier of the exit event (stream_pump()) is met: send it. */
+static void stream_barrier_done(void *arg)
+{
+	struct stream_ctx *c = arg;
+
+	c->barrier = NULL;
+	stream_pump(c);
+	stream_maybe_free(c);
 }
 
 static void stream_sent(struct rpc_call *call, bool ok, void *arg)
@@ -1069,6 +1106,7 @@ struct cmds_ctx {
 	uint64_t timeout_ms;        /* of the running command */
 	struct exec_capture cap;    /* its output */
 	struct buf out;             /* transcript, raw bytes */
+	struct watch_barrier *barrier; /* the reply waits for the changes */
 };
 
 static void cmds_free(struct cmds_ctx *ctx)
@@ -1191,7 +1229,21 @@ static void cmds_reply(struct cmds_ctx *ctx)
 
 static void cmds_ready(struct exec_watch *w, void *arg);
 
-/* Start commands until one runs; reply when none is left. */
+/* The barrier of the reply (cmds_next()) is met: reply, and free @arg
+ * unless a command still runs (it cannot: the last one ended). */
+static void cmds_barrier_done(void *arg)
+{
+	struct cmds_ctx *ctx = arg;
+
+	ctx->barrier = NULL;
+	cmds_reply(ctx);
+	if (!ctx->w)
+		cmds_free(ctx);
+}
+
+/* Start commands until one runs; reply when none is left, once the
+ * commands' changes to the tree went out on the Watch streams (as
+ * stream_pump()'s exit). */
 static void cmds_next(struct cmds_ctx *ctx)
 {
 	struct exec_spec spec = {
@@ -1236,6 +1288,10 @@ static void cmds_next(struct cmds_ctx *ctx)
 		else
 			buf_printf(&ctx->out, "[not started: %s]\n", strerror(-r));
 	}
+	if (watch_barrier(svc_workspace_watcher(), EXIT_BARRIER_MS, cmds_barrier_done, ctx,
+			  &ctx->barrier) == 1)
+		return; /* ctx->call stays: nothing frees ctx meanwhile */
+	ctx->barrier = NULL;
 	cmds_reply(ctx);
 }
 
@@ -1283,6 +1339,8 @@ static void cmds_cancel(struct rpc_call *call, void *arg)
 
 	ctx->call = NULL;
 	rpc_finish(call, WSB_CANCELLED, 0, "the call was cancelled");
+	watch_barrier_cancel(ctx->barrier);
+	ctx->barrier = NULL;
 	if (ctx->w) {
 		exec_kill(exec_watch_process(ctx->w), EXEC_KILLED_DETACHED);
 		exec_watch_free(ctx->w);

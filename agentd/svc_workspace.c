@@ -1415,7 +1415,8 @@ struct watch_call {
 	const struct resolve_root *root;
 	struct watch_sub *sub;     /* NULL for a no_events call */
 	uint64_t session;          /* owner key held (session_hold), or 0 */
-	struct watch_call *next;   /* quiet_calls; loop thread */
+	uint64_t id;               /* WatchBatch.stream: WatchSync finds it */
+	struct watch_call *next;   /* quiet_calls or sub_calls; loop thread */
 };
 
 /* The open no_events Watch calls (loop thread only): svc_workspace_shutdown()
@@ -1423,33 +1424,49 @@ struct watch_call {
 static struct watch_call *quiet_calls;
 /* svc_workspace_shutdown() ran: no new no_events call (loop thread). */
 static bool quiet_stopped;
+/* The open Watch calls with events (loop thread only), for WatchSync, and
+ * the last id given one. */
+static struct watch_call *sub_calls;
+static uint64_t last_watch_id;
 
 /* Free @p wc, whose call has ended, dropping its session hold. Loop thread. */
 static void wc_free(struct watch_call *wc)
 {
-	if (!wc->sub) {
-		struct watch_call **pp = &quiet_calls;
+	struct watch_call **pp = wc->sub ? &sub_calls : &quiet_calls;
 
-		while (*pp && *pp != wc)
-			pp = &(*pp)->next;
-		if (*pp)
-			*pp = wc->next;
-	}
+	while (*pp && *pp != wc)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = wc->next;
 	session_done(wc->ad, wc->session);
 	free(wc);
 }
 
+/* The open Watch call with events of id @p id, or NULL. Loop thread. */
+static struct watch_call *wc_find(uint64_t id)
+{
+	struct watch_call *wc = sub_calls;
+
+	while (wc && wc->id != id)
+		wc = wc->next;
+	return wc;
+}
+
 static void watch_sent(struct rpc_call *call, bool ok, void *arg);
 
-/* watch_sub_ops.deliver: one WatchBatch per batch, one send at a time. */
-static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, size_t n, void *arg)
+/* watch_sub_ops.deliver: one WatchBatch per batch, one send at a time;
+ * @p sync goes with the call's id (WatchBatch.sync, stream). */
+static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, size_t n,
+			 uint64_t sync, void *arg)
 {
 	struct watch_call *wc = arg;
 	Wsbridge__V1__WatchBatch b = WSBRIDGE__V1__WATCH_BATCH__INIT;
-	Wsbridge__V1__WatchEvent *e = calloc(n, sizeof(*e));
-	Wsbridge__V1__WatchEvent **ep = calloc(n, sizeof(*ep));
+	/* calloc(0) may give NULL: a batch of only a sync has no events. */
+	Wsbridge__V1__WatchEvent *e = calloc(n ? n : 1, sizeof(*e));
+	Wsbridge__V1__WatchEvent **ep = calloc(n ? n : 1, sizeof(*ep));
 	size_t n_attr = 0;
-	Wsbridge__V1__Attr *a = calloc(n < WATCH_ATTRS_MAX ? n : WATCH_ATTRS_MAX, sizeof(*a));
+	Wsbridge__V1__Attr *a = calloc(n == 0 ? 1 : n < WATCH_ATTRS_MAX ? n : WATCH_ATTRS_MAX,
+				       sizeof(*a));
 	struct watch_stats ws;
 	int r;
 
@@ -1497,6 +1514,10 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	}
 	b.n_events = n;
 	b.events = ep;
+	if (sync) {
+		b.sync = sync;
+		b.stream = wc->id;
+	}
 	r = rpc_send(wc->call, &b.base, watch_sent, wc);
 	free(e);
 	free(ep);
@@ -1631,8 +1652,33 @@ static void do_watch(struct rpc_call *call, const ProtobufCMessage *req, void *d
 			rpc_fail_errno(call, -r, "watch");
 		return;
 	}
+	wc->id = ++last_watch_id;
+	wc->next = sub_calls;
+	sub_calls = wc;
+	if (q->acks)
+		watch_sub_acks(wc->sub);
 	/* The first batch goes out on a later loop iteration, after this. */
 	rpc_on_cancel(call, watch_cancel, wc);
+}
+
+/* WatchSync: the client of Watch call q->stream applied its batches up to
+ * the one with q->sync (watch_sub_ack()). Loop thread. */
+static void do_watch_sync(struct rpc_call *call, const ProtobufCMessage *req, void *data)
+{
+	const Wsbridge__V1__WatchSyncRequest *q = (const void *)req;
+	struct watch_call *wc = wc_find(q->stream);
+
+	(void)data;
+	if (!wc) {
+		rpc_finish(call, WSB_NOT_FOUND, 0, "watch sync: no Watch call of that stream id is open");
+		return;
+	}
+	if (watch_sub_ack(wc->sub, q->sync) < 0) {
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "watch sync: that sync value was never sent on the stream");
+		return;
+	}
+	reply_empty(call);
 }
 
 struct watcher *svc_workspace_watcher(void)
@@ -1677,6 +1723,8 @@ static struct rpc_method ws_methods[] = {
 	WS("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
 	{"/wsbridge.v1.Workspace/Watch", RPC_SERVER_STREAM, RPC_ON_LOOP,
 	 &wsbridge__v1__watch_request__descriptor, false, do_watch, NULL},
+	{"/wsbridge.v1.Workspace/WatchSync", RPC_UNARY, RPC_ON_LOOP,
+	 &wsbridge__v1__watch_sync_request__descriptor, false, do_watch_sync, NULL},
 	/* The unary methods above as messages of one stream (rpc.h RPC_OPS). */
 	{"/wsbridge.v1.Workspace/Ops", RPC_OPS, RPC_ON_CQ, NULL, false, NULL, NULL},
 };

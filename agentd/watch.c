@@ -147,6 +147,9 @@ struct watch_sub {
 	bool ready;             /* READY was queued; reads the log */
 	bool need_ready, need_overflow;
 	bool busy;              /* a batch is out, waiting for watch_sub_done */
+	bool acks;              /* watch_sub_acks(): barriers wait for acked */
+	uint64_t acked;         /* the last sync watch_sub_ack() took */
+	uint64_t sync_sent;     /* the last sync delivered */
 };
 
 struct watcher {
@@ -171,8 +174,9 @@ struct watcher {
 	bool stage_overflow;    /* an OVERFLOW is staged */
 	bool lost;              /* an event was lost (ENOMEM): stage OVERFLOW */
 
-	uv_timer_t pair_timer, kick, retry, read_delay;
+	uv_timer_t pair_timer, kick, retry, read_delay, bar_timer;
 	uv_idle_t idle;
+	struct watch_barrier *barriers; /* watch_barrier(), newest first */
 	bool pair_armed;
 	char *rbuf;
 
@@ -183,8 +187,22 @@ struct watcher {
 	uint64_t resyncs, sub_overflows, limit_hits;
 };
 
+/* A caller waiting for the events read so far to reach every subscriber
+ * (watch_barrier()). */
+struct watch_barrier {
+	struct watcher *w;
+	struct watch_barrier *next, *prev;
+	uint64_t target;       /* log sequence each ready subscriber must pass */
+	bool await_commit;     /* the stage held events: target set at commit */
+	bool arming;           /* watch_barrier() runs: not called back yet */
+	uint64_t deadline_ms;  /* uv_now() */
+	watch_barrier_fn done;
+	void *arg;
+};
+
 static void session_stop(struct watcher *w);
 static int session_start(struct watcher *w);
+static void barriers_check(struct watcher *w, bool all);
 static void flush(struct watcher *w);
 static void pump_all(struct watcher *w);
 static void on_idle(uv_idle_t *h);
@@ -926,7 +944,7 @@ static void sub_overflow(struct watcher *w, struct watch_sub *u)
  * get READY or OVERFLOW at its end, so earlier events mean nothing to them),
  * skip laggards ahead, free what nobody needs.
  */
-static void commit(struct watcher *w)
+static void commit_stage(struct watcher *w)
 {
 	struct wsession *s = w->s;
 	size_t n;
@@ -971,6 +989,19 @@ static void commit(struct watcher *w)
 	log_trim(w);
 }
 
+/* Commit the stage (commit_stage()); barriers that waited for it now wait
+ * for what it added. */
+static void commit(struct watcher *w)
+{
+	commit_stage(w);
+	for (struct watch_barrier *b = w->barriers; b; b = b->next) {
+		if (b->await_commit) {
+			b->await_commit = false;
+			b->target = log_end(w);
+		}
+	}
+}
+
 static void sub_free(struct watch_sub *u)
 {
 	struct watcher *w = u->w;
@@ -988,6 +1019,18 @@ static void sub_free(struct watch_sub *u)
 		kick(w); /* stop watching, from a callback of its own */
 }
 
+/* Whether @p u acknowledges and a barrier waits for more than it acked:
+ * what it is delivered now carries a sync. */
+static bool sync_due(const struct watch_sub *u)
+{
+	if (!u->acks)
+		return false;
+	for (const struct watch_barrier *b = u->w->barriers; b; b = b->next)
+		if (b->await_commit || b->target > u->acked)
+			return true;
+	return false;
+}
+
 /*
  * Deliver the next batch to @p u if it can take one. Returns false when the
  * subscriber died in the attempt (and was freed).
@@ -999,6 +1042,8 @@ static bool pump(struct watch_sub *u)
 	const struct watch_event *ev;
 	size_t n = 0;
 	int r;
+
+	uint64_t sync = 0;
 
 	if (u->busy)
 		return true;
@@ -1025,11 +1070,15 @@ static bool pump(struct watch_sub *u)
 			n++;
 		}
 		u->cursor += n;
+	} else if (u->ready && sync_due(u) && u->sync_sent < u->cursor) {
+		ev = NULL; /* only the sync: the events went before a barrier came */
 	} else {
 		return true;
 	}
+	if (sync_due(u))
+		u->sync_sent = sync = u->cursor;
 	u->busy = true;
-	r = u->ops->deliver(u, ev, n, u->arg);
+	r = u->ops->deliver(u, ev, n, sync, u->arg);
 	if (r < 0) {
 		sub_free(u);
 		return false;
@@ -1067,6 +1116,7 @@ static void flush(struct watcher *w)
 	if (!s || !s->npend)
 		commit(w);
 	pump_all(w);
+	barriers_check(w, false);
 }
 
 /* ---- watching directories ---- */
@@ -2018,8 +2068,10 @@ int watch_new(uv_loop_t *loop, const struct resolve_root *root, const char *root
 	uv_timer_init(loop, &w->kick);
 	uv_timer_init(loop, &w->retry);
 	uv_timer_init(loop, &w->read_delay);
+	uv_timer_init(loop, &w->bar_timer);
 	uv_idle_init(loop, &w->idle);
 	w->pair_timer.data = w->kick.data = w->retry.data = w->read_delay.data = w->idle.data = w;
+	w->bar_timer.data = w;
 	*ret_w = w;
 	return 0;
 }
@@ -2062,8 +2114,163 @@ int watch_subscribe(struct watcher *w, const struct watch_sub_ops *ops, void *ar
 
 void watch_sub_done(struct watch_sub *u)
 {
+	struct watcher *w = u->w;
+
 	u->busy = false;
-	pump(u);
+	pump(u); /* may free u */
+	barriers_check(w, false);
+}
+
+/* ---- barriers ---- */
+
+/* Whether every subscriber that reads the log has finished @b's events. */
+static bool barrier_met(const struct watcher *w, const struct watch_barrier *b)
+{
+	if (b->await_commit)
+		return false;
+	if (!w->s || !w->s->ready)
+		return true; /* a walk is on: READY or OVERFLOW follows it */
+	for (const struct watch_sub *u = w->subs; u; u = u->next) {
+		if (!u->ready)
+			continue;
+		if (u->need_overflow || (u->acks ? u->acked < b->target :
+						   u->cursor < b->target || u->busy))
+			return false;
+	}
+	return true;
+}
+
+static void barrier_unlink(struct watch_barrier *b)
+{
+	struct watcher *w = b->w;
+
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		w->barriers = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	b->next = b->prev = NULL;
+}
+
+static void on_bar_timer(uv_timer_t *t)
+{
+	barriers_check(t->data, false);
+}
+
+/*
+ * Call back the barriers that are met, past their deadline, or (@all)
+ * every one. They are taken off the list first and called last: a
+ * callback may add or cancel barriers, and call into the watcher.
+ */
+static void barriers_check(struct watcher *w, bool all)
+{
+	struct watch_barrier *fire = NULL, **tail = &fire;
+	uint64_t now = uv_now(w->loop), next = UINT64_MAX;
+
+	for (struct watch_barrier *b = w->barriers, *nx; b; b = nx) {
+		nx = b->next;
+		if (b->arming && !all)
+			continue;
+		if (all || now >= b->deadline_ms || barrier_met(w, b)) {
+			barrier_unlink(b);
+			*tail = b;
+			tail = &b->next;
+		} else if (b->deadline_ms < next) {
+			next = b->deadline_ms;
+		}
+	}
+	if (!w->shut) {
+		if (next != UINT64_MAX)
+			uv_timer_start(&w->bar_timer, on_bar_timer, next - now, 0);
+		else
+			uv_timer_stop(&w->bar_timer);
+	}
+	while (fire) {
+		struct watch_barrier *b = fire;
+		watch_barrier_fn done = b->done;
+		void *arg = b->arg;
+
+		fire = b->next;
+		free(b);
+		done(arg);
+	}
+}
+
+int watch_barrier(struct watcher *w, unsigned timeout_ms, watch_barrier_fn done, void *arg,
+		  struct watch_barrier **ret)
+{
+	struct watch_barrier *b;
+
+	*ret = NULL;
+	if (!w || w->shut || !w->s || !w->subs)
+		return 0;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->w = w;
+	b->await_commit = true; /* what the read below commits (commit()) */
+	b->arming = true;
+	b->done = done;
+	b->arg = arg;
+	b->next = w->barriers;
+	if (w->barriers)
+		w->barriers->prev = b;
+	w->barriers = b;
+	/* What the kernel has queued, now: read, commit, deliver, the batch
+	 * to a subscriber that acknowledges with a sync (sync_due()). */
+	read_events(w->s);
+	if (!w->s) {
+		/* The read ended the session (a failure: resync, and an
+		 * OVERFLOW to every subscriber). */
+		barrier_unlink(b);
+		free(b);
+		return 0;
+	}
+	if (b->await_commit && !w->stage_len) {
+		b->await_commit = false;
+		b->target = log_end(w);
+	} /* else a move waits for its pair: set at that commit */
+	/* One that acknowledges and has nothing out gets a sync now, of no
+	 * events if it was handed them before. */
+	pump_all(w);
+	b->arming = false;
+	if (barrier_met(w, b)) {
+		barrier_unlink(b);
+		free(b);
+		return 0;
+	}
+	uv_update_time(w->loop);
+	b->deadline_ms = uv_now(w->loop) + timeout_ms;
+	if (!uv_is_active((uv_handle_t *)&w->bar_timer) ||
+	    uv_timer_get_due_in(&w->bar_timer) > timeout_ms)
+		uv_timer_start(&w->bar_timer, on_bar_timer, timeout_ms, 0);
+	*ret = b;
+	return 1;
+}
+
+void watch_sub_acks(struct watch_sub *u)
+{
+	u->acks = true;
+}
+
+int watch_sub_ack(struct watch_sub *u, uint64_t sync)
+{
+	if (sync > u->sync_sent)
+		return -EINVAL;
+	if (sync > u->acked) {
+		u->acked = sync;
+		barriers_check(u->w, false);
+	}
+	return 0;
+}
+
+void watch_barrier_cancel(struct watch_barrier *b)
+{
+	if (b) {
+		barrier_unlink(b);
+		free(b);
+	}
 }
 
 void watch_unsubscribe(struct watch_sub *u)
@@ -2077,6 +2284,7 @@ void watch_shutdown(struct watcher *w)
 	if (!w || w->shut)
 		return;
 	w->shut = true;
+	barriers_check(w, true);
 	while (w->subs) {
 		struct watch_sub *u = w->subs;
 
@@ -2092,7 +2300,8 @@ void watch_shutdown(struct watcher *w)
 	uv_close((uv_handle_t *)&w->retry, handle_closed);
 	uv_close((uv_handle_t *)&w->read_delay, handle_closed);
 	uv_close((uv_handle_t *)&w->idle, handle_closed);
-	w->closing += 5;
+	uv_close((uv_handle_t *)&w->bar_timer, handle_closed);
+	w->closing += 6;
 }
 
 void watch_free(struct watcher *w)

@@ -140,14 +140,18 @@ struct watch_sub;
 /** A subscriber's callbacks; both run on the loop thread. */
 struct watch_sub_ops {
 	/**
-	 * Take @p n >= 1 events @p ev (borrowed: valid only during the call).
+	 * Take @p n events @p ev (borrowed: valid only during the call); @p n
+	 * is 0 only with @p sync. @p sync: 0, or (a subscriber that
+	 * acknowledges: watch_sub_acks()) the value to give watch_sub_ack()
+	 * once this batch and every one before it are applied.
 	 * Return 0 when accepted; then no further batch comes until
 	 * watch_sub_done(@p sub). Return -errno when the subscriber is dead (for
 	 * example its call is gone): the watcher then frees @p sub without
 	 * calling end; the subscriber must not use @p sub afterwards. Must not
 	 * call watch_unsubscribe() or watch_subscribe().
 	 */
-	int (*deliver)(struct watch_sub *sub, const struct watch_event *ev, size_t n, void *arg);
+	int (*deliver)(struct watch_sub *sub, const struct watch_event *ev, size_t n, uint64_t sync,
+		       void *arg);
 	/**
 	 * The subscription ended on the watcher's side: @p err is 0 for
 	 * watch_shutdown(), or -errno when watching failed for good (-EMFILE:
@@ -189,6 +193,23 @@ int watch_subscribe(struct watcher *w, const struct watch_sub_ops *ops, void *ar
 void watch_sub_done(struct watch_sub *sub);
 
 /**
+ * Make @p sub one that acknowledges the batches it applied (a client that
+ * caches: wsfs, WatchRequest.acks): watch_barrier() then waits for its
+ * watch_sub_ack() instead of the batch's send, and batches delivered while
+ * a barrier waits carry a sync value (a batch of no events if none is
+ * due). Loop thread.
+ */
+void watch_sub_acks(struct watch_sub *sub);
+
+/**
+ * @p sub applied the batches up to the one delivered with @p sync (the
+ * client's WatchSync). Returns 0 (also for a value older than one acked
+ * before: nothing changes), or -EINVAL for a value past any delivered.
+ * Loop thread.
+ */
+int watch_sub_ack(struct watch_sub *sub, uint64_t sync);
+
+/**
  * Remove subscriber @p sub and free it (its callbacks are not called). When
  * it was the last one, watching stops on a later loop iteration. NULL is a
  * no-op. Loop thread.
@@ -227,6 +248,34 @@ struct watch_stats {
 			       *   since), or is still walking the tree: some
 			       *   changes go unreported */
 };
+
+/** watch_barrier()'s callback. */
+typedef void (*watch_barrier_fn)(void *arg);
+
+struct watch_barrier;
+
+/**
+ * Have the changes made in the tree so far reach the subscribers before
+ * the caller goes on: for a command's exit status, which must not overtake
+ * the command's changes to a client that caches what the stream does not
+ * yet report (wsfs answers a lookup of a name it knows to be missing
+ * without asking). Reads what the kernel has queued at once (no
+ * read_delay_ms), then calls @p done(@p arg) once, on a later callback of
+ * the loop, when every subscriber that has had READY has been handed, and
+ * has finished (watch_sub_done()), every event read so far and any
+ * OVERFLOW due; or when @p timeout_ms (milliseconds) passed first (a slow
+ * or stalled subscriber delays nobody longer), or the watcher shuts down.
+ * Returns 0 when there is nothing to wait for (@p w NULL or not watching,
+ * no such subscriber, or all of them have it already: @p done is not
+ * called), 1 with *@p ret (for watch_barrier_cancel()) when @p done will
+ * be called, -ENOMEM (wait for nothing). Loop thread.
+ */
+int watch_barrier(struct watcher *w, unsigned timeout_ms, watch_barrier_fn done, void *arg,
+		  struct watch_barrier **ret);
+
+/** Forget barrier @p b before its callback ran (its caller is gone); the
+ * callback is not called. NULL is a no-op. Loop thread. */
+void watch_barrier_cancel(struct watch_barrier *b);
 
 /** Fill *ret with @p w's counters. Loop thread. */
 void watch_get_stats(const struct watcher *w, struct watch_stats *ret);

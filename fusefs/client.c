@@ -1650,8 +1650,10 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 	if (!st)
 		st = &tmp;
 	status_clear(st);
+	/* WatchSync is served on agentd's loop thread, not in Ops (proto). */
 	if (c->ops && !atomic_load(&c->ops_unsupported) &&
-	    strncmp(method, OPS_SERVICE, sizeof(OPS_SERVICE) - 1) == 0) {
+	    strncmp(method, OPS_SERVICE, sizeof(OPS_SERVICE) - 1) == 0 &&
+	    strcmp(method, OPS_SERVICE "WatchSync") != 0) {
 		r = op_call(c, method, req, reply_desc, ret_reply, timeout_ms, st);
 		if (r <= 0)
 			return r;

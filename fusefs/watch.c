@@ -1434,6 +1434,27 @@ static int probe(struct wsfs *fs)
 }
 
 /*
+ * Tell agentd that the batches of Watch call @stream up to the one that
+ * carried @sync are applied (WatchSync): the kernel's entries and
+ * attributes they drop are gone, so a command whose exit waited for this
+ * (docs/protocol.md "Exec") has its changes visible on the mount. A
+ * failure is only logged: agentd waits 100 ms at most. Watch thread.
+ */
+static void ack_batch(struct wsfs *fs, uint64_t stream, uint64_t sync)
+{
+	Wsbridge__V1__WatchSyncRequest q = WSBRIDGE__V1__WATCH_SYNC_REQUEST__INIT;
+	struct wsc_status st;
+	int r;
+
+	q.stream = stream;
+	q.sync = sync;
+	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/WatchSync", &q.base,
+			 &wsbridge__v1__empty__descriptor, NULL, fs->cfg.rpc_timeout_ms, &st);
+	if (r < 0)
+		wsb_debug("WatchSync: %s", strerror(-r));
+}
+
+/*
  * Subscribe and apply events until the stream ends. Returns -ENOSYS when
  * agentd has no Watch, else the stream's end (0 or -errno). With -o no_watch
  * the stream asks for no events (WatchRequest.no_events) and only holds the
@@ -1450,6 +1471,9 @@ static int run_watch(struct wsfs *fs)
 	int r;
 
 	q.no_events = fs->cfg.no_watch;
+	/* A command's exit then waits until its changes are applied here
+	 * (ack_batch()). */
+	q.acks = !fs->cfg.no_watch;
 	/*
 	 * The stream cannot be cancelled until wsc_stream_open() returns, and
 	 * that waits (no deadline: the stream lives on) for a connection,
@@ -1525,6 +1549,8 @@ static int run_watch(struct wsfs *fs)
 			if (handle_event(fs, ev, &ws))
 				ready = true;
 		}
+		if (b->sync)
+			ack_batch(fs, b->stream, b->sync);
 		protobuf_c_message_free_unpacked(&b->base, NULL);
 		if (ready && !live) {
 			/* Whatever changed before the subscription is unknown. */

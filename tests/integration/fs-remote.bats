@@ -82,6 +82,35 @@ size_is() {
 	[ "$(stat -c %s "$1")" = "$2" ]
 }
 
+@test "R1: a file a command run through wsctl exec or ExecuteCommands creates is on MNT when the call returns, though MNT had found the name missing just before" {
+	# agentd sends a command's exit once the mount acknowledged its
+	# changes (watch_barrier(), WatchSync); before, the exit could
+	# overtake them and a lookup right after it was answered from the
+	# mount's knowledge that the name was missing (ENOENT, 1 run in 30).
+	up
+	local i fails=0 t0 t1
+	for ((i = 0; i < 40; i++)); do
+		[ ! -e "$MNT/out$i" ]
+		"$WSCTL" -a "$ADDR" exec -- sh -c "echo $i > out$i"
+		[ "$(cat "$MNT/out$i" 2>/dev/null)" = "$i" ] || fails=$((fails + 1))
+	done
+	assert_eq "$fails" 0 "wsctl exec runs that read no file"
+	run "$PY" "$PYTESTS/wsbcall.py" devagent-reads "$ADDR" "$MNT" 20
+	assert_status 0
+	assert_eq "$output" "failed 0"
+
+	# A mount that does not acknowledge (stopped) holds an exit up to
+	# 100 ms, no longer; it catches up once it runs again.
+	kill -STOP "$WSFS_PID"
+	t0=$(now_ms)
+	"$WSCTL" -a "$ADDR" exec -- sh -c 'echo late > late'
+	t1=$(now_ms)
+	kill -CONT "$WSFS_PID"
+	echo "# exit with the mount stopped: $((t1 - t0)) ms" >&3
+	[ $((t1 - t0)) -lt 3000 ]
+	assert_eq "$(cat "$MNT/late")" late
+}
+
 @test "R1: a file the POD creates shows on MNT at once, even after MNT looked for it" {
 	up
 	# The kernel has listed the root and cached that 'new' does not exist.

@@ -14,13 +14,19 @@ depend on wsctl.
       (flushed), "exited ..." and "status ..." at the end
   wsbcall.py info TARGET ID|TAG
       Exec.Wait for it; print "code=C signal=S timed_out=B killed_by=NAME"
+  wsbcall.py devagent-reads TARGET MNT N
+      N times, as an agent does: look for MNT/app/outI (missing), have
+      ManageAgentOps.ExecuteCommands write I into app/outI, then read it on
+      the mount at once; print the runs that did not read I ("failed K")
 """
+import os
 import sys
 
 import grpc
 
 import wsbtest
-from wsbtest import describe, health_pb2, health_pb2_grpc, pb, pbg
+from wsbtest import (describe, devagent_pb2, devagent_pb2_grpc, health_pb2, health_pb2_grpc,
+                     pb, pbg)
 
 
 def health(target):
@@ -91,6 +97,29 @@ def info(target, name):
     return 0
 
 
+def devagent_reads(target, mnt, n):
+    ch = wsbtest.channel(target)
+    stub = devagent_pb2_grpc.ManageAgentOpsStub(ch)
+    os.makedirs(os.path.join(mnt, "app"), exist_ok=True)
+    failed = 0
+    for i in range(n):
+        path = os.path.join(mnt, "app", "out%d" % i)
+        assert not os.path.exists(path), path
+        stub.ExecuteCommands(devagent_pb2.ExecuteCommandsRequest(
+            cmds=["echo %d > out%d" % (i, i)], app_name="app"),
+            timeout=30, metadata=wsbtest.auth_md())
+        try:
+            with open(path) as f:
+                got = f.read().strip()
+        except OSError as e:
+            got = str(e)
+        if got != str(i):
+            print("run %d: %s" % (i, got), file=sys.stderr)
+            failed += 1
+    print("failed %d" % failed)
+    return 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "health":
         return health(argv[1])
@@ -102,6 +131,8 @@ def main(argv):
         return follow(argv[1], opts, argv[i + 1:])
     if len(argv) == 3 and argv[0] == "info":
         return info(argv[1], argv[2])
+    if len(argv) == 4 and argv[0] == "devagent-reads":
+        return devagent_reads(argv[1], argv[2], int(argv[3]))
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -53,6 +53,8 @@ struct collector {
 	size_t batches;
 	size_t max_batch;   /* most events in one batch */
 	bool manual;        /* do not acknowledge batches (a stalled client) */
+	uint64_t sync;      /* the last batch's sync (watch_sub_acks()) */
+	size_t syncs_empty; /* batches of only a sync */
 	bool out;           /* a batch is unacknowledged */
 	bool ended;
 	int end_err;
@@ -89,13 +91,19 @@ static void on_ack(uv_timer_t *t)
 	}
 }
 
-static int col_deliver(struct watch_sub *sub, const struct watch_event *e, size_t n, void *arg)
+static int col_deliver(struct watch_sub *sub, const struct watch_event *e, size_t n,
+		       uint64_t sync, void *arg)
 {
 	struct collector *c = arg;
 
 	assert_ptr_equal(sub, c->sub);
 	assert_false(c->out); /* one batch at a time */
-	assert_true(n >= 1);
+	assert_true(n >= 1 || sync);
+	if (sync) {
+		assert_true(sync > c->sync);
+		c->sync = sync;
+		c->syncs_empty += n == 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct ev *x;
 
@@ -1210,6 +1218,124 @@ static void test_read_delay_one_batch(void **state)
 	assert_int_equal(f->c.batches, b0 + 1);
 }
 
+static void on_barrier(void *arg)
+{
+	(*(int *)arg)++;
+}
+
+/* Acknowledge the collector's batch by hand (manual mode). */
+static void ack(struct fixture *f)
+{
+	assert_true(f->c.out);
+	f->c.out = false;
+	watch_sub_done(f->c.sub);
+}
+
+/*
+ * watch_barrier(), with a 200 ms read delay: the call reads the kernel's
+ * queue at once; the callback comes when the subscriber has finished the
+ * batch with the change, not before; not at all with nothing to wait for
+ * (0) or once cancelled; at the time limit when the subscriber never
+ * finishes; at shutdown.
+ */
+static void test_barrier(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_barrier *b = NULL;
+	int hits = 0;
+
+	subscribe_ready(f);
+	assert_int_equal(watch_barrier(f->w, 1000, on_barrier, &hits, &b), 0);
+	assert_null(b);
+	f->c.manual = true;
+	write_at(f, "made", "x");
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	assert_non_null(b);
+	assert_true(col_find(&f->c, 0, WATCH_CREATED, "made", NULL) >= 0); /* read in the call */
+	run_for(f, 50);
+	assert_int_equal(hits, 0);
+	ack(f);
+	assert_int_equal(hits, 1);
+
+	/* A subscriber that never finishes: the time limit. */
+	write_at(f, "late", "x");
+	assert_int_equal(watch_barrier(f->w, 100, on_barrier, &hits, &b), 1);
+	run_for(f, 40);
+	assert_int_equal(hits, 1);
+	run_for(f, 150);
+	assert_int_equal(hits, 2);
+	ack(f);
+
+	/* Cancelled: never called. */
+	write_at(f, "gone", "x");
+	assert_int_equal(watch_barrier(f->w, 100, on_barrier, &hits, &b), 1);
+	watch_barrier_cancel(b);
+	run_for(f, 200);
+	assert_int_equal(hits, 2);
+	ack(f);
+
+	/* Shutdown calls it. */
+	write_at(f, "last", "x");
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	watch_shutdown(f->w);
+	assert_int_equal(hits, 3);
+	assert_true(f->c.ended);
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 0);
+}
+
+/*
+ * watch_barrier() with a subscriber that acknowledges (watch_sub_acks()):
+ * the batch's send is not enough, its watch_sub_ack() is; a change already
+ * delivered before the barrier gets a batch of only a sync; a sync never
+ * sent is refused; the time limit still holds.
+ */
+static void test_barrier_acks(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_barrier *b = NULL;
+	int hits = 0;
+
+	subscribe_ready(f);
+	watch_sub_acks(f->c.sub);
+	/* No change at all: nothing to wait for. */
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 0);
+	/* A change delivered (and sent) before the barrier: a batch of only
+	 * a sync, since the client was not asked to acknowledge it. */
+	write_at(f, "early", "x");
+	run_for(f, 400);
+	assert_true(col_find(&f->c, 0, WATCH_CREATED, "early", NULL) >= 0);
+	assert_int_equal(f->c.sync, 0);
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	run_for(f, 20);
+	assert_true(f->c.sync > 0);
+	assert_int_equal(f->c.syncs_empty, 1);
+	assert_int_equal(hits, 0); /* sent and done with, not acknowledged */
+	assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync + 1), -EINVAL);
+	assert_int_equal(hits, 0);
+	assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync), 0);
+	assert_int_equal(hits, 1);
+
+	/* A change: its batch carries the sync. */
+	write_at(f, "made", "x");
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	run_for(f, 20);
+	assert_true(col_find(&f->c, 0, WATCH_CREATED, "made", NULL) >= 0);
+	assert_int_equal(f->c.syncs_empty, 1);
+	assert_int_equal(hits, 1);
+	assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync), 0);
+	assert_int_equal(hits, 2);
+	assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync), 0); /* again: nothing */
+	assert_int_equal(hits, 2);
+
+	/* Never acknowledged: the time limit. */
+	write_at(f, "late", "x");
+	assert_int_equal(watch_barrier(f->w, 100, on_barrier, &hits, &b), 1);
+	run_for(f, 40);
+	assert_int_equal(hits, 2);
+	run_for(f, 150);
+	assert_int_equal(hits, 3);
+}
+
 /* mkdir x; mkdir b; mv x b (over the unwalked b); mv b OUT/b, all before
  * agentd reads them, while EMFILE lasts for x's walk. The MOVED_FROM of b
  * takes the displaced (replaced) b node, so node x stays at "b": its walk
@@ -1312,6 +1438,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_emfile_churn, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_bind_mount_twice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_delay_one_batch, setup_slow_read, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier, setup_slow_read, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_acks, setup_slow_read, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_node_gone, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
