@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -1424,10 +1425,8 @@ struct watch_call {
 static struct watch_call *quiet_calls;
 /* svc_workspace_shutdown() ran: no new no_events call (loop thread). */
 static bool quiet_stopped;
-/* The open Watch calls with events (loop thread only), for WatchSync, and
- * the last id given one. */
+/* The open Watch calls with events (loop thread only), for WatchSync. */
 static struct watch_call *sub_calls;
-static uint64_t last_watch_id;
 
 /* Free @p wc, whose call has ended, dropping its session hold. Loop thread. */
 static void wc_free(struct watch_call *wc)
@@ -1652,7 +1651,12 @@ static void do_watch(struct rpc_call *call, const ProtobufCMessage *req, void *d
 			rpc_fail_errno(call, -r, "watch");
 		return;
 	}
-	wc->id = ++last_watch_id;
+	/* Random, so that one client cannot acknowledge another's stream
+	 * (and release exits before that client applied their changes). */
+	do {
+		if (getrandom(&wc->id, sizeof(wc->id), 0) != sizeof(wc->id))
+			wc->id = (uint64_t)(uintptr_t)wc ^ (uint64_t)wsb_mono_ns();
+	} while (wc->id == 0 || wc_find(wc->id));
 	wc->next = sub_calls;
 	sub_calls = wc;
 	if (q->acks)

@@ -195,6 +195,8 @@ struct watch_barrier {
 	uint64_t target;       /* log sequence each ready subscriber must pass */
 	bool await_commit;     /* the stage held events: target set at commit */
 	bool arming;           /* watch_barrier() runs: not called back yet */
+	bool firing;           /* off the list, to be called (barriers_check()) */
+	bool cancelled;        /* watch_barrier_cancel() while firing: skip it */
 	uint64_t deadline_ms;  /* uv_now() */
 	watch_barrier_fn done;
 	void *arg;
@@ -937,6 +939,7 @@ static void sub_overflow(struct watcher *w, struct watch_sub *u)
 {
 	u->cursor = log_end(w);
 	u->need_overflow = true;
+	u->acked = 0; /* a barrier now waits for the OVERFLOW's sync */
 }
 
 /*
@@ -1521,6 +1524,7 @@ static void on_ready(struct watcher *w)
 	for (struct watch_sub *u = w->subs; u; u = u->next) {
 		if (u->ready) {
 			u->need_overflow = true; /* after a rebuild */
+			u->acked = 0;            /* as sub_overflow() */
 		} else {
 			u->ready = true;
 			u->need_ready = true;
@@ -2128,8 +2132,10 @@ static bool barrier_met(const struct watcher *w, const struct watch_barrier *b)
 {
 	if (b->await_commit)
 		return false;
-	if (!w->s || !w->s->ready)
-		return true; /* a walk is on: READY or OVERFLOW follows it */
+	if (!w->s)
+		return true; /* not watching */
+	if (!w->s->ready)
+		return false; /* a rebuild's walk: OVERFLOW follows it (or the time limit) */
 	for (const struct watch_sub *u = w->subs; u; u = u->next) {
 		if (!u->ready)
 			continue;
@@ -2174,6 +2180,7 @@ static void barriers_check(struct watcher *w, bool all)
 			continue;
 		if (all || now >= b->deadline_ms || barrier_met(w, b)) {
 			barrier_unlink(b);
+			b->firing = true;
 			*tail = b;
 			tail = &b->next;
 		} else if (b->deadline_ms < next) {
@@ -2187,13 +2194,15 @@ static void barriers_check(struct watcher *w, bool all)
 			uv_timer_stop(&w->bar_timer);
 	}
 	while (fire) {
+		/* Read now: an earlier callback may have cancelled it. */
 		struct watch_barrier *b = fire;
-		watch_barrier_fn done = b->done;
+		watch_barrier_fn done = b->cancelled ? NULL : b->done;
 		void *arg = b->arg;
 
 		fire = b->next;
 		free(b);
-		done(arg);
+		if (done)
+			done(arg);
 	}
 }
 
@@ -2267,10 +2276,14 @@ int watch_sub_ack(struct watch_sub *u, uint64_t sync)
 
 void watch_barrier_cancel(struct watch_barrier *b)
 {
-	if (b) {
-		barrier_unlink(b);
-		free(b);
+	if (!b)
+		return;
+	if (b->firing) {
+		b->cancelled = true; /* barriers_check() frees it */
+		return;
 	}
+	barrier_unlink(b);
+	free(b);
 }
 
 void watch_unsubscribe(struct watch_sub *u)

@@ -960,9 +960,18 @@ void wsfs_release_pending(struct wsfs *fs)
 	free(a);
 }
 
-/* Release agentd's handle and free @f (which nothing references). */
-static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
+/*
+ * Release agentd's handles of @f and free it (nothing references it; it
+ * left its node at fs->exec_gen @egen). A writable handle of a file with
+ * an execute bit goes at once ("Releases"), the positional one of a parked
+ * file too; when a chmod gave the file the bit after it left its node (so
+ * that exec_changed() could not mark it), the queue goes at once.
+ */
+static void file_destroy(struct wsfs *fs, struct wsfs_file *f, uint64_t egen)
 {
+	bool writable = f->access != WSBRIDGE__V1__ACCESS__RDONLY;
+	bool now = writable && atomic_load(&f->exec);
+
 	pthread_mutex_lock(&files_lock);
 	if (f->prev)
 		f->prev->next = f->next;
@@ -971,13 +980,16 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 	if (f->next)
 		f->next->prev = f->prev;
 	pthread_mutex_unlock(&files_lock);
-	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY && atomic_load(&f->exec) && !f->parked) {
+	if (now && !f->parked)
 		release_send(fs, &f->sh, f->sh ? 1 : 0);
-		release_send(fs, &f->sh_pos, f->sh_pos ? 1 : 0);
-	} else {
+	else
 		release_handle(fs, f->sh);
+	if (now)
+		release_send(fs, &f->sh_pos, f->sh_pos ? 1 : 0);
+	else
 		release_handle(fs, f->sh_pos);
-	}
+	if (writable && !now && atomic_load(&fs->exec_gen) != egen && fs->gb_started)
+		(void)release_flush(fs);
 	pthread_mutex_destroy(&f->lock);
 	free(f->ra);
 	free(f);
@@ -999,8 +1011,10 @@ static void kept_release(struct wsfs *fs, bool all)
 /* Drop one reference; the last one releases the handle. */
 static void file_put(struct wsfs *fs, struct wsfs_file *f)
 {
+	uint64_t egen = atomic_load(&fs->exec_gen); /* before it leaves the node */
+
 	if (node_fh_put(fs->nodes, &f->link)) {
-		file_destroy(fs, f);
+		file_destroy(fs, f, egen);
 		kept_release(fs, false); /* the node may have gone with it */
 	}
 }
@@ -1101,8 +1115,9 @@ static int file_handle(struct wsfs_file *f, uint64_t *sh)
  * writable one (and the append file's positional one), so that nothing
  * holds the file open for writing once close(2) returns and the pod can
  * execve(2) it. If agentd cannot open it read-only (no read permission),
- * the handle stays as it is. Any FUSE request thread, no lock held; the
- * RPCs run under f->lock (as file_reopen()'s).
+ * the handle stays as it is. A positional handle opened since a park
+ * (file_pos_handle(), for mmap's writeback) goes too. Any FUSE request
+ * thread, no lock held; the Open runs under f->lock (as file_reopen()'s).
  */
 static void file_park(struct wsfs *fs, struct wsfs_file *f)
 {
@@ -1114,11 +1129,12 @@ static void file_park(struct wsfs *fs, struct wsfs_file *f)
 
 	if (f->access == WSBRIDGE__V1__ACCESS__RDONLY || !atomic_load(&f->exec))
 		return;
-	/* The Release is an IN_CLOSE_WRITE (CHANGED) echo, as ws_release()'s. */
-	if (path_of(fs, f->link.nodeid, &path, &len) == 0)
-		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
 	pthread_mutex_lock(&f->lock);
-	if (!f->broken && !f->parked && f->sh) {
+	if (f->parked && f->sh_pos) {
+		/* Opened since for mmap's writeback (file_pos_handle()). */
+		gave[1] = f->sh_pos;
+		f->sh_pos = 0;
+	} else if (!f->broken && !f->parked && f->sh) {
 		q.reopen = f->sh;
 		q.path = bin("\0", 1); /* ws_open(): names nothing */
 		q.access = WSBRIDGE__V1__ACCESS__RDONLY;
@@ -1131,10 +1147,19 @@ static void file_park(struct wsfs *fs, struct wsfs_file *f)
 		}
 		/* else kept: its Release goes at once (file_destroy()) */
 	}
-	if (gave[0])
-		release_send(fs, gave, gave[1] ? 2 : 1);
 	pthread_mutex_unlock(&f->lock);
 	free_reply(rep);
+	if (!gave[0] && !gave[1])
+		return;
+	/* The Release is an IN_CLOSE_WRITE (CHANGED) echo, as ws_release()'s.
+	 * A call that took a handle before the swap gets EBADF and goes
+	 * again with the new one (file_rpc_ex()). */
+	if (path_of(fs, f->link.nodeid, &path, &len) == 0)
+		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
+	if (gave[0])
+		release_send(fs, gave, gave[1] ? 2 : 1);
+	else
+		release_send(fs, gave + 1, 1);
 	if (path) {
 		wsfs_self_end(fs, path, len, true, NULL);
 		free(path);
@@ -1224,6 +1249,8 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 	node_fh_each(fs->nodes, id, exec_set_fn, &on);
 	if (!on)
 		return;
+	/* After the marks: a file that left the node before them sees it. */
+	atomic_fetch_add(&fs->exec_gen, 1);
 	node_fh_each(fs->nodes, id, exec_pick, &pick);
 	for (size_t i = 0; i < pick.n; i++) {
 		bool closing;
@@ -1252,16 +1279,24 @@ static int handle_alive(struct wsfs *fs, uint64_t sh)
 	return r == -EBADF ? 0 : r;
 }
 
-/* An open file and where its handle goes in a request. */
+/* An open file and where its handle goes in a request; @write: the call
+ * writes through it (Write, Fallocate, a SetAttr of the size, the
+ * destination of CopyFileRange), so a parked handle is opened for writing
+ * again first (file_handle_rw()). Anything else (a read, fsync, fchmod)
+ * goes through the parked read-only handle as it is. */
 struct hslot {
 	struct wsfs_file *f;
 	uint64_t *field;
+	bool write;
 };
 
 /*
  * A call on one or two open files' handles: fills each slot's handle field,
  * calls, and when agentd answers EBADF because it lost a handle, reopens
- * (file_reopen) and calls once more. @timeout_ms: the call's deadline.
+ * (file_reopen) and calls again: up to twice more, for a handle that
+ * file_park() gave back while the call was on its way (a close of another
+ * descriptor of the file) and a second park before the retry. @timeout_ms:
+ * the call's deadline.
  */
 static int file_rpc_ex(struct wsfs *fs, struct hslot *slots, size_t n, const char *method,
 		       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
@@ -1274,13 +1309,14 @@ static int file_rpc_ex(struct wsfs *fs, struct hslot *slots, size_t n, const cha
 		bool reopened = false;
 
 		for (size_t i = 0; i < n; i++) {
-			r = file_handle_rw(fs, slots[i].f, &used[i]);
+			r = slots[i].write ? file_handle_rw(fs, slots[i].f, &used[i])
+					   : file_handle(slots[i].f, &used[i]);
 			if (r < 0)
 				return r;
 			*slots[i].field = used[i];
 		}
 		r = rpc_ex(fs, method, req, desc, ret_reply, timeout_ms);
-		if (r != -EBADF || attempt > 0)
+		if (r != -EBADF || attempt > 2)
 			return r;
 		for (size_t i = 0; i < n; i++) {
 			int a = handle_alive(fs, used[i]);
@@ -2618,7 +2654,8 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 	}
 	if (f) {
-		struct hslot s = { f, &q.handle };
+		struct hslot s = { f, &q.handle,
+				   (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) != 0 };
 
 		if (path_of(fs, ino, &path, &len) == 0)
 			wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
@@ -3047,7 +3084,7 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	}
 	if (node_fh_add(fs->nodes, id, &f->link) < 0) {
 		f->link.refs = 0;
-		file_destroy(fs, f);
+		file_destroy(fs, f, atomic_load(&fs->exec_gen));
 		return -ESTALE;
 	}
 	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY || (flags & O_TRUNC))
@@ -3992,7 +4029,7 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 		     Wsbridge__V1__SetAttrRequest *after, int *after_r, size_t *done_out)
 {
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
-	struct hslot s = { f, &q.handle };
+	struct hslot s = { f, &q.handle, true };
 	uint64_t oseq0 = own_seq(fs), gen0 = atomic_load(&fs->mgen), gen;
 	/* A SETATTR kept behind since the caller's drain (an mmap writeback
 	 * holds no lock against one): this reply would lack it. One kept
@@ -5626,7 +5663,7 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__FallocateRequest q = WSBRIDGE__V1__FALLOCATE_REQUEST__INIT;
-	struct hslot s = { file_of(fi), &q.handle };
+	struct hslot s = { file_of(fi), &q.handle, true };
 	int r;
 
 	wb_wait(fs);
@@ -5685,7 +5722,8 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__CopyFileRangeRequest q = WSBRIDGE__V1__COPY_FILE_RANGE_REQUEST__INIT;
 	Wsbridge__V1__CopyFileRangeReply *rep = NULL;
-	struct hslot s[2] = { { file_of(fi_in), &q.handle_in }, { file_of(fi_out), &q.handle_out } };
+	struct hslot s[2] = { { file_of(fi_in), &q.handle_in, false },
+			      { file_of(fi_out), &q.handle_out, true } };
 	int r;
 
 	wb_wait(fs);

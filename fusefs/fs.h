@@ -202,6 +202,10 @@ struct wsfs {
 	 * read_ahead) fetched across a bump may be stale: the watch does not
 	 * report the mount's own changes (echoes are suppressed). */
 	atomic_uint_fast64_t mgen;
+	/** Bumped by every chmod that gives a file an execute bit (fs.c
+	 * exec_changed()), after it marked the file's open handles: a handle
+	 * closed across it goes back to agentd at once (file_destroy()). */
+	atomic_uint_fast64_t exec_gen;
 	/** Bumped before and after every call that may read a file's data in
 	 * agentd (Read, Open), which may set its atime: attributes an own
 	 * write or setattr replied (fs.c own_attr) are used only while it

@@ -1500,6 +1500,7 @@ static int run_watch(struct wsfs *fs)
 
 	for (;;) {
 		Wsbridge__V1__WatchBatch *b = NULL;
+		uint64_t sync, stream;
 		bool ready = false;
 
 		r = wsc_stream_recv(s, &wsbridge__v1__watch_batch__descriptor,
@@ -1549,8 +1550,8 @@ static int run_watch(struct wsfs *fs)
 			if (handle_event(fs, ev, &ws))
 				ready = true;
 		}
-		if (b->sync)
-			ack_batch(fs, b->stream, b->sync);
+		sync = b->sync;
+		stream = b->stream;
 		protobuf_c_message_free_unpacked(&b->base, NULL);
 		if (ready && !live) {
 			/* Whatever changed before the subscription is unknown. */
@@ -1569,6 +1570,8 @@ static int run_watch(struct wsfs *fs)
 			/* After an OVERFLOW: partial or whole again. */
 			atomic_store(&fs->watch_live, !ws.partial);
 		}
+		if (sync)
+			ack_batch(fs, stream, sync); /* applied, READY's drop included */
 	}
 
 	pthread_mutex_lock(&fs->mon_lock);

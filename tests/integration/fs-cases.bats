@@ -707,6 +707,21 @@ except OSError as e:
 		fi
 		[ "$status" -eq 0 ] || { fails=$((fails + 1)); echo "# cp $i: $status $output" >&3; }
 	done
+	# A change by name right after the close (touch, chmod; it may go
+	# through the closing file's parked handle) leaves nothing open for
+	# writing either.
+	for i in $(seq 1 10); do
+		if wsb_runsc; then
+			cp /bin/true "$MNT/u$i"
+			touch -d @1000000000 "$MNT/u$i"
+			chmod 0755 "$MNT/u$i"
+			run pod_run "$ROOT/u$i"
+		else
+			run bash -c 'cp /bin/true "$1/u$2" && touch -d @1000000000 "$1/u$2" &&
+				chmod 0755 "$1/u$2" && exec "$3/u$2"' _ "$MNT" "$i" "$ROOT"
+		fi
+		[ "$status" -eq 0 ] || { fails=$((fails + 1)); echo "# touch $i: $status $output" >&3; }
+	done
 	assert_eq "$fails" 0 "runs that failed"
 
 	# A close gives agentd's writable handle back while another
