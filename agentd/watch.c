@@ -148,7 +148,13 @@ struct watch_sub {
 	bool need_ready, need_overflow;
 	bool busy;              /* a batch is out, waiting for watch_sub_done */
 	bool acks;              /* watch_sub_acks(): barriers wait for acked */
-	uint64_t acked;         /* the last sync watch_sub_ack() took */
+	/* Syncs: a batch delivered at cursor c carries c + sync_bias (>= 1,
+	 * never 0). A reset (ack_reset()) raises sync_bias so that every sync
+	 * after it exceeds those before and sets ack_floor to the first:
+	 * an acknowledgement below it is of a batch from before the reset. */
+	uint64_t sync_bias;
+	uint64_t ack_floor;
+	uint64_t acked;         /* the last sync watch_sub_ack() took; 0 none since a reset */
 	uint64_t sync_sent;     /* the last sync delivered */
 };
 
@@ -205,6 +211,7 @@ struct watch_barrier {
 static void session_stop(struct watcher *w);
 static int session_start(struct watcher *w);
 static void barriers_check(struct watcher *w, bool all);
+static void on_bar_timer(uv_timer_t *t);
 static void flush(struct watcher *w);
 static void pump_all(struct watcher *w);
 static void on_idle(uv_idle_t *h);
@@ -935,11 +942,24 @@ static void log_trim(struct watcher *w)
 	}
 }
 
+/*
+ * @p u's cursor was just moved to the log's end for an OVERFLOW: a barrier
+ * now waits for the OVERFLOW's acknowledgement, and one of a batch sent
+ * before (still on its way) must not stand for it.
+ */
+static void ack_reset(struct watch_sub *u)
+{
+	if (u->cursor + u->sync_bias <= u->sync_sent)
+		u->sync_bias = u->sync_sent + 1 - u->cursor;
+	u->ack_floor = u->cursor + u->sync_bias;
+	u->acked = 0;
+}
+
 static void sub_overflow(struct watcher *w, struct watch_sub *u)
 {
 	u->cursor = log_end(w);
 	u->need_overflow = true;
-	u->acked = 0; /* a barrier now waits for the OVERFLOW's sync */
+	ack_reset(u);
 }
 
 /*
@@ -1018,8 +1038,19 @@ static void sub_free(struct watch_sub *u)
 	w->nsubs--;
 	free(u);
 	log_trim(w);
+	/* Barriers it held may be met now: check on the next turn of the
+	 * loop (a callback here could run inside a walk of the lists). */
+	if (w->barriers && !w->shut)
+		uv_timer_start(&w->bar_timer, on_bar_timer, 0, 0);
 	if (!w->subs)
 		kick(w); /* stop watching, from a callback of its own */
+}
+
+/* Whether @p u (one that acknowledges) acknowledged @p b's events and
+ * anything due since its last reset. */
+static bool ack_met(const struct watch_sub *u, const struct watch_barrier *b)
+{
+	return u->acked >= u->ack_floor && u->acked >= b->target + u->sync_bias;
 }
 
 /* Whether @p u acknowledges and a barrier waits for more than it acked:
@@ -1029,7 +1060,7 @@ static bool sync_due(const struct watch_sub *u)
 	if (!u->acks)
 		return false;
 	for (const struct watch_barrier *b = u->w->barriers; b; b = b->next)
-		if (b->await_commit || b->target > u->acked)
+		if (b->await_commit || !ack_met(u, b))
 			return true;
 	return false;
 }
@@ -1073,13 +1104,13 @@ static bool pump(struct watch_sub *u)
 			n++;
 		}
 		u->cursor += n;
-	} else if (u->ready && sync_due(u) && u->sync_sent < u->cursor) {
+	} else if (u->ready && sync_due(u) && u->sync_sent < u->cursor + u->sync_bias) {
 		ev = NULL; /* only the sync: the events went before a barrier came */
 	} else {
 		return true;
 	}
 	if (sync_due(u))
-		u->sync_sent = sync = u->cursor;
+		u->sync_sent = sync = u->cursor + u->sync_bias;
 	u->busy = true;
 	r = u->ops->deliver(u, ev, n, sync, u->arg);
 	if (r < 0) {
@@ -1522,14 +1553,14 @@ static void on_ready(struct watcher *w)
 {
 	w->s->ready = true;
 	for (struct watch_sub *u = w->subs; u; u = u->next) {
+		u->cursor = log_end(w);
 		if (u->ready) {
 			u->need_overflow = true; /* after a rebuild */
-			u->acked = 0;            /* as sub_overflow() */
+			ack_reset(u);            /* as sub_overflow() */
 		} else {
 			u->ready = true;
 			u->need_ready = true;
 		}
-		u->cursor = log_end(w);
 	}
 	log_trim(w);
 }
@@ -2101,6 +2132,8 @@ int watch_subscribe(struct watcher *w, const struct watch_sub_ops *ops, void *ar
 	u->w = w;
 	u->ops = ops;
 	u->arg = arg;
+	u->sync_bias = 1; /* a sync is never 0 (WatchBatch.sync) */
+	u->acked = u->sync_bias; /* as if of position 0: nothing is before it */
 	u->next = w->subs;
 	if (w->subs)
 		w->subs->prev = u;
@@ -2134,12 +2167,12 @@ static bool barrier_met(const struct watcher *w, const struct watch_barrier *b)
 		return false;
 	if (!w->s)
 		return true; /* not watching */
-	if (!w->s->ready)
-		return false; /* a rebuild's walk: OVERFLOW follows it (or the time limit) */
 	for (const struct watch_sub *u = w->subs; u; u = u->next) {
 		if (!u->ready)
-			continue;
-		if (u->need_overflow || (u->acks ? u->acked < b->target :
+			continue; /* it gets READY later, after every change so far */
+		if (!w->s->ready)
+			return false; /* a rebuild's walk: OVERFLOW follows it (or the time limit) */
+		if (u->need_overflow || (u->acks ? !ack_met(u, b) :
 						   u->cursor < b->target || u->busy))
 			return false;
 	}
@@ -2267,6 +2300,8 @@ int watch_sub_ack(struct watch_sub *u, uint64_t sync)
 {
 	if (sync > u->sync_sent)
 		return -EINVAL;
+	if (sync < u->ack_floor)
+		return 0; /* a batch's from before the reset: the OVERFLOW's is due */
 	if (sync > u->acked) {
 		u->acked = sync;
 		barriers_check(u->w, false);

@@ -204,7 +204,8 @@ void watch_sub_acks(struct watch_sub *sub);
 /**
  * @p sub applied the batches up to the one delivered with @p sync (the
  * client's WatchSync). Returns 0 (also for a value older than one acked
- * before: nothing changes), or -EINVAL for a value past any delivered.
+ * before, or than the last OVERFLOW's, which is then still due: nothing
+ * changes), or -EINVAL for a value past any delivered.
  * Loop thread.
  */
 int watch_sub_ack(struct watch_sub *sub, uint64_t sync);
@@ -262,11 +263,14 @@ struct watch_barrier;
  * without asking). Reads what the kernel has queued at once (no
  * read_delay_ms), then calls @p done(@p arg) once, on a later callback of
  * the loop, when every subscriber that has had READY has been handed, and
- * has finished (watch_sub_done()), every event read so far and any
- * OVERFLOW due; or when @p timeout_ms (milliseconds) passed first (a slow
- * or stalled subscriber delays nobody longer), or the watcher shuts down.
- * Returns 0 when there is nothing to wait for (@p w NULL or not watching,
- * no such subscriber, or all of them have it already: @p done is not
+ * has finished (watch_sub_done(); one that acknowledges: acknowledged,
+ * watch_sub_ack()), every event read so far and any OVERFLOW due (during
+ * a rebuild's walk, the OVERFLOW that ends it); or when @p timeout_ms
+ * (milliseconds) passed first (a slow or stalled subscriber delays nobody
+ * longer), or the watcher shuts down. A subscriber that leaves is waited
+ * for no longer (checked on the next turn of the loop). Returns 0 when
+ * there is nothing to wait for (@p w NULL or not watching, no subscriber
+ * with READY yet, or all of them have it already: @p done is not
  * called), 1 with *@p ret (for watch_barrier_cancel()) when @p done will
  * be called, -ENOMEM (wait for nothing). Loop thread.
  */

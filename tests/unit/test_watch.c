@@ -1287,7 +1287,8 @@ static void test_barrier(void **state)
  * watch_barrier() with a subscriber that acknowledges (watch_sub_acks()):
  * the batch's send is not enough, its watch_sub_ack() is; a change already
  * delivered before the barrier gets a batch of only a sync; a sync never
- * sent is refused; the time limit still holds.
+ * sent is refused; the time limit still holds; a subscriber that leaves
+ * holds nothing.
  */
 static void test_barrier_acks(void **state)
 {
@@ -1334,6 +1335,139 @@ static void test_barrier_acks(void **state)
 	assert_int_equal(hits, 2);
 	run_for(f, 150);
 	assert_int_equal(hits, 3);
+
+	/* Not acknowledged, and the subscriber leaves: nobody to wait for. */
+	write_at(f, "left", "x");
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	run_for(f, 20);
+	assert_int_equal(hits, 3);
+	watch_unsubscribe(f->c.sub);
+	f->c.sub = NULL;
+	run_for(f, 20);
+	assert_int_equal(hits, 4);
+}
+
+/*
+ * A barrier while the first walk goes on (no subscriber has READY yet)
+ * has nothing to wait for: READY comes after every change made so far.
+ */
+static void test_barrier_first_walk(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_barrier *b = NULL;
+	int hits = 0;
+
+	write_at(f, "old", "x");
+	assert_int_equal(watch_subscribe(f->w, &col_ops, &f->c, &f->c.sub), 0);
+	assert_int_equal(f->c.n, 0); /* walking */
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 0);
+	assert_null(b);
+	assert_int_equal(expect(f, WATCH_READY, ""), 0);
+}
+
+/*
+ * An acknowledgement of a batch sent before the subscriber overflowed
+ * (it arrives after the reset) does not stand for the OVERFLOW's: a
+ * barrier waits for that one.
+ */
+static void test_barrier_ack_after_overflow(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_barrier *b = NULL;
+	struct watch_stats st;
+	uint64_t before;
+	char name[32];
+	int hits = 0;
+
+	subscribe_ready(f);
+	watch_sub_acks(f->c.sub);
+	f->c.manual = true;
+	write_at(f, "a", "x");
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	run_for(f, 20);
+	assert_true(col_find(&f->c, 0, WATCH_CREATED, "a", NULL) >= 0);
+	before = f->c.sync;
+	assert_true(before > 0);
+	for (int i = 0; i < 20; i++) { /* more than max_queue while it is out */
+		snprintf(name, sizeof(name), "f%02d", i);
+		write_at(f, name, "x");
+	}
+	run_for(f, 50);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.sub_overflows, 1);
+	col_clear(&f->c);
+	ack(f); /* the send finished: the OVERFLOW goes, with a sync */
+	assert_int_equal(f->c.n, 1);
+	assert_int_equal(f->c.evs[0].kind, WATCH_OVERFLOW);
+	assert_true(f->c.sync > before);
+	assert_int_equal(watch_sub_ack(f->c.sub, before), 0); /* late, stale */
+	assert_int_equal(hits, 0);
+	assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync), 0);
+	assert_int_equal(hits, 1);
+}
+
+static int setup_slow_walk(void **state)
+{
+	struct watch_config cfg = {.walk_dirs = 1};
+
+	return setup_cfg(state, &cfg);
+}
+
+/*
+ * A rebuild (the tree could not be trusted: the trigger of
+ * test_renamed_into_replacement_before_walk) with a barrier waiting on a
+ * subscriber that acknowledges: acknowledging what came before the end of
+ * the rebuild's walk, the OVERFLOW at its start included, does not meet
+ * it; acknowledging the OVERFLOW that ends the walk does.
+ */
+static void test_barrier_rebuild(void **state)
+{
+	struct fixture *f = *state;
+	struct watch_barrier *b = NULL;
+	struct watch_stats st;
+	uv_prepare_t prep;
+	char name[32];
+	int hits = 0, overflows = 0, turns = 0;
+
+	for (int i = 0; i < 40; i++) { /* a walk of many loop turns */
+		snprintf(name, sizeof(name), "d%02d", i);
+		mkdir_at(f, name);
+	}
+	subscribe_ready(f);
+	watch_sub_acks(f->c.sub);
+	mkdir_at(f, "a");
+	uv_run(&f->loop, UV_RUN_ONCE);
+	rename_at(f, "a", "b");
+	mkdir_at(f, "a");
+	rot_f = f;
+	uv_prepare_init(&f->loop, &prep);
+	uv_prepare_start(&prep, rot_prepare);
+	uv_run(&f->loop, UV_RUN_ONCE);
+	uv_close((uv_handle_t *)&prep, NULL);
+	watch_get_stats(f->w, &st);
+	assert_int_equal(st.resyncs, 1);
+	assert_false(st.ready); /* walking */
+	write_at(f, "d00/x", "1");
+	assert_int_equal(watch_barrier(f->w, 5000, on_barrier, &hits, &b), 1);
+	for (;;) {
+		uv_run(&f->loop, UV_RUN_ONCE);
+		watch_get_stats(f->w, &st);
+		if (st.ready)
+			break;
+		turns++;
+		overflows = col_count(&f->c, WATCH_OVERFLOW, NULL);
+		if (f->c.sync)
+			assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync), 0);
+		assert_int_equal(hits, 0);
+	}
+	assert_true(turns >= 10);
+	assert_int_equal(overflows, 1); /* at the rebuild's start, acknowledged */
+	run_for(f, 20);
+	/* the OVERFLOW at the walk's end */
+	assert_int_equal(col_count(&f->c, WATCH_OVERFLOW, NULL), 2);
+	assert_int_equal(hits, 0);
+	assert_int_equal(watch_sub_ack(f->c.sub, f->c.sync), 0);
+	assert_int_equal(hits, 1);
 }
 
 /* mkdir x; mkdir b; mv x b (over the unwalked b); mv b OUT/b, all before
@@ -1440,6 +1574,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_read_delay_one_batch, setup_slow_read, teardown),
 		cmocka_unit_test_setup_teardown(test_barrier, setup_slow_read, teardown),
 		cmocka_unit_test_setup_teardown(test_barrier_acks, setup_slow_read, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_first_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_rebuild, setup_slow_walk, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_ack_after_overflow, setup_tiny_queue,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_failed_node_gone, setup, teardown_nofile),
 		cmocka_unit_test_setup_teardown(test_stop_and_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),
