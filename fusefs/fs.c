@@ -796,11 +796,16 @@ static struct wsfs_file *file_new(struct wsfs *fs, uint64_t sh, const struct sta
  * (file_park()): agentd opens the file again read-only from it
  * (OpenRequest.reopen) and releases it; a later call on it (a dup(2)'d
  * descriptor still writing) opens it for writing again from the
- * read-only one (file_handle_rw()). A chmod that adds an execute bit
- * (the linker makes its output executable after closing it: binutils'
- * bfd_close()) parks the node's closed writable handles and sends the
- * queue at once (exec_changed()); a writable handle with the bit that
- * is not parked is released at once (file_destroy()). An agentd from
+ * read-only one (file_handle_rw()); a reopen by path after an agentd
+ * restart keeps it read-only (file_reopen()). A file agentd could not
+ * open for writing again (no owner write bit, and a trial reopen fails:
+ * agentd is not root) is not parked.
+ * A chmod that adds an execute bit (the linker makes its output
+ * executable after closing it: binutils' bfd_close()) parks the node's
+ * closed writable handles, waits for the closes in flight to queue
+ * theirs (fs->put_lock) and sends the queue (exec_changed()); a writable
+ * handle with the bit that is not parked is released at once
+ * (file_destroy()). An agentd from
  * before HandleRequest.more releases the first handle only and replies
  * released 0: the rest then go one per call, as every release after it
  * (rel_single). A handle a Release cannot take to agentd now (it is
@@ -961,13 +966,14 @@ void wsfs_release_pending(struct wsfs *fs)
 }
 
 /*
- * Release agentd's handles of @f and free it (nothing references it; it
- * left its node at fs->exec_gen @egen). A writable handle of a file with
- * an execute bit goes at once ("Releases"), the positional one of a parked
- * file too; when a chmod gave the file the bit after it left its node (so
- * that exec_changed() could not mark it), the queue goes at once.
+ * Release agentd's handles of @f and free it (nothing references it). A
+ * writable handle of a file with an execute bit goes at once
+ * ("Releases"), the positional one of a parked file too; others are
+ * queued (release_handle()). A chmod that gave the file the bit after it
+ * left its node, so that exec_changed() could not mark it, sends the
+ * queue after this (fs->put_lock).
  */
-static void file_destroy(struct wsfs *fs, struct wsfs_file *f, uint64_t egen)
+static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 {
 	bool writable = f->access != WSBRIDGE__V1__ACCESS__RDONLY;
 	bool now = writable && atomic_load(&f->exec);
@@ -988,8 +994,6 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f, uint64_t egen)
 		release_send(fs, &f->sh_pos, f->sh_pos ? 1 : 0);
 	else
 		release_handle(fs, f->sh_pos);
-	if (writable && !now && atomic_load(&fs->exec_gen) != egen && fs->gb_started)
-		(void)release_flush(fs);
 	pthread_mutex_destroy(&f->lock);
 	free(f->ra);
 	free(f);
@@ -1008,15 +1012,22 @@ static void kept_release(struct wsfs *fs, bool all)
 	}
 }
 
-/* Drop one reference; the last one releases the handle. */
+/* Drop one reference; the last one releases the handle. Takes
+ * fs->put_lock for reading for a writable @f (a read-only handle cannot
+ * make ETXTBSY): call with no lock held. */
 static void file_put(struct wsfs *fs, struct wsfs_file *f)
 {
-	uint64_t egen = atomic_load(&fs->exec_gen); /* before it leaves the node */
+	bool hold = f->access != WSBRIDGE__V1__ACCESS__RDONLY, last;
 
-	if (node_fh_put(fs->nodes, &f->link)) {
-		file_destroy(fs, f, egen);
+	if (hold)
+		pthread_rwlock_rdlock(&fs->put_lock);
+	last = node_fh_put(fs->nodes, &f->link);
+	if (last)
+		file_destroy(fs, f);
+	if (hold)
+		pthread_rwlock_unlock(&fs->put_lock);
+	if (last)
 		kept_release(fs, false); /* the node may have gone with it */
-	}
 }
 
 /*
@@ -1058,8 +1069,9 @@ static int file_reopen(struct wsfs *fs, struct wsfs_file *f, uint64_t failed)
 		goto out;
 	}
 	q.path = bin(path, len);
-	q.access = f->access;
-	q.append = f->append;
+	/* A parked file (file_park()) stays parked: read-only. */
+	q.access = f->parked ? WSBRIDGE__V1__ACCESS__RDONLY : f->access;
+	q.append = f->append && !f->parked;
 	q.nofollow = true;
 	r = open_rpc(fs, &q, &rep);
 	if (r == -ENOENT || r == -ELOOP || r == -ENOTDIR) {
@@ -1108,6 +1120,26 @@ static int file_handle(struct wsfs_file *f, uint64_t *sh)
 	return r;
 }
 
+/* Open the file of agentd's handle @from again with @f's access (and
+ * O_APPEND) into *@ret (OpenRequest.reopen). Returns 0 or the Open's
+ * -errno (EACCES without write permission). Called under f->lock. */
+static int reopen_rw(struct wsfs *fs, struct wsfs_file *f, uint64_t from, uint64_t *ret)
+{
+	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	Wsbridge__V1__OpenReply *rep = NULL;
+	int r;
+
+	q.reopen = from;
+	q.path = bin("\0", 1); /* ws_open(): names nothing */
+	q.access = f->access;
+	q.append = f->append;
+	r = open_rpc(fs, &q, &rep);
+	if (r == 0)
+		*ret = rep->handle;
+	free_reply(rep);
+	return r;
+}
+
 /*
  * FLUSH (close(2)) of @f, a writable handle of a file with an execute bit
  * ("Releases"): agentd opens the file again read-only from @f's handle
@@ -1115,7 +1147,10 @@ static int file_handle(struct wsfs_file *f, uint64_t *sh)
  * writable one (and the append file's positional one), so that nothing
  * holds the file open for writing once close(2) returns and the pod can
  * execve(2) it. If agentd cannot open it read-only (no read permission),
- * the handle stays as it is. A positional handle opened since a park
+ * or could not open it for writing again (a mode without the owner's
+ * write bit: a write on another descriptor would fail EACCES, unless a
+ * trial reopen for writing shows that agentd may, as root may), the
+ * handle stays as it is. A positional handle opened since a park
  * (file_pos_handle(), for mmap's writeback) goes too. Any FUSE request
  * thread, no lock held; the Open runs under f->lock (as file_reopen()'s).
  */
@@ -1123,7 +1158,8 @@ static void file_park(struct wsfs *fs, struct wsfs_file *f)
 {
 	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
 	Wsbridge__V1__OpenReply *rep = NULL;
-	uint64_t gave[2] = { 0, 0 };
+	uint64_t gave[3] = { 0, 0, 0 }, ro = 0;
+	size_t ngave = 0;
 	char *path = NULL;
 	size_t len = 0;
 
@@ -1132,34 +1168,43 @@ static void file_park(struct wsfs *fs, struct wsfs_file *f)
 	pthread_mutex_lock(&f->lock);
 	if (f->parked && f->sh_pos) {
 		/* Opened since for mmap's writeback (file_pos_handle()). */
-		gave[1] = f->sh_pos;
+		gave[ngave++] = f->sh_pos;
 		f->sh_pos = 0;
 	} else if (!f->broken && !f->parked && f->sh) {
 		q.reopen = f->sh;
 		q.path = bin("\0", 1); /* ws_open(): names nothing */
 		q.access = WSBRIDGE__V1__ACCESS__RDONLY;
 		if (open_rpc(fs, &q, &rep) == 0) {
-			gave[0] = f->sh;
-			gave[1] = f->sh_pos;
-			f->sh = rep->handle;
-			f->sh_pos = 0;
-			f->parked = true;
-		}
-		/* else kept: its Release goes at once (file_destroy()) */
+			uint64_t trial = 0;
+			bool may = rep->attr && (rep->attr->mode & S_IWUSR);
+
+			if (!may && !reopen_rw(fs, f, rep->handle, &trial)) {
+				may = true;
+				gave[ngave++] = trial;
+			}
+			if (may) {
+				gave[ngave++] = f->sh;
+				if (f->sh_pos)
+					gave[ngave++] = f->sh_pos;
+				f->sh = rep->handle;
+				f->sh_pos = 0;
+				f->parked = true;
+			} else {
+				ro = rep->handle; /* kept: file_handle_rw() could not undo it */
+			}
+		} /* else kept: its Release goes at once (file_destroy()) */
 	}
 	pthread_mutex_unlock(&f->lock);
 	free_reply(rep);
-	if (!gave[0] && !gave[1])
+	release_handle(fs, ro);
+	if (!ngave)
 		return;
 	/* The Release is an IN_CLOSE_WRITE (CHANGED) echo, as ws_release()'s.
 	 * A call that took a handle before the swap gets EBADF and goes
 	 * again with the new one (file_rpc_ex()). */
 	if (path_of(fs, f->link.nodeid, &path, &len) == 0)
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-	if (gave[0])
-		release_send(fs, gave, gave[1] ? 2 : 1);
-	else
-		release_send(fs, gave + 1, 1);
+	release_send(fs, gave, ngave);
 	if (path) {
 		wsfs_self_end(fs, path, len, true, NULL);
 		free(path);
@@ -1178,23 +1223,17 @@ static void file_park(struct wsfs *fs, struct wsfs_file *f)
  */
 static int file_handle_rw(struct wsfs *fs, struct wsfs_file *f, uint64_t *sh)
 {
-	Wsbridge__V1__OpenRequest q = WSBRIDGE__V1__OPEN_REQUEST__INIT;
-	Wsbridge__V1__OpenReply *rep = NULL;
-	uint64_t ro = 0;
+	uint64_t ro = 0, rw = 0;
 	int r = 0;
 
 	pthread_mutex_lock(&f->lock);
 	if (f->broken) {
 		r = -EIO;
 	} else if (f->parked) {
-		q.reopen = f->sh;
-		q.path = bin("\0", 1);
-		q.access = f->access;
-		q.append = f->append;
-		r = open_rpc(fs, &q, &rep);
+		r = reopen_rw(fs, f, f->sh, &rw);
 		if (r == 0) {
 			ro = f->sh;
-			f->sh = rep->handle;
+			f->sh = rw;
 			f->parked = false;
 		} else if (r == -EBADF) {
 			/* agentd lost it (a restart): the call's EBADF reopens
@@ -1207,7 +1246,6 @@ static int file_handle_rw(struct wsfs *fs, struct wsfs_file *f, uint64_t *sh)
 		*sh = f->sh;
 	pthread_mutex_unlock(&f->lock);
 	release_handle(fs, ro);
-	free_reply(rep);
 	return r;
 }
 
@@ -1249,8 +1287,6 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 	node_fh_each(fs->nodes, id, exec_set_fn, &on);
 	if (!on)
 		return;
-	/* After the marks: a file that left the node before them sees it. */
-	atomic_fetch_add(&fs->exec_gen, 1);
 	node_fh_each(fs->nodes, id, exec_pick, &pick);
 	for (size_t i = 0; i < pick.n; i++) {
 		bool closing;
@@ -1262,6 +1298,10 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 			file_park(fs, pick.f[i]);
 		file_put(fs, pick.f[i]);
 	}
+	/* A file that left the node before the marks (its RELEASE runs now)
+	 * is in the queue once this returns. */
+	pthread_rwlock_wrlock(&fs->put_lock);
+	pthread_rwlock_unlock(&fs->put_lock);
 	if (fs->gb_started)
 		(void)release_flush(fs);
 }
@@ -3084,7 +3124,7 @@ static int file_opened(struct wsfs *fs, uint64_t id, int flags, Wsbridge__V1__Op
 	}
 	if (node_fh_add(fs->nodes, id, &f->link) < 0) {
 		f->link.refs = 0;
-		file_destroy(fs, f, atomic_load(&fs->exec_gen));
+		file_destroy(fs, f);
 		return -ESTALE;
 	}
 	if (f->access != WSBRIDGE__V1__ACCESS__RDONLY || (flags & O_TRUNC))
@@ -3991,14 +4031,15 @@ out:
 	return r;
 }
 
-/* One Write at an offset through file_pos_handle(); once more after EBADF. */
+/* One Write at an offset through file_pos_handle(); after EBADF up to twice
+ * more, as file_rpc_ex() (file_park() may give the handle back twice). */
 static int write_pos(struct wsfs *fs, struct wsfs_file *f, Wsbridge__V1__WriteRequest *q,
 		     Wsbridge__V1__WriteReply **rep)
 {
 	uint64_t failed = 0;
 	int r;
 
-	for (int attempt = 0; attempt < 2; attempt++) {
+	for (int attempt = 0; attempt < 3; attempt++) {
 		r = file_pos_handle(fs, f, failed, &q->handle);
 		if (r < 0)
 			return r;
@@ -5853,6 +5894,7 @@ const struct fuse_lowlevel_ops wsfs_ll_ops = {
 int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 {
 	struct wsfs *fs = calloc(1, sizeof(*fs));
+	pthread_rwlockattr_t rwa;
 	int r;
 
 	if (!fs)
@@ -5895,6 +5937,10 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_cond_init(&fs->nq_cond, NULL);
 	fs->sq_tail = &fs->sq_head;
 	pthread_rwlock_init(&fs->store_lock, NULL);
+	pthread_rwlockattr_init(&rwa);
+	pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&fs->put_lock, &rwa);
+	pthread_rwlockattr_destroy(&rwa);
 	atomic_init(&fs->store_gen, 0);
 	atomic_init(&fs->wb_n, 0);
 	atomic_init(&fs->sab_n, 0);
@@ -5939,6 +5985,7 @@ void wsfs_free(struct wsfs *fs)
 		wsfs_store_free(s);
 	}
 	pthread_rwlock_destroy(&fs->store_lock);
+	pthread_rwlock_destroy(&fs->put_lock);
 	wsfs_self_free(fs);
 	pthread_mutex_destroy(&fs->self_lock);
 	wsfs_neg_free(fs);

@@ -202,10 +202,14 @@ struct wsfs {
 	 * read_ahead) fetched across a bump may be stale: the watch does not
 	 * report the mount's own changes (echoes are suppressed). */
 	atomic_uint_fast64_t mgen;
-	/** Bumped by every chmod that gives a file an execute bit (fs.c
-	 * exec_changed()), after it marked the file's open handles: a handle
-	 * closed across it goes back to agentd at once (file_destroy()). */
-	atomic_uint_fast64_t exec_gen;
+	/** Held (read) by fs.c file_put() from before a writable file leaves
+	 * its node until its handles are released or queued; (write) for a
+	 * moment by each chmod that gives a file an execute bit
+	 * (exec_changed()), after it marked the node's files and before it
+	 * sends the release queue: a file that left the node before the marks
+	 * is in the queue by then. Prefers writers (a stream of closes cannot
+	 * hold a chmod back). */
+	pthread_rwlock_t put_lock;
 	/** Bumped before and after every call that may read a file's data in
 	 * agentd (Read, Open), which may set its atime: attributes an own
 	 * write or setattr replied (fs.c own_attr) are used only while it

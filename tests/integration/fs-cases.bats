@@ -654,6 +654,7 @@ except OSError as e:
 	assert_eq "$(stat -c %s "$ROOT/big")" 1024
 }
 
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "S2: cc builds a program on MNT (the linker seeks and rewrites) and it runs" {
 	command -v cc >/dev/null || skip "no cc"
 	printf 'int main(){return 0;}' >"$MNT/t.c"
@@ -681,48 +682,55 @@ except OSError as e:
 	assert_eq "$(cmp "$MNT/prog" "$ROOT/prog" && echo same)" same
 }
 
+# made_then_run WHAT STATUS NAME SCRIPT: run bash SCRIPT ($1 MNT, $2 NAME),
+# which makes MNT/NAME, then at once (in the same shell, no gap; under
+# gVisor in the sandbox, pod_run) the program ROOT/NAME in the workspace;
+# count a status other than STATUS in S2_FAILS.
+# shellcheck disable=SC2031 # status/output are run's globals
+made_then_run() {
+	local what=$1 want=$2 name=$3 script=$4
+	if wsb_runsc; then
+		bash -c "$script" _ "$MNT" "$name"
+		run pod_run "$ROOT/$name"
+	else
+		run bash -c "$script"' && exec "$3/$2"' _ "$MNT" "$name" "$ROOT"
+	fi
+	[ "$status" -eq "$want" ] || {
+		S2_FAILS=$((S2_FAILS + 1))
+		echo "# $what $name: $status $output" >&3
+	}
+}
+
 @test "S2: a program made on MNT runs in the workspace right after (no ETXTBSY from a handle still open)" {
 	command -v cc >/dev/null || skip "no cc"
-	local i fails=0
+	local i
+	S2_FAILS=0
 	# agentd holding the file open for writing, execve(2) of it in the
 	# pod fails ETXTBSY. The linker makes its output executable after
-	# closing it (chmod), cp(1) creates it so: both run at once, here in
-	# the same shell with no gap (under gVisor in the sandbox, pod_run).
+	# closing it (chmod), cp(1) creates it so.
 	printf 'int main(void){return 7;}' >"$MNT/p.c"
 	for i in 1 2 3 4 5 6 7 8; do
-		if wsb_runsc; then
-			(cd "$MNT" && cc p.c -o "p$i")
-			run pod_run "$ROOT/p$i"
-		else
-			run bash -c 'cd "$1" && cc p.c -o "p$2" && exec "$3/p$2"' _ "$MNT" "$i" "$ROOT"
-		fi
-		[ "$status" -eq 7 ] || { fails=$((fails + 1)); echo "# cc $i: $status $output" >&3; }
+		made_then_run cc 7 "p$i" 'cd "$1" && cc p.c -o "$2"'
 	done
 	for i in $(seq 1 30); do
-		if wsb_runsc; then
-			cp /bin/true "$MNT/t$i"
-			run pod_run "$ROOT/t$i"
-		else
-			run bash -c 'cp /bin/true "$1/t$2" && exec "$3/t$2"' _ "$MNT" "$i" "$ROOT"
-		fi
-		[ "$status" -eq 0 ] || { fails=$((fails + 1)); echo "# cp $i: $status $output" >&3; }
+		made_then_run cp 0 "t$i" 'cp /bin/true "$1/$2"'
 	done
-	# A change by name right after the close (touch, chmod; it may go
-	# through the closing file's parked handle) leaves nothing open for
-	# writing either.
+	# Made with no write bit (agentd as root may still write it).
+	S2_RO=$BATS_TEST_TMPDIR/true-ro
+	cp /bin/true "$S2_RO"
+	chmod 555 "$S2_RO"
+	export S2_RO
 	for i in $(seq 1 10); do
-		if wsb_runsc; then
-			cp /bin/true "$MNT/u$i"
-			touch -d @1000000000 "$MNT/u$i"
-			chmod 0755 "$MNT/u$i"
-			run pod_run "$ROOT/u$i"
-		else
-			run bash -c 'cp /bin/true "$1/u$2" && touch -d @1000000000 "$1/u$2" &&
-				chmod 0755 "$1/u$2" && exec "$3/u$2"' _ "$MNT" "$i" "$ROOT"
-		fi
-		[ "$status" -eq 0 ] || { fails=$((fails + 1)); echo "# touch $i: $status $output" >&3; }
+		made_then_run cp-555 0 "r$i" 'cp "$S2_RO" "$1/$2"'
 	done
-	assert_eq "$fails" 0 "runs that failed"
+	# A change by name right after the close (chmod, touch: through the
+	# closing file's parked handle) leaves nothing open for writing
+	# either.
+	for i in $(seq 1 10); do
+		made_then_run touch 0 "u$i" 'cp /bin/true "$1/$2" && chmod 0755 "$1/$2" &&
+			touch -d @1000000000 "$1/$2"'
+	done
+	assert_eq "$S2_FAILS" 0 "runs that failed"
 
 	# A close gives agentd's writable handle back while another
 	# descriptor of the open file stays: that one writes on (with
