@@ -1149,8 +1149,10 @@ static int reopen_rw(struct wsfs *fs, struct wsfs_file *f, uint64_t from, uint64
  * execve(2) it. If agentd cannot open it read-only (no read permission),
  * or could not open it for writing again (a mode without the owner's
  * write bit: a write on another descriptor would fail EACCES, unless a
- * trial reopen for writing shows that agentd may, as root may), the
- * handle stays as it is. A positional handle opened since a park
+ * trial reopen for writing shows that agentd may, as root may; a
+ * non-owner agentd that wrote through a group or other bit since removed
+ * is not told apart, wsfs not knowing agentd's uid), the handle stays as
+ * it is. A positional handle opened since a park
  * (file_pos_handle(), for mmap's writeback) goes too. Any FUSE request
  * thread, no lock held; the Open runs under f->lock (as file_reopen()'s).
  */

@@ -362,6 +362,7 @@ wsfs_all_gone() {
 	mountpoint -q /sys/fs/fuse/connections ||
 		mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null ||
 		skip "no FUSE control filesystem at /sys/fs/fuse/connections"
+	[ -w /sys/fs/fuse/connections ] || skip "the FUSE control filesystem is read-only"
 	command -v prlimit >/dev/null || skip "no prlimit"
 	local st
 	page_held -o rpc_timeout=60

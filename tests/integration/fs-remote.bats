@@ -1885,9 +1885,12 @@ PY
 	chmod 755 "$d"
 	mkdir "$d/root"
 	chown nobody: "$d/root"
-	printf '#!/bin/sh\nexec setpriv --reuid=nobody --regid=%s --clear-groups %q "$@"\n' \
+	# (A sanitizer's report goes to stderr, AGENTD_ERR: nobody may not
+	# write SAN_LOG's directory.)
+	printf '#!/bin/sh\nexport ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=stderr" UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=stderr"\nexec setpriv --reuid=nobody --regid=%s --clear-groups %q "$@"\n' \
 		"$(id -g nobody)" "$AGENTD" >"$d/agentd"
 	chmod 755 "$d/agentd"
+	"$d/agentd" --version >/dev/null 2>&1 || skip "user nobody cannot run $AGENTD"
 	at="127.0.0.1:$(free_port)"
 	AGENTD=$d/agentd agentd_start --root "$d/root" --listen "$at"
 	ADDR=$at mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
@@ -2077,7 +2080,7 @@ relay_up() {
 	poll_until 10 said parked || { cat "$holder.out" >&3; return 1; }
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
-	agentd_start --root "$ROOT" --listen "$ADDR"
+	agentd_start --root "$ROOT" --listen "$ADDR" 7>&-
 	recovers "after restart: create" touch "$MNT/q"
 	no_problems
 	echo >&7
