@@ -1285,6 +1285,7 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 {
 	struct exec_pick pick = { .n = 0 };
 	bool on = mode_exec(mode);
+	struct timespec until;
 
 	node_fh_each(fs->nodes, id, exec_set_fn, &on);
 	if (!on)
@@ -1301,9 +1302,11 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 		file_put(fs, pick.f[i]);
 	}
 	/* A file that left the node before the marks (its RELEASE runs now)
-	 * is in the queue once this returns. */
-	pthread_rwlock_wrlock(&fs->put_lock);
-	pthread_rwlock_unlock(&fs->put_lock);
+	 * is in the queue once this returns: bounded as store_barrier() (a
+	 * close holds it across Release calls to an agentd gone quiet). */
+	until = wsb_deadline(CLOCK_MONOTONIC, fs->cfg.rpc_timeout_ms + WSFS_STORE_GRACE_MS);
+	if (pthread_rwlock_clockwrlock(&fs->put_lock, CLOCK_MONOTONIC, &until) == 0)
+		pthread_rwlock_unlock(&fs->put_lock);
 	if (fs->gb_started)
 		(void)release_flush(fs);
 }

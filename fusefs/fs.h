@@ -207,8 +207,9 @@ struct wsfs {
 	 * moment by each chmod that gives a file an execute bit
 	 * (exec_changed()), after it marked the node's files and before it
 	 * sends the release queue: a file that left the node before the marks
-	 * is in the queue by then. Prefers writers (a stream of closes cannot
-	 * hold a chmod back). */
+	 * is in the queue by then (waiting rpc_timeout + WSFS_STORE_GRACE_MS
+	 * at most). Prefers writers (a stream of closes cannot hold a chmod
+	 * back). */
 	pthread_rwlock_t put_lock;
 	/** Bumped before and after every call that may read a file's data in
 	 * agentd (Read, Open), which may set its atime: attributes an own
