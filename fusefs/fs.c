@@ -1353,12 +1353,20 @@ static int file_rpc_ex(struct wsfs *fs, struct hslot *slots, size_t n, const cha
 	for (int attempt = 0;; attempt++) {
 		bool reopened = false;
 
-		for (size_t i = 0; i < n; i++) {
-			r = slots[i].write ? file_handle_rw(fs, slots[i].f, &used[i])
-					   : file_handle(slots[i].f, &used[i]);
-			if (r < 0)
-				return r;
-			*slots[i].field = used[i];
+		/* Writing slots first: a parked file opened for writing
+		 * again gives back the read-only handle, which a reading slot
+		 * of the same file (CopyFileRange within one file) would
+		 * otherwise have taken. */
+		for (int pass = 0; pass < 2; pass++) {
+			for (size_t i = 0; i < n; i++) {
+				if (slots[i].write != (pass == 0))
+					continue;
+				r = pass == 0 ? file_handle_rw(fs, slots[i].f, &used[i])
+					      : file_handle(slots[i].f, &used[i]);
+				if (r < 0)
+					return r;
+				*slots[i].field = used[i];
+			}
 		}
 		r = rpc_ex(fs, method, req, desc, ret_reply, timeout_ms);
 		if (r != -EBADF || attempt > 2)
