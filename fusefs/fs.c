@@ -456,6 +456,19 @@ static void store_barrier(struct wsfs *fs);
 static bool gb_attr(struct wsfs *fs, fuse_ino_t id, struct stat *st, bool mtime_set);
 static void gb_fold(struct wsfs *fs, fuse_ino_t id);
 
+/* Wait until every thread that holds @lock for reading now has let it go
+ * (take it for writing a moment), rpc_timeout + WSFS_STORE_GRACE_MS at
+ * most: a reader may be in an RPC, or wait for a READ that needs a free
+ * worker. Any request thread, @lock not held. */
+static void readers_drain(struct wsfs *fs, pthread_rwlock_t *lock)
+{
+	struct timespec until;
+
+	until = wsb_deadline(CLOCK_MONOTONIC, fs->cfg.rpc_timeout_ms + WSFS_STORE_GRACE_MS);
+	if (pthread_rwlock_clockwrlock(lock, CLOCK_MONOTONIC, &until) == 0)
+		pthread_rwlock_unlock(lock);
+}
+
 /* Wait until every write sent behind before this call (not those still
  * gathered) has reached agentd or failed. Any FUSE request thread;
  * returns at once with none in flight. */
@@ -1285,7 +1298,6 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 {
 	struct exec_pick pick = { .n = 0 };
 	bool on = mode_exec(mode);
-	struct timespec until;
 
 	node_fh_each(fs->nodes, id, exec_set_fn, &on);
 	if (!on)
@@ -1302,11 +1314,9 @@ static void exec_changed(struct wsfs *fs, uint64_t id, mode_t mode)
 		file_put(fs, pick.f[i]);
 	}
 	/* A file that left the node before the marks (its RELEASE runs now)
-	 * is in the queue once this returns: bounded as store_barrier() (a
-	 * close holds it across Release calls to an agentd gone quiet). */
-	until = wsb_deadline(CLOCK_MONOTONIC, fs->cfg.rpc_timeout_ms + WSFS_STORE_GRACE_MS);
-	if (pthread_rwlock_clockwrlock(&fs->put_lock, CLOCK_MONOTONIC, &until) == 0)
-		pthread_rwlock_unlock(&fs->put_lock);
+	 * is in the queue once this returns (a close holds the lock across
+	 * Release calls, to an agentd gone quiet too: bounded). */
+	readers_drain(fs, &fs->put_lock);
 	if (fs->gb_started)
 		(void)release_flush(fs);
 }
@@ -3757,14 +3767,10 @@ static bool file_writable(struct wsfs *fs, uint64_t sino, uint64_t sident)
  * ("Chunk reads"). Any request thread, no lock held. */
 static void store_barrier(struct wsfs *fs)
 {
-	struct timespec until;
-
 	if (!fs->cfg.read_chunk_kb)
 		return;
 	atomic_fetch_add(&fs->store_gen, 1);
-	until = wsb_deadline(CLOCK_MONOTONIC, fs->cfg.rpc_timeout_ms + WSFS_STORE_GRACE_MS);
-	if (pthread_rwlock_clockwrlock(&fs->store_lock, CLOCK_MONOTONIC, &until) == 0)
-		pthread_rwlock_unlock(&fs->store_lock);
+	readers_drain(fs, &fs->store_lock);
 }
 
 /*
