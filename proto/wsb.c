@@ -402,6 +402,7 @@ void wsb_malloc_tune(void)
 {
 	(void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
 	(void)mallopt(M_TRIM_THRESHOLD, 16 << 20);
+	(void)mallopt(M_ARENA_MAX, 1);
 }
 
 void wsb_cond_init_mono(pthread_cond_t *cond)

@@ -115,9 +115,17 @@ void wsb_log_init(const char *progname, int level);
  * Read, a Write, exec output) is flattened and unpacked into memory fresh
  * from mmap(2) or just given back by a trim, whose pages fault in and are
  * zeroed again every time: it halved `wsctl exec` stdout throughput, and
- * was about half of agentd's CPU in a sequential write through wsfs. Costs
- * up to 16 MiB of retained heap per malloc arena. Call once from main(),
- * before any other thread starts; overrides GLIBC_TUNABLES' thresholds.
+ * was about half of agentd's CPU in a sequential write through wsfs. And
+ * M_ARENA_MAX 1: every thread allocates from the main arena (small blocks
+ * still come from each thread's tcache, without the lock). With glibc's
+ * default of 8 arenas per core, each of wsfs's worker threads (and gRPC's
+ * pollers, which allocate the receive buffers) got an arena of its own and
+ * touched its own few MiB of fresh pages: 27,000 page faults in wsfs's
+ * first 512 MiB read; a cold sequential read through a new mount went from
+ * about 500 to 900 MB/s, a 512 MiB write + fsync from about 320 to 380,
+ * metadata calls unchanged (bench/README.md). Costs up to 16 MiB of
+ * retained heap. Call once from main(), before any other thread starts;
+ * overrides GLIBC_TUNABLES' thresholds and arena_max.
  */
 void wsb_malloc_tune(void);
 
