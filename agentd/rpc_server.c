@@ -57,6 +57,7 @@
 
 #include "rpc.h"
 #include "wsb.h"
+#include "wsb_grpc.h"
 
 /*
  * Op streams (RPC_OPS). A stream call reads one OpRequest at a time: its
@@ -268,21 +269,12 @@ static grpc_byte_buffer *pack_buffer(const ProtobufCMessage *msg)
 	return bb;
 }
 
-/* Decode a received byte buffer. Returns 0, -EBADMSG. */
+/* Decode a received byte buffer, in place (wsb_grpc.h). Returns 0,
+ * -EBADMSG or -ENOMEM. */
 static int unpack_buffer(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
 			 ProtobufCMessage **ret)
 {
-	grpc_byte_buffer_reader reader;
-	grpc_slice slice;
-	int r;
-
-	if (!grpc_byte_buffer_reader_init(&reader, bb))
-		return -EBADMSG;
-	slice = grpc_byte_buffer_reader_readall(&reader);
-	grpc_byte_buffer_reader_destroy(&reader);
-	r = wsb_unpack(desc, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), ret);
-	grpc_slice_unref(slice);
-	return r;
+	return wsb_grpc_unpack(bb, 0, SIZE_MAX, desc, ret);
 }
 
 /* Start a batch owned by tag @p t; takes a call reference for it. On a
@@ -476,12 +468,15 @@ static const struct rpc_reg *ops_method(const struct rpc_call *p, const uint8_t 
 static void ops_recv(struct rpc_call *p, bool ok)
 {
 	struct rpc_server *s = p->srv;
-	const uint8_t *method = NULL, *req = NULL, *pos, *end;
-	size_t method_len = 0, req_len = 0;
+	/* Longer names are kept cut: no method has one (ops_method()). */
+	uint8_t method[256];
+	size_t method_len = 0, req_at = 0, req_len = 0;
+	grpc_byte_buffer *bb = p->recv_buf;
 	grpc_byte_buffer_reader reader;
+	struct wsb_pieces pc;
 	struct wsb_wire_field f;
+	bool has_method = false;
 	struct rpc_call *c;
-	grpc_slice slice;
 	int r;
 
 	p->recv_busy = false;
@@ -494,27 +489,39 @@ static void ops_recv(struct rpc_call *p, bool ok)
 		call_end(p, WSB_OK, 0, NULL);
 		return;
 	}
-	if (!grpc_byte_buffer_reader_init(&reader, p->recv_buf)) {
-		grpc_byte_buffer_destroy(p->recv_buf);
-		p->recv_buf = NULL;
+	/* The message is read in place (wsb_grpc.h): this pass copies the
+	 * method's name and notes where the request lies; wsb_grpc_unpack()
+	 * decodes it from there below, so a Write's data is copied once. */
+	p->recv_buf = NULL;
+	if (wsb_grpc_pieces(bb, &reader, &pc) < 0) {
+		grpc_byte_buffer_destroy(bb);
 		call_end(p, WSB_INTERNAL, 0, "cannot read a received message");
 		return;
 	}
-	slice = grpc_byte_buffer_reader_readall(&reader);
-	grpc_byte_buffer_reader_destroy(&reader);
-	grpc_byte_buffer_destroy(p->recv_buf);
-	p->recv_buf = NULL;
-	pos = GRPC_SLICE_START_PTR(slice);
-	end = pos + GRPC_SLICE_LENGTH(slice);
-	while ((r = wsb_wire_next(&pos, end, &f)) > 0) {
-		if (f.number == 1 && f.type == WSB_WIRE_LEN) {
-			method = f.ptr;
+	while ((r = wsb_pieces_field(&pc, &f)) > 0) {
+		if (f.type != WSB_WIRE_LEN)
+			continue;
+		if (f.number == 1) {
+			size_t keep = f.len < sizeof(method) ? f.len : sizeof(method);
+
+			has_method = true;
 			method_len = f.len;
-		} else if (f.number == 2 && f.type == WSB_WIRE_LEN) {
-			req = f.ptr;
-			req_len = f.len;
+			r = wsb_pieces_copy(&pc, method, keep);
+			if (r == 0)
+				r = wsb_pieces_skip(&pc, f.len - keep);
+		} else {
+			if (f.number == 2) {
+				req_at = pc.pos;
+				req_len = f.len;
+			}
+			r = wsb_pieces_skip(&pc, f.len);
 		}
+		if (r < 0)
+			break;
 	}
+	grpc_byte_buffer_reader_destroy(&reader);
+	if (method_len > sizeof(method))
+		method_len = sizeof(method); /* cut: ops_method() finds none */
 	/* Running from here (rpc_server_shutdown() leaves the stream be),
 	 * unless the shutdown came first: then the op is not run at all, as
 	 * its reply could not be sent (the stream may be cancelled). */
@@ -522,12 +529,12 @@ static void ops_recv(struct rpc_call *p, bool ok)
 	p->op_running = true;
 	pthread_mutex_unlock(&s->lock);
 	if (atomic_load(&s->shutting_down) || atomic_load(&p->cancelled)) {
-		grpc_slice_unref(slice);
+		grpc_byte_buffer_destroy(bb);
 		call_end(p, WSB_UNAVAILABLE, 0, "agentd is shutting down");
 		return;
 	}
-	if (r < 0 || !method) {
-		grpc_slice_unref(slice);
+	if (r < 0 || !has_method) {
+		grpc_byte_buffer_destroy(bb);
 		rpc_finish(p, WSB_INVALID_ARGUMENT, EBADMSG,
 			   "a message of the stream is not an OpRequest with a method");
 		return;
@@ -535,7 +542,7 @@ static void ops_recv(struct rpc_call *p, bool ok)
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		grpc_slice_unref(slice);
+		grpc_byte_buffer_destroy(bb);
 		rpc_finish(p, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 		return;
 	}
@@ -550,14 +557,18 @@ static void ops_recv(struct rpc_call *p, bool ok)
 	if (!c->reg) {
 		char *esc = wsb_escape(method, method_len, 200);
 
-		grpc_slice_unref(slice);
+		grpc_byte_buffer_destroy(bb);
 		rpc_finish(c, WSB_UNIMPLEMENTED, 0, "no unary method '%s' of this service to call in an op stream",
 			   esc ? esc : "?");
 		free(esc);
 		return;
 	}
-	r = wsb_unpack(c->reg->m->request, req, req_len, &c->req);
-	grpc_slice_unref(slice);
+	r = wsb_grpc_unpack(bb, req_at, req_len, c->reg->m->request, &c->req);
+	grpc_byte_buffer_destroy(bb);
+	if (r == -ENOMEM) {
+		rpc_finish(c, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+		return;
+	}
 	if (r < 0) {
 		rpc_finish(c, WSB_INVALID_ARGUMENT, EBADMSG, "the request does not decode as a %s message",
 			   c->reg->m->request->name);
@@ -848,6 +859,10 @@ static void call_start(struct rpc_call *c)
 		r = unpack_buffer(c->payload, m->request, &c->req);
 		grpc_byte_buffer_destroy(c->payload);
 		c->payload = NULL;
+		if (r == -ENOMEM) {
+			rpc_finish(c, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+			return;
+		}
 		if (r < 0) {
 			rpc_finish(c, WSB_INVALID_ARGUMENT, EBADMSG,
 				   "the request does not decode as a %s message", m->request->name);

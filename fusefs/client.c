@@ -115,6 +115,7 @@
 
 #include "client.h"
 #include "wsb.h"
+#include "wsb_grpc.h"
 
 extern char **environ;
 
@@ -372,21 +373,12 @@ static grpc_byte_buffer *bb_pack(const ProtobufCMessage *msg)
 	return bb;
 }
 
-/* Decode @bb as @desc; 0, -EBADMSG or -ENOMEM. Does not free @bb. */
+/* Decode @bb as @desc, in place (wsb_grpc.h); 0, -EBADMSG or -ENOMEM.
+ * Does not free @bb. */
 static int bb_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
 		     ProtobufCMessage **ret)
 {
-	grpc_byte_buffer_reader r;
-	grpc_slice s;
-	int rc;
-
-	if (!grpc_byte_buffer_reader_init(&r, bb))
-		return -EBADMSG;
-	s = grpc_byte_buffer_reader_readall(&r);
-	grpc_byte_buffer_reader_destroy(&r);
-	rc = wsb_unpack(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), ret);
-	grpc_slice_unref(s);
-	return rc;
+	return wsb_grpc_unpack(bb, 0, SIZE_MAX, desc, ret);
 }
 
 /*
@@ -1486,34 +1478,55 @@ static grpc_byte_buffer *op_pack(const char *method, const ProtobufCMessage *req
 	return bb;
 }
 
-/* Decode OpReply @bb into @st and, when OK, the reply of @desc. */
+/* The next @len bytes of @c (a string field's) into @buf of @size bytes,
+ * cut to fit; *@got = the bytes kept. 0 or -EBADMSG. */
+static int pieces_string(struct wsb_pieces *c, size_t len, char *buf, size_t size, size_t *got)
+{
+	*got = len < size ? len : size;
+	if (wsb_pieces_copy(c, buf, *got) < 0)
+		return -EBADMSG;
+	return wsb_pieces_skip(c, len - *got);
+}
+
+/*
+ * Decode OpReply @bb into @st and, when OK, the reply of @desc. In place
+ * (wsb_grpc.h): a pass over the fields copies the status's and notes where
+ * the reply lies; a second decodes the reply from there, so a Read's data
+ * is copied once, straight out of gRPC's slices.
+ */
 static int op_unpack(grpc_byte_buffer *bb, const char *method,
 		     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **ret_reply,
 		     struct wsc_status *st)
 {
-	const uint8_t *pos, *end, *ename = NULL, *msg = NULL, *reply = NULL;
-	size_t ename_len = 0, msg_len = 0, reply_len = 0;
+	char ename[32], msg[sizeof(st->msg)];
+	size_t ename_len = 0, msg_len = 0, reply_at = 0, reply_len = 0;
 	grpc_byte_buffer_reader reader;
+	struct wsb_pieces c;
 	struct wsb_wire_field f;
-	grpc_slice slice;
 	int code = GRPC_STATUS_OK, r;
 
-	if (!grpc_byte_buffer_reader_init(&reader, bb))
+	if (wsb_grpc_pieces(bb, &reader, &c) < 0)
 		return status_local(st, EBADMSG, "%s: cannot read the reply", method);
-	slice = grpc_byte_buffer_reader_readall(&reader);
-	grpc_byte_buffer_reader_destroy(&reader);
-	pos = GRPC_SLICE_START_PTR(slice);
-	end = pos + GRPC_SLICE_LENGTH(slice);
-	while ((r = wsb_wire_next(&pos, end, &f)) > 0) {
-		if (f.number == 1 && f.type == WSB_WIRE_VARINT)
+	while ((r = wsb_pieces_field(&c, &f)) > 0) {
+		if (f.number == 1 && f.type == WSB_WIRE_VARINT) {
 			code = (int)(int32_t)f.value;
-		else if (f.number == 2 && f.type == WSB_WIRE_LEN)
-			ename = f.ptr, ename_len = f.len;
-		else if (f.number == 3 && f.type == WSB_WIRE_LEN)
-			msg = f.ptr, msg_len = f.len;
-		else if (f.number == 4 && f.type == WSB_WIRE_LEN)
-			reply = f.ptr, reply_len = f.len;
+		} else if (f.type != WSB_WIRE_LEN) {
+			continue;
+		} else if (f.number == 2) { /* 32 bytes kept: status_set() ignores such */
+			r = pieces_string(&c, f.len, ename, sizeof(ename), &ename_len);
+		} else if (f.number == 3) {
+			r = pieces_string(&c, f.len, msg, sizeof(msg), &msg_len);
+		} else {
+			if (f.number == 4) {
+				reply_at = c.pos;
+				reply_len = f.len;
+			}
+			r = wsb_pieces_skip(&c, f.len);
+		}
+		if (r < 0)
+			break;
 	}
+	grpc_byte_buffer_reader_destroy(&reader);
 	if (r < 0) {
 		r = status_local(st, EBADMSG, "%s: the reply does not decode as an OpReply", method);
 	} else if (code < 0 || code > WSB_UNAUTHENTICATED) {
@@ -1523,11 +1536,10 @@ static int op_unpack(grpc_byte_buffer *bb, const char *method,
 		if (r == 0) {
 			ProtobufCMessage *m = NULL;
 
-			r = wsb_unpack(desc, reply, reply_len, &m);
+			r = wsb_grpc_unpack(bb, reply_at, reply_len, desc, &m);
 			r = reply_give(st, method, desc, r, m, ret_reply);
 		}
 	}
-	grpc_slice_unref(slice);
 	return r;
 }
 

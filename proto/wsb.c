@@ -500,3 +500,268 @@ size_t wsb_wire_varint_field(uint8_t *out, uint32_t number, uint64_t value)
 
 	return n + wire_put_varint(out + n, value);
 }
+
+/* ---- messages that arrived in pieces ---- */
+
+void wsb_pieces_init(struct wsb_pieces *c, int (*next)(void *arg, const uint8_t **ptr, size_t *len),
+		     void *arg, size_t total)
+{
+	*c = (struct wsb_pieces){ .next = next, .arg = arg, .left = total };
+}
+
+/* Make the current piece non-empty. 0, or -EBADMSG when the pieces ended. */
+static int pieces_fill(struct wsb_pieces *c)
+{
+	while (c->len == 0) {
+		if (c->next(c->arg, &c->ptr, &c->len) <= 0) {
+			c->len = 0;
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
+int wsb_pieces_copy(struct wsb_pieces *c, void *dst, size_t n)
+{
+	uint8_t *d = dst;
+
+	if (n > c->left)
+		return -EBADMSG;
+	while (n) {
+		size_t k;
+
+		if (pieces_fill(c) < 0)
+			return -EBADMSG;
+		k = n < c->len ? n : c->len;
+		if (d) {
+			memcpy(d, c->ptr, k);
+			d += k;
+		}
+		c->ptr += k;
+		c->len -= k;
+		c->left -= k;
+		c->pos += k;
+		n -= k;
+	}
+	return 0;
+}
+
+int wsb_pieces_skip(struct wsb_pieces *c, size_t n)
+{
+	return wsb_pieces_copy(c, NULL, n);
+}
+
+size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n)
+{
+	size_t saved;
+
+	if (n > c->left)
+		return SIZE_MAX;
+	saved = c->left - n;
+	c->left = n;
+	return saved;
+}
+
+int wsb_pieces_unlimit(struct wsb_pieces *c, size_t saved)
+{
+	if (wsb_pieces_skip(c, c->left) < 0)
+		return -EBADMSG;
+	c->left = saved;
+	return 0;
+}
+
+/* A varint (at most 10 bytes, as wire_varint()). */
+static int pieces_varint(struct wsb_pieces *c, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < 10; i++) {
+		uint8_t b;
+
+		if (wsb_pieces_copy(c, &b, 1) < 0)
+			return -EBADMSG;
+		v |= (uint64_t)(b & 0x7f) << (7 * i);
+		if (!(b & 0x80)) {
+			*ret = v;
+			return 0;
+		}
+	}
+	return -EBADMSG;
+}
+
+int wsb_pieces_field(struct wsb_pieces *c, struct wsb_wire_field *f)
+{
+	uint8_t b[8];
+	uint64_t key, v;
+
+	if (c->left == 0)
+		return 0;
+	if (pieces_varint(c, &key) < 0 || key >> 3 == 0 || key >> 3 > 0x1fffffff)
+		return -EBADMSG;
+	*f = (struct wsb_wire_field){ .number = (uint32_t)(key >> 3), .type = (unsigned)(key & 7) };
+	switch (f->type) {
+	case WSB_WIRE_VARINT:
+		return pieces_varint(c, &f->value) < 0 ? -EBADMSG : 1;
+	case WSB_WIRE_I64:
+	case WSB_WIRE_I32: {
+		size_t n = f->type == WSB_WIRE_I64 ? 8 : 4;
+
+		if (wsb_pieces_copy(c, b, n) < 0)
+			return -EBADMSG;
+		for (size_t i = 0; i < n; i++)
+			f->value |= (uint64_t)b[i] << (8 * i);
+		return 1;
+	}
+	case WSB_WIRE_LEN:
+		if (pieces_varint(c, &v) < 0 || v > c->left)
+			return -EBADMSG;
+		f->len = (size_t)v;
+		return 1;
+	default:
+		return -EBADMSG;
+	}
+}
+
+/* A growing buffer of the fields wsb_unpack_pieces() gives protobuf-c. */
+struct gather {
+	uint8_t *buf;
+	size_t len, cap;
+};
+
+/* Room for @n more bytes at g->buf + g->len. 0 or -ENOMEM. */
+static int gather_room(struct gather *g, size_t n)
+{
+	size_t cap = g->cap ? g->cap : 256;
+	uint8_t *b;
+
+	if (n <= g->cap - g->len)
+		return 0;
+	while (cap - g->len < n) {
+		if (cap > SIZE_MAX / 2)
+			return -ENOMEM;
+		cap *= 2;
+	}
+	b = realloc(g->buf, cap);
+	if (!b)
+		return -ENOMEM;
+	g->buf = b;
+	g->cap = cap;
+	return 0;
+}
+
+/* Field @f (its key and value; a LEN field's bytes from @c) onto @g. */
+static int gather_field(struct gather *g, struct wsb_pieces *c, const struct wsb_wire_field *f)
+{
+	uint64_t key = (uint64_t)f->number << 3 | f->type;
+	int r = gather_room(g, 2 * 10 + 8 + (f->type == WSB_WIRE_LEN ? f->len : 0));
+
+	if (r < 0)
+		return r;
+	g->len += wire_put_varint(g->buf + g->len, key);
+	switch (f->type) {
+	case WSB_WIRE_VARINT:
+		g->len += wire_put_varint(g->buf + g->len, f->value);
+		return 0;
+	case WSB_WIRE_I64:
+	case WSB_WIRE_I32:
+		for (unsigned i = 0; i < (f->type == WSB_WIRE_I64 ? 8u : 4u); i++)
+			g->buf[g->len++] = (uint8_t)(f->value >> (8 * i));
+		return 0;
+	default: /* WSB_WIRE_LEN (wsb_pieces_field() gives no other) */
+		g->len += wire_put_varint(g->buf + g->len, f->len);
+		if (wsb_pieces_copy(c, g->buf + g->len, f->len) < 0)
+			return -EBADMSG;
+		g->len += f->len;
+		return 0;
+	}
+}
+
+/* Most singular bytes fields of one message wsb_unpack_pieces() copies on
+ * their own; a message with more has the others gathered. */
+#define DIRECT_MAX 4
+
+int wsb_unpack_pieces(const ProtobufCMessageDescriptor *desc, struct wsb_pieces *c,
+		      ProtobufCMessage **ret_msg)
+{
+	static const uint8_t empty[1];
+	struct {
+		const ProtobufCFieldDescriptor *fd;
+		uint8_t *data;
+		size_t len;
+	} direct[DIRECT_MAX] = { { 0 } };
+	struct gather g = { 0 };
+	struct wsb_wire_field f;
+	ProtobufCMessage *m = NULL;
+	int r;
+
+	while ((r = wsb_pieces_field(c, &f)) > 0) {
+		const ProtobufCFieldDescriptor *fd =
+			protobuf_c_message_descriptor_get_field(desc, f.number);
+		size_t i, free_slot = DIRECT_MAX;
+
+		for (i = 0; fd && i < DIRECT_MAX; i++) {
+			if (direct[i].fd == fd)
+				break;
+			if (!direct[i].fd && free_slot == DIRECT_MAX)
+				free_slot = i;
+		}
+		if (fd && i < DIRECT_MAX) {
+			/* Seen on its own before: this one comes later and wins. */
+			free(direct[i].data);
+			direct[i].fd = NULL;
+			direct[i].data = NULL;
+			free_slot = i;
+		}
+		if (f.type == WSB_WIRE_LEN && f.len >= WSB_UNPACK_DIRECT_MIN && fd &&
+		    fd->type == PROTOBUF_C_TYPE_BYTES && fd->label != PROTOBUF_C_LABEL_REPEATED &&
+		    !(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && free_slot < DIRECT_MAX) {
+			uint8_t *data = malloc(f.len);
+
+			if (!data) {
+				r = -ENOMEM;
+				break;
+			}
+			if (wsb_pieces_copy(c, data, f.len) < 0) {
+				free(data);
+				r = -EBADMSG;
+				break;
+			}
+			direct[free_slot].fd = fd;
+			direct[free_slot].data = data;
+			direct[free_slot].len = f.len;
+			continue;
+		}
+		r = gather_field(&g, c, &f);
+		if (r < 0)
+			break;
+	}
+	if (r == 0) {
+		m = protobuf_c_message_unpack(desc, NULL, g.len, g.buf ? g.buf : empty);
+		r = m ? 0 : -EBADMSG;
+	}
+	free(g.buf);
+	for (size_t i = 0; i < DIRECT_MAX; i++) {
+		ProtobufCBinaryData *bd;
+
+		if (!direct[i].fd)
+			continue;
+		if (!m) {
+			free(direct[i].data);
+			continue;
+		}
+		/* Replaces a value gathered from before it (the later wins). */
+		bd = (ProtobufCBinaryData *)((char *)m + direct[i].fd->offset);
+		if (!direct[i].fd->default_value ||
+		    ((const ProtobufCBinaryData *)direct[i].fd->default_value)->data != bd->data)
+			free(bd->data);
+		bd->data = direct[i].data;
+		bd->len = direct[i].len;
+		if (direct[i].fd->label == PROTOBUF_C_LABEL_OPTIONAL &&
+		    direct[i].fd->quantifier_offset)
+			*(protobuf_c_boolean *)((char *)m + direct[i].fd->quantifier_offset) = 1;
+	}
+	if (r < 0)
+		return r;
+	*ret_msg = m;
+	return 0;
+}

@@ -286,6 +286,81 @@ size_t wsb_wire_varint_field(uint8_t *out, uint32_t number, uint64_t value);
 /** Most bytes wsb_wire_varint_field() writes. */
 #define WSB_WIRE_VARINT_MAX 15
 
+/* ---- messages that arrived in pieces ---- */
+
+/**
+ * A forward-only reader of a serialised message that arrived in pieces
+ * (the slices of a gRPC byte buffer: gRPC reads a 1 MiB message in dozens),
+ * so that it can be decoded without first being flattened into one buffer
+ * (grpc_byte_buffer_reader_readall(), a copy of the whole message).
+ * @next gives the pieces in order: it returns 1 and sets *@p ptr and
+ * *@p len (which may be 0), or 0 when there are no more. The pieces must
+ * stay valid while the reader is used. Fill with wsb_pieces_init().
+ */
+struct wsb_pieces {
+	int (*next)(void *arg, const uint8_t **ptr, size_t *len);
+	void *arg;
+	const uint8_t *ptr; /**< the unread rest of the current piece */
+	size_t len;         /**< its bytes */
+	size_t left;        /**< bytes left in the range being read */
+	size_t pos;         /**< bytes read (or skipped) since init */
+};
+
+/**
+ * Start reading @p total bytes from the pieces @p next gives (@p arg is
+ * passed to it). Reading past them, or pieces that end before @p total
+ * bytes, fail -EBADMSG. Any thread; a reader is used by one at a time.
+ */
+void wsb_pieces_init(struct wsb_pieces *c, int (*next)(void *arg, const uint8_t **ptr, size_t *len),
+		     void *arg, size_t total);
+
+/**
+ * Read the next field of the range, as wsb_wire_next() does, except that
+ * a LEN field's bytes are not read: f->ptr is NULL, f->len their number,
+ * and the reader stands at them, for wsb_pieces_copy(), wsb_pieces_skip()
+ * or wsb_unpack_pieces() (after wsb_pieces_limit()). Returns 1, 0 at the
+ * end of the range, or -EBADMSG.
+ */
+int wsb_pieces_field(struct wsb_pieces *c, struct wsb_wire_field *f);
+
+/** Copy the next @p n bytes to @p dst, or skip them when @p dst is NULL.
+ * Returns 0 or -EBADMSG (fewer than @p n left). */
+int wsb_pieces_copy(struct wsb_pieces *c, void *dst, size_t n);
+
+/** Skip the next @p n bytes: wsb_pieces_copy(c, NULL, n). */
+int wsb_pieces_skip(struct wsb_pieces *c, size_t n);
+
+/**
+ * Narrow the range to its next @p n bytes (a LEN field's, to decode it as
+ * a message). Returns what is to be passed to wsb_pieces_unlimit() once
+ * they are read, or SIZE_MAX when fewer than @p n bytes are left.
+ */
+size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n);
+
+/** Widen the range back after wsb_pieces_limit() gave @p saved, skipping
+ * what was left unread of the narrow one. Returns 0 or -EBADMSG. */
+int wsb_pieces_unlimit(struct wsb_pieces *c, size_t saved);
+
+/** LEN fields of at least this many bytes are copied straight from the
+ * pieces by wsb_unpack_pieces() (smaller ones are not worth a block). */
+#define WSB_UNPACK_DIRECT_MIN ((size_t)4096)
+
+/**
+ * Decode the rest of @p c's range as a message of @p desc, as wsb_unpack()
+ * would the same bytes in one buffer, with one copy of the bytes: a
+ * singular `bytes` field of at least WSB_UNPACK_DIRECT_MIN bytes (a Read's
+ * data, a Write's) goes from the pieces into a block of its own, which
+ * becomes the field's data (malloc'd, so protobuf_c_message_free_unpacked()
+ * with the default allocator frees it); every other field is gathered into
+ * a buffer that protobuf-c unpacks. When a field appears more than once the
+ * last wins, as protobuf's rule is. Returns 0 with *@p ret_msg (the
+ * caller's, protobuf_c_message_free_unpacked()), -EBADMSG (the bytes do not
+ * decode; *@p ret_msg untouched) or -ENOMEM. On success the range is read
+ * to its end; on failure the reader is left anywhere in it. Any thread.
+ */
+int wsb_unpack_pieces(const ProtobufCMessageDescriptor *desc, struct wsb_pieces *c,
+		      ProtobufCMessage **ret_msg);
+
 /** FNV-1a's 64-bit offset basis: wsb_fnv1a()'s @p h for a fresh hash. */
 #define WSB_FNV1A_INIT 0xcbf29ce484222325ULL
 

@@ -339,6 +339,244 @@ static void test_wire(void **state)
 	}
 }
 
+/* A message cut into pieces of the sizes in @sizes (repeated; 0 = an empty
+ * piece), for wsb_pieces. */
+struct cut {
+	const uint8_t *buf;
+	size_t len, at, k;
+	const size_t *sizes;
+	size_t nsizes;
+	size_t calls;
+};
+
+static int cut_next(void *arg, const uint8_t **ptr, size_t *len)
+{
+	struct cut *c = arg;
+	size_t n = c->sizes[c->k++ % c->nsizes];
+
+	if (c->at >= c->len)
+		return 0;
+	c->calls++;
+	if (n > c->len - c->at)
+		n = c->len - c->at;
+	*ptr = c->buf + c->at;
+	*len = n;
+	c->at += n;
+	return 1;
+}
+
+static const size_t odd_sizes[] = { 1, 0, 7, 4096, 3, 65536, 2, 1000 };
+
+/* wsb_unpack_pieces() of @len bytes at @buf cut by odd_sizes, claiming
+ * @total bytes. */
+static int unpack_cut(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+		      size_t total, ProtobufCMessage **m)
+{
+	struct cut cut = { buf, len, 0, 0, odd_sizes, sizeof(odd_sizes) / sizeof(odd_sizes[0]), 0 };
+	struct wsb_pieces c;
+
+	wsb_pieces_init(&c, cut_next, &cut, total);
+	return wsb_unpack_pieces(desc, &c, m);
+}
+
+static uint8_t *pattern(size_t n, unsigned seed)
+{
+	uint8_t *p = malloc(n);
+
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 31 + seed + i / 251);
+	return p;
+}
+
+/* wsb_unpack_pieces() decodes what wsb_unpack() does, from pieces of any
+ * size, with the large bytes field in a block of its own and the last
+ * occurrence of a field winning. */
+static void test_unpack_pieces(void **state)
+{
+	Wsbridge__V1__ReadReply rr = WSBRIDGE__V1__READ_REPLY__INIT, *rb;
+	Wsbridge__V1__WriteRequest wq = WSBRIDGE__V1__WRITE_REQUEST__INIT, *wb;
+	Wsbridge__V1__SetAttrRequest sa = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+	Wsbridge__V1__Attr a = WSBRIDGE__V1__ATTR__INIT;
+	uint8_t *big = pattern(300000, 1), *other = pattern(70000, 2), *buf, *buf2, *two;
+	size_t len, len2;
+	ProtobufCMessage *m;
+
+	(void)state;
+	/* A Read's reply: data, then attr. */
+	a.ino = 77;
+	a.size = 300000;
+	a.mtime_ns = -5;
+	rr.data.data = big;
+	rr.data.len = 300000;
+	rr.attr = &a;
+	assert_int_equal(wsb_pack(&rr.base, &buf, &len), 0);
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, buf, len, len, &m), 0);
+	rb = (Wsbridge__V1__ReadReply *)m;
+	assert_int_equal(rb->data.len, 300000);
+	assert_memory_equal(rb->data.data, big, 300000);
+	assert_non_null(rb->attr);
+	assert_int_equal(rb->attr->ino, 77);
+	assert_int_equal(rb->attr->size, 300000);
+	assert_int_equal(rb->attr->mtime_ns, -5);
+	protobuf_c_message_free_unpacked(m, NULL); /* the block too (ASan) */
+
+	/* One piece of all of it, and a claimed length past the pieces. */
+	{
+		static const size_t whole[] = { SIZE_MAX };
+		struct cut cut = { buf, len, 0, 0, whole, 1, 0 };
+		struct wsb_pieces c;
+
+		wsb_pieces_init(&c, cut_next, &cut, len);
+		assert_int_equal(wsb_unpack_pieces(&wsbridge__v1__read_reply__descriptor, &c, &m), 0);
+		assert_int_equal(((Wsbridge__V1__ReadReply *)m)->data.len, 300000);
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+	m = (void *)0x1;
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, buf, len, len + 1, &m),
+			 -EBADMSG);
+	/* Cut inside the data, and inside the attr. */
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, buf, 1000, 1000, &m),
+			 -EBADMSG);
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, buf, len - 1, len - 1, &m),
+			 -EBADMSG);
+	assert_ptr_equal(m, (void *)0x1);
+
+	/* Concatenated messages merge, the later bytes field winning: big
+	 * then big, big then small, small then big. */
+	rr.attr = NULL;
+	rr.data.data = other;
+	rr.data.len = 70000;
+	assert_int_equal(wsb_pack(&rr.base, &buf2, &len2), 0);
+	two = malloc(len + len2);
+	assert_non_null(two);
+	memcpy(two, buf, len);
+	memcpy(two + len, buf2, len2);
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, len + len2,
+				    len + len2, &m), 0);
+	rb = (Wsbridge__V1__ReadReply *)m;
+	assert_int_equal(rb->data.len, 70000);
+	assert_memory_equal(rb->data.data, other, 70000);
+	assert_non_null(rb->attr); /* from the first: messages merge */
+	assert_int_equal(rb->attr->ino, 77);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(buf2);
+	rr.data.data = (uint8_t *)"tiny";
+	rr.data.len = 4;
+	assert_int_equal(wsb_pack(&rr.base, &buf2, &len2), 0);
+	memcpy(two + len, buf2, len2);
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, len + len2,
+				    len + len2, &m), 0);
+	rb = (Wsbridge__V1__ReadReply *)m;
+	assert_int_equal(rb->data.len, 4);
+	assert_memory_equal(rb->data.data, "tiny", 4);
+	protobuf_c_message_free_unpacked(m, NULL);
+	memcpy(two, buf2, len2);
+	memcpy(two + len2, buf, len);
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, len + len2,
+				    len + len2, &m), 0);
+	rb = (Wsbridge__V1__ReadReply *)m;
+	assert_int_equal(rb->data.len, 300000);
+	assert_memory_equal(rb->data.data, big, 300000);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(two);
+	free(buf2);
+	free(buf);
+
+	/* A Write: scalars, then data, then a message. */
+	wq.handle = 9;
+	wq.offset = 1ull << 40;
+	wq.data.data = big;
+	wq.data.len = 4096; /* WSB_UNPACK_DIRECT_MIN: copied on its own */
+	sa.valid = 1;
+	sa.mode = 0755;
+	wq.setattr_after = &sa;
+	assert_int_equal(wsb_pack(&wq.base, &buf, &len), 0);
+	assert_int_equal(unpack_cut(&wsbridge__v1__write_request__descriptor, buf, len, len, &m), 0);
+	wb = (Wsbridge__V1__WriteRequest *)m;
+	assert_int_equal(wb->handle, 9);
+	assert_int_equal(wb->offset, 1ull << 40);
+	assert_int_equal(wb->data.len, 4096);
+	assert_memory_equal(wb->data.data, big, 4096);
+	assert_non_null(wb->setattr_after);
+	assert_int_equal(wb->setattr_after->mode, 0755);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(buf);
+
+	/* Nothing: an empty message. A group: -EBADMSG. */
+	assert_int_equal(unpack_cut(&wsbridge__v1__write_request__descriptor, NULL, 0, 0, &m), 0);
+	assert_int_equal(((Wsbridge__V1__WriteRequest *)m)->data.len, 0);
+	protobuf_c_message_free_unpacked(m, NULL);
+	assert_int_equal(unpack_cut(&wsbridge__v1__write_request__descriptor,
+				    (const uint8_t *)"\x0b\x0c", 2, 2, &m), -EBADMSG);
+	free(big);
+	free(other);
+}
+
+/* A wrapper read field by field over pieces, its inner message narrowed
+ * to and decoded in place (client.c op_unpack, rpc_server.c ops_recv). */
+static void test_pieces_fields(void **state)
+{
+	Wsbridge__V1__OpReply op = WSBRIDGE__V1__OP_REPLY__INIT;
+	Wsbridge__V1__ReadReply rr = WSBRIDGE__V1__READ_REPLY__INIT;
+	uint8_t *data = pattern(100000, 3), *inner, *buf;
+	size_t inner_len, len, saved, at = 0, n = 0;
+	struct wsb_wire_field f;
+	struct wsb_pieces c;
+	struct cut cut;
+	ProtobufCMessage *m;
+	char msg[8];
+	int r;
+
+	(void)state;
+	rr.data.data = data;
+	rr.data.len = 100000;
+	assert_int_equal(wsb_pack(&rr.base, &inner, &inner_len), 0);
+	op.code = 0;
+	op.message = (char *)"a long status message";
+	op.reply.data = inner;
+	op.reply.len = inner_len;
+	assert_int_equal(wsb_pack(&op.base, &buf, &len), 0);
+
+	cut = (struct cut){ buf, len, 0, 0, odd_sizes, sizeof(odd_sizes) / sizeof(odd_sizes[0]), 0 };
+	wsb_pieces_init(&c, cut_next, &cut, len);
+	while ((r = wsb_pieces_field(&c, &f)) > 0) {
+		assert_int_equal(f.type, WSB_WIRE_LEN);
+		assert_null(f.ptr);
+		if (f.number == 3) {
+			assert_int_equal(f.len, strlen(op.message));
+			assert_int_equal(wsb_pieces_copy(&c, msg, sizeof(msg)), 0);
+			assert_memory_equal(msg, "a long s", sizeof(msg));
+			assert_int_equal(wsb_pieces_skip(&c, f.len - sizeof(msg)), 0);
+		} else {
+			assert_int_equal(f.number, 4);
+			at = c.pos;
+			n = f.len;
+			/* Decoded right here, in a narrowed range. */
+			saved = wsb_pieces_limit(&c, f.len);
+			assert_int_not_equal(saved, SIZE_MAX);
+			assert_int_equal(c.left, inner_len);
+			assert_int_equal(wsb_unpack_pieces(&wsbridge__v1__read_reply__descriptor, &c,
+							   &m), 0);
+			assert_int_equal(c.left, 0);
+			assert_int_equal(wsb_pieces_unlimit(&c, saved), 0);
+			assert_int_equal(((Wsbridge__V1__ReadReply *)m)->data.len, 100000);
+			assert_memory_equal(((Wsbridge__V1__ReadReply *)m)->data.data, data, 100000);
+			protobuf_c_message_free_unpacked(m, NULL);
+		}
+	}
+	assert_int_equal(r, 0);
+	assert_int_equal(c.pos, len);
+	assert_int_equal(n, inner_len);
+	assert_int_equal(at, len - inner_len);
+	/* Past the range, and a limit wider than what is left. */
+	assert_int_equal(wsb_pieces_skip(&c, 1), -EBADMSG);
+	assert_int_equal(wsb_pieces_limit(&c, 1), SIZE_MAX);
+	free(buf);
+	free(inner);
+	free(data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -354,6 +592,8 @@ int main(void)
 		cmocka_unit_test(test_time_ns),
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_wire),
+		cmocka_unit_test(test_unpack_pieces),
+		cmocka_unit_test(test_pieces_fields),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
