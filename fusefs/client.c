@@ -390,7 +390,9 @@ static int reply_give(struct wsc_status *st, const char *method,
 		      const ProtobufCMessageDescriptor *desc, int r, ProtobufCMessage *m,
 		      ProtobufCMessage **ret_reply)
 {
-	if (r < 0)
+	if (r == -ENOMEM)
+		status_local(st, ENOMEM, "%s: out of memory decoding the reply", method);
+	else if (r < 0)
 		status_local(st, -r, "%s: the reply does not decode as %s", method, desc->name);
 	else if (ret_reply)
 		*ret_reply = m;

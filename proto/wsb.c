@@ -714,6 +714,7 @@ int wsb_unpack_pieces(const ProtobufCMessageDescriptor *desc, struct wsb_pieces 
 		}
 		if (f.type == WSB_WIRE_LEN && f.len >= WSB_UNPACK_DIRECT_MIN && fd &&
 		    fd->type == PROTOBUF_C_TYPE_BYTES && fd->label != PROTOBUF_C_LABEL_REPEATED &&
+		    fd->label != PROTOBUF_C_LABEL_REQUIRED && /* protobuf-c checks those */
 		    !(fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && free_slot < DIRECT_MAX) {
 			uint8_t *data = malloc(f.len);
 

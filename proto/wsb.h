@@ -356,7 +356,10 @@ int wsb_pieces_unlimit(struct wsb_pieces *c, size_t saved);
  * last wins, as protobuf's rule is. Returns 0 with *@p ret_msg (the
  * caller's, protobuf_c_message_free_unpacked()), -EBADMSG (the bytes do not
  * decode; *@p ret_msg untouched) or -ENOMEM. On success the range is read
- * to its end; on failure the reader is left anywhere in it. Any thread.
+ * to its end; on failure the reader is left anywhere in it. Required
+ * (proto2) and oneof fields are always gathered. Unlike protobuf-c it takes
+ * keys and lengths in up to 10 bytes, and unknown fields come back
+ * re-encoded in their shortest form (the same values). Any thread.
  */
 int wsb_unpack_pieces(const ProtobufCMessageDescriptor *desc, struct wsb_pieces *c,
 		      ProtobufCMessage **ret_msg);

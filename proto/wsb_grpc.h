@@ -43,19 +43,12 @@ static inline int wsb_grpc_piece(void *arg, const uint8_t **ptr, size_t *len)
 static inline int wsb_grpc_pieces(grpc_byte_buffer *bb, grpc_byte_buffer_reader *r,
 				  struct wsb_pieces *c)
 {
-	grpc_slice *s;
-	size_t total = 0;
-
-	/* The reader's length, not grpc_byte_buffer_length(): for a
-	 * compressed buffer the reader gives the inflated bytes. */
+	/* A received message comes inflated (gRPC's message decompression
+	 * filter), and the 1.51 reader reads a buffer as it is: its length is
+	 * what the reader gives. */
 	if (!grpc_byte_buffer_reader_init(r, bb))
 		return -EBADMSG;
-	while (grpc_byte_buffer_reader_peek(r, &s))
-		total += GRPC_SLICE_LENGTH(*s);
-	grpc_byte_buffer_reader_destroy(r);
-	if (!grpc_byte_buffer_reader_init(r, bb))
-		return -EBADMSG;
-	wsb_pieces_init(c, wsb_grpc_piece, r, total);
+	wsb_pieces_init(c, wsb_grpc_piece, r, grpc_byte_buffer_length(bb));
 	return 0;
 }
 

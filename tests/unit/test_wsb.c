@@ -367,6 +367,21 @@ static int cut_next(void *arg, const uint8_t **ptr, size_t *len)
 
 static const size_t odd_sizes[] = { 1, 0, 7, 4096, 3, 65536, 2, 1000 };
 
+/* realloc() as wsb.c calls it (the test links with -Wl,--wrap=realloc):
+ * wsb_unpack_pieces() gathers the fields it does not copy on their own in
+ * a realloc'd buffer, so the largest size asked tells which way a field
+ * went. */
+void *__real_realloc(void *p, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+static size_t realloc_max;
+
+void *__wrap_realloc(void *p, size_t n)
+{
+	if (n > realloc_max)
+		realloc_max = n;
+	return __real_realloc(p, n);
+}
+
 /* wsb_unpack_pieces() of @len bytes at @buf cut by odd_sizes, claiming
  * @total bytes. */
 static int unpack_cut(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
@@ -411,7 +426,9 @@ static void test_unpack_pieces(void **state)
 	rr.data.len = 300000;
 	rr.attr = &a;
 	assert_int_equal(wsb_pack(&rr.base, &buf, &len), 0);
+	realloc_max = 0;
 	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, buf, len, len, &m), 0);
+	assert_in_range(realloc_max, 1, 1023); /* the attr only: data went on its own */
 	rb = (Wsbridge__V1__ReadReply *)m;
 	assert_int_equal(rb->data.len, 300000);
 	assert_memory_equal(rb->data.data, big, 300000);
@@ -492,13 +509,27 @@ static void test_unpack_pieces(void **state)
 	sa.mode = 0755;
 	wq.setattr_after = &sa;
 	assert_int_equal(wsb_pack(&wq.base, &buf, &len), 0);
+	realloc_max = 0;
 	assert_int_equal(unpack_cut(&wsbridge__v1__write_request__descriptor, buf, len, len, &m), 0);
+	assert_in_range(realloc_max, 1, 1023);
 	wb = (Wsbridge__V1__WriteRequest *)m;
 	assert_int_equal(wb->handle, 9);
 	assert_int_equal(wb->offset, 1ull << 40);
 	assert_int_equal(wb->data.len, 4096);
 	assert_memory_equal(wb->data.data, big, 4096);
 	assert_non_null(wb->setattr_after);
+	assert_int_equal(wb->setattr_after->mode, 0755);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(buf);
+	/* One byte less: gathered, and decoded the same. */
+	wq.data.len = WSB_UNPACK_DIRECT_MIN - 1;
+	assert_int_equal(wsb_pack(&wq.base, &buf, &len), 0);
+	realloc_max = 0;
+	assert_int_equal(unpack_cut(&wsbridge__v1__write_request__descriptor, buf, len, len, &m), 0);
+	assert_true(realloc_max >= WSB_UNPACK_DIRECT_MIN - 1);
+	wb = (Wsbridge__V1__WriteRequest *)m;
+	assert_int_equal(wb->data.len, WSB_UNPACK_DIRECT_MIN - 1);
+	assert_memory_equal(wb->data.data, big, WSB_UNPACK_DIRECT_MIN - 1);
 	assert_int_equal(wb->setattr_after->mode, 0755);
 	protobuf_c_message_free_unpacked(m, NULL);
 	free(buf);
