@@ -732,6 +732,42 @@ class OpStream(Base):
         self.assertEqual(reps[4].errno_name, "EBADMSG")
         self.assertEqual(reps[5].code, 0)  # the stream goes on
 
+    def test_fields_in_any_order_and_size(self):
+        """agentd reads an OpRequest's fields in place, in one pass: any
+        order, the last of a repeated field, a name too long for any
+        method, and a 1 MiB Write whose data arrives in many pieces."""
+        def raw(*parts):  # fields concatenate, as protobuf merges messages
+            return b"".join(p.SerializeToString() for p in parts)
+
+        with open(rp("ops-order.txt"), "wb") as f:
+            f.write(b"12345")
+        stat = pb.StatRequest(path=b"ops-order.txt").SerializeToString()
+        data = bytes((i * 7 + i // 4099) & 0xff for i in range(1 << 20))
+        ch = wsbtest.channel()
+        try:
+            call = ch.stream_stream(self.M + "Ops")
+            h = self.ws.Open(pb.OpenRequest(path=b"ops-big.bin", access=pb.RDWR, create=True,
+                                            mode=0o600), timeout=TIMEOUT).handle
+            write = pb.WriteRequest(handle=h, offset=3, data=data).SerializeToString()
+            outs = [pb.OpReply.FromString(b) for b in call(iter([
+                raw(pb.OpRequest(request=stat), pb.OpRequest(method=self.M + "Stat")),
+                raw(pb.OpRequest(method=self.M + "Stat", request=b"\xff\xff"),
+                    pb.OpRequest(request=stat)),
+                raw(pb.OpRequest(method="/wsbridge.v1.Workspace/" + "S" * 300)),
+                raw(pb.OpRequest(method=self.M + "Write", request=write)),
+            ]), timeout=TIMEOUT)]
+        finally:
+            ch.close()
+        self.assertEqual([o.code for o in outs],
+                         [0, 0, SC.UNIMPLEMENTED.value[0], 0])
+        for o in outs[:2]:
+            self.assertEqual(pb.StatReply.FromString(o.reply).attr.size, 5)
+        self.assertIn("SSSS", outs[2].message)
+        self.assertEqual(pb.WriteReply.FromString(outs[3].reply).written, len(data))
+        self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+        with open(rp("ops-big.bin"), "rb") as f:
+            self.assertEqual(f.read(), b"\0\0\0" + data)
+
     def test_not_an_op_request_ends_the_stream(self):
         ch = wsbtest.channel()
         try:
