@@ -468,7 +468,8 @@ static const struct rpc_reg *ops_method(const struct rpc_call *p, const uint8_t 
 static void ops_recv(struct rpc_call *p, bool ok)
 {
 	struct rpc_server *s = p->srv;
-	/* Longer names are kept cut: no method has one (ops_method()). */
+	/* A longer name is kept cut to 256 bytes, which no method's path is as
+	 * long as: ops_method() finds none. */
 	uint8_t method[256];
 	size_t method_len = 0, req_at = 0, req_len = 0;
 	grpc_byte_buffer *bb = p->recv_buf;
@@ -502,13 +503,8 @@ static void ops_recv(struct rpc_call *p, bool ok)
 		if (f.type != WSB_WIRE_LEN)
 			continue;
 		if (f.number == 1) {
-			size_t keep = f.len < sizeof(method) ? f.len : sizeof(method);
-
 			has_method = true;
-			method_len = f.len;
-			r = wsb_pieces_copy(&pc, method, keep);
-			if (r == 0)
-				r = wsb_pieces_skip(&pc, f.len - keep);
+			r = wsb_pieces_copy_cut(&pc, f.len, method, sizeof(method), &method_len);
 		} else {
 			if (f.number == 2) {
 				req_at = pc.pos;
@@ -520,8 +516,6 @@ static void ops_recv(struct rpc_call *p, bool ok)
 			break;
 	}
 	grpc_byte_buffer_reader_destroy(&reader);
-	if (method_len > sizeof(method))
-		method_len = sizeof(method); /* cut: ops_method() finds none */
 	/* Running from here (rpc_server_shutdown() leaves the stream be),
 	 * unless the shutdown came first: then the op is not run at all, as
 	 * its reply could not be sent (the stream may be cancelled). */

@@ -1480,16 +1480,6 @@ static grpc_byte_buffer *op_pack(const char *method, const ProtobufCMessage *req
 	return bb;
 }
 
-/* The next @len bytes of @c (a string field's) into @buf of @size bytes,
- * cut to fit; *@got = the bytes kept. 0 or -EBADMSG. */
-static int pieces_string(struct wsb_pieces *c, size_t len, char *buf, size_t size, size_t *got)
-{
-	*got = len < size ? len : size;
-	if (wsb_pieces_copy(c, buf, *got) < 0)
-		return -EBADMSG;
-	return wsb_pieces_skip(c, len - *got);
-}
-
 /*
  * Decode OpReply @bb into @st and, when OK, the reply of @desc. In place
  * (wsb_grpc.h): a pass over the fields copies the status's and notes where
@@ -1515,9 +1505,9 @@ static int op_unpack(grpc_byte_buffer *bb, const char *method,
 		} else if (f.type != WSB_WIRE_LEN) {
 			continue;
 		} else if (f.number == 2) { /* 32 bytes kept: status_set() ignores such */
-			r = pieces_string(&c, f.len, ename, sizeof(ename), &ename_len);
+			r = wsb_pieces_copy_cut(&c, f.len, ename, sizeof(ename), &ename_len);
 		} else if (f.number == 3) {
-			r = pieces_string(&c, f.len, msg, sizeof(msg), &msg_len);
+			r = wsb_pieces_copy_cut(&c, f.len, msg, sizeof(msg), &msg_len);
 		} else {
 			if (f.number == 4) {
 				reply_at = c.pos;

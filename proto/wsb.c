@@ -551,6 +551,14 @@ int wsb_pieces_skip(struct wsb_pieces *c, size_t n)
 	return wsb_pieces_copy(c, NULL, n);
 }
 
+int wsb_pieces_copy_cut(struct wsb_pieces *c, size_t n, void *dst, size_t size, size_t *kept)
+{
+	*kept = n < size ? n : size;
+	if (wsb_pieces_copy(c, dst, *kept) < 0)
+		return -EBADMSG;
+	return wsb_pieces_skip(c, n - *kept);
+}
+
 size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n)
 {
 	size_t saved;

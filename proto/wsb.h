@@ -331,6 +331,13 @@ int wsb_pieces_copy(struct wsb_pieces *c, void *dst, size_t n);
 int wsb_pieces_skip(struct wsb_pieces *c, size_t n);
 
 /**
+ * Read the next @p n bytes (a string field's), keeping at most @p size of
+ * them at @p dst (not NUL-terminated) and skipping the rest; *@p kept is
+ * the number kept. Returns 0 or -EBADMSG.
+ */
+int wsb_pieces_copy_cut(struct wsb_pieces *c, size_t n, void *dst, size_t size, size_t *kept);
+
+/**
  * Narrow the range to its next @p n bytes (a LEN field's, to decode it as
  * a message). Returns what is to be passed to wsb_pieces_unlimit() once
  * they are read, or SIZE_MAX when fewer than @p n bytes are left.

@@ -404,6 +404,29 @@ static uint8_t *pattern(size_t n, unsigned seed)
 	return p;
 }
 
+/* Decode ReadReplies @a then @b as one (protobuf merges concatenated
+ * messages): its data is @want_len bytes of @want, its attr @a's (ino 77). */
+static void check_merged(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
+			 const uint8_t *want, size_t want_len)
+{
+	uint8_t *two = malloc(alen + blen);
+	Wsbridge__V1__ReadReply *rb;
+	ProtobufCMessage *m;
+
+	assert_non_null(two);
+	memcpy(two, a, alen);
+	memcpy(two + alen, b, blen);
+	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, alen + blen,
+				    alen + blen, &m), 0);
+	rb = (Wsbridge__V1__ReadReply *)m;
+	assert_int_equal(rb->data.len, want_len);
+	assert_memory_equal(rb->data.data, want, want_len);
+	assert_non_null(rb->attr);
+	assert_int_equal(rb->attr->ino, 77);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(two);
+}
+
 /* wsb_unpack_pieces() decodes what wsb_unpack() does, from pieces of any
  * size, with the large bytes field in a block of its own and the last
  * occurrence of a field winning. */
@@ -413,7 +436,7 @@ static void test_unpack_pieces(void **state)
 	Wsbridge__V1__WriteRequest wq = WSBRIDGE__V1__WRITE_REQUEST__INIT, *wb;
 	Wsbridge__V1__SetAttrRequest sa = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
 	Wsbridge__V1__Attr a = WSBRIDGE__V1__ATTR__INIT;
-	uint8_t *big = pattern(300000, 1), *other = pattern(70000, 2), *buf, *buf2, *two;
+	uint8_t *big = pattern(300000, 1), *other = pattern(70000, 2), *buf, *buf2;
 	size_t len, len2;
 	ProtobufCMessage *m;
 
@@ -465,38 +488,13 @@ static void test_unpack_pieces(void **state)
 	rr.data.data = other;
 	rr.data.len = 70000;
 	assert_int_equal(wsb_pack(&rr.base, &buf2, &len2), 0);
-	two = malloc(len + len2);
-	assert_non_null(two);
-	memcpy(two, buf, len);
-	memcpy(two + len, buf2, len2);
-	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, len + len2,
-				    len + len2, &m), 0);
-	rb = (Wsbridge__V1__ReadReply *)m;
-	assert_int_equal(rb->data.len, 70000);
-	assert_memory_equal(rb->data.data, other, 70000);
-	assert_non_null(rb->attr); /* from the first: messages merge */
-	assert_int_equal(rb->attr->ino, 77);
-	protobuf_c_message_free_unpacked(m, NULL);
+	check_merged(buf, len, buf2, len2, other, 70000);
 	free(buf2);
 	rr.data.data = (uint8_t *)"tiny";
 	rr.data.len = 4;
 	assert_int_equal(wsb_pack(&rr.base, &buf2, &len2), 0);
-	memcpy(two + len, buf2, len2);
-	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, len + len2,
-				    len + len2, &m), 0);
-	rb = (Wsbridge__V1__ReadReply *)m;
-	assert_int_equal(rb->data.len, 4);
-	assert_memory_equal(rb->data.data, "tiny", 4);
-	protobuf_c_message_free_unpacked(m, NULL);
-	memcpy(two, buf2, len2);
-	memcpy(two + len2, buf, len);
-	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, two, len + len2,
-				    len + len2, &m), 0);
-	rb = (Wsbridge__V1__ReadReply *)m;
-	assert_int_equal(rb->data.len, 300000);
-	assert_memory_equal(rb->data.data, big, 300000);
-	protobuf_c_message_free_unpacked(m, NULL);
-	free(two);
+	check_merged(buf, len, buf2, len2, (const uint8_t *)"tiny", 4);
+	check_merged(buf2, len2, buf, len, big, 300000);
 	free(buf2);
 	free(buf);
 
