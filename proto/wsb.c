@@ -639,16 +639,17 @@ struct gather {
 /* Room for @n more bytes at g->buf + g->len. 0 or -ENOMEM. */
 static int gather_room(struct gather *g, size_t n)
 {
-	size_t cap = g->cap ? g->cap : 256;
+	size_t cap = g->cap && g->cap <= SIZE_MAX / 2 ? 2 * g->cap : 256;
 	uint8_t *b;
 
 	if (n <= g->cap - g->len)
 		return 0;
-	while (cap - g->len < n) {
-		if (cap > SIZE_MAX / 2)
-			return -ENOMEM;
-		cap *= 2;
-	}
+	if (n > SIZE_MAX - g->len)
+		return -ENOMEM;
+	/* Doubling for small fields; a large one (a nested message with a
+	 * Write's or exec output's bytes) gets just its room, not twice. */
+	if (cap - g->len < n || cap < g->len)
+		cap = g->len + n;
 	b = realloc(g->buf, cap);
 	if (!b)
 		return -ENOMEM;
