@@ -160,19 +160,6 @@ int wsb_pack(const ProtobufCMessage *msg, uint8_t **ret_buf, size_t *ret_len)
 	return 0;
 }
 
-int wsb_unpack(const ProtobufCMessageDescriptor *desc, const void *data, size_t len,
-	       ProtobufCMessage **ret_msg)
-{
-	static const uint8_t empty[1];
-	ProtobufCMessage *m;
-
-	m = protobuf_c_message_unpack(desc, NULL, len, data ? data : empty);
-	if (!m)
-		return -EBADMSG;
-	*ret_msg = m;
-	return 0;
-}
-
 /* ---- logging ---- */
 
 static const char *log_prog = "wsbridge";
@@ -417,64 +404,6 @@ void wsb_cond_init_mono(pthread_cond_t *cond)
 
 /* ---- protobuf wire format ---- */
 
-static int wire_varint(const uint8_t **pos, const uint8_t *end, uint64_t *ret)
-{
-	uint64_t v = 0;
-
-	for (unsigned shift = 0; shift < 64; shift += 7) {
-		uint8_t b;
-
-		if (*pos >= end)
-			return -EBADMSG;
-		b = *(*pos)++;
-		v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80)) {
-			*ret = v;
-			return 0;
-		}
-	}
-	return -EBADMSG; /* more than 10 bytes */
-}
-
-int wsb_wire_next(const uint8_t **pos, const uint8_t *end, struct wsb_wire_field *f)
-{
-	uint64_t key, v;
-
-	if (*pos >= end)
-		return 0;
-	if (wire_varint(pos, end, &key) < 0 || key >> 3 == 0 || key >> 3 > 0x1fffffff)
-		return -EBADMSG;
-	f->number = (uint32_t)(key >> 3);
-	f->type = (unsigned)(key & 7);
-	f->value = 0;
-	f->ptr = NULL;
-	f->len = 0;
-	switch (f->type) {
-	case WSB_WIRE_VARINT:
-		return wire_varint(pos, end, &f->value) < 0 ? -EBADMSG : 1;
-	case WSB_WIRE_I64:
-	case WSB_WIRE_I32: {
-		size_t n = f->type == WSB_WIRE_I64 ? 8 : 4;
-
-		if ((size_t)(end - *pos) < n)
-			return -EBADMSG;
-		for (size_t i = 0; i < n; i++)
-			f->value |= (uint64_t)(*pos)[i] << (8 * i);
-		*pos += n;
-		return 1;
-	}
-	case WSB_WIRE_LEN:
-		if (wire_varint(pos, end, &v) < 0 || v > (uint64_t)(end - *pos))
-			return -EBADMSG;
-		f->ptr = *pos;
-		f->len = (size_t)v;
-		*pos += v;
-		return 1;
-	default:
-		return -EBADMSG;
-	}
-}
-
 static size_t wire_put_varint(uint8_t *out, uint64_t v)
 {
 	size_t n = 0;
@@ -570,15 +499,7 @@ size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n)
 	return saved;
 }
 
-int wsb_pieces_unlimit(struct wsb_pieces *c, size_t saved)
-{
-	if (wsb_pieces_skip(c, c->left) < 0)
-		return -EBADMSG;
-	c->left = saved;
-	return 0;
-}
-
-/* A varint (at most 10 bytes, as wire_varint()). */
+/* A varint: at most 10 bytes (protobuf.dev/programming-guides/encoding). */
 static int pieces_varint(struct wsb_pieces *c, uint64_t *ret)
 {
 	uint64_t v = 0;

@@ -122,7 +122,7 @@ void wsb_log_init(const char *progname, int level);
  * pollers, which allocate the receive buffers) got an arena of its own and
  * touched its own few MiB of fresh pages: 27,000 page faults in wsfs's
  * first 512 MiB read; a cold sequential read through a new mount went from
- * about 500 to 900 MB/s, a 512 MiB write + fsync from about 320 to 380,
+ * about 500 to 850 MB/s, a 512 MiB write + fsync from about 320 to 380,
  * metadata calls unchanged (bench/README.md). Costs up to 16 MiB of
  * retained heap. Call once from main(), before any other thread starts;
  * overrides GLIBC_TUNABLES' thresholds and arena_max.
@@ -228,17 +228,7 @@ char *wsb_escape(const void *s, size_t len, size_t max);
  */
 int wsb_pack(const ProtobufCMessage *msg, uint8_t **ret_buf, size_t *ret_len);
 
-/**
- * Decode @p len bytes at @p data as a message of type @p desc. On success
- * returns 0 and sets *ret_msg, owned by the caller (free it with
- * protobuf_c_message_free_unpacked(msg, NULL)). Returns -EBADMSG when the bytes
- * are not a valid encoding of @p desc, -ENOMEM on allocation failure; *ret_msg
- * is untouched then. @p data may be NULL when @p len is 0.
- */
-int wsb_unpack(const ProtobufCMessageDescriptor *desc, const void *data, size_t len,
-	       ProtobufCMessage **ret_msg);
-
-/* ---- protobuf wire format, read in place ---- */
+/* ---- protobuf wire format ---- */
 
 /** Wire types of the protobuf encoding (protobuf.dev/programming-guides/encoding). */
 enum wsb_wire_type {
@@ -248,24 +238,13 @@ enum wsb_wire_type {
 	WSB_WIRE_I32 = 5,
 };
 
-/** One field read by wsb_wire_next(). */
+/** One field read by wsb_pieces_field(). */
 struct wsb_wire_field {
 	uint32_t number;    /**< field number, >= 1 */
 	unsigned type;      /**< enum wsb_wire_type */
 	uint64_t value;     /**< VARINT, I64 and I32 fields: the value */
-	const uint8_t *ptr; /**< LEN fields: the bytes, in the buffer read */
-	size_t len;         /**< LEN fields: their number */
+	size_t len;         /**< LEN fields: the number of their bytes */
 };
-
-/**
- * Read the field at *@p pos of a serialised message that ends at @p end,
- * and move *@p pos past it. Bytes are not copied (@p f->ptr points into the
- * buffer). Returns 1 for a field, 0 at @p end, -EBADMSG for a malformed
- * or truncated field or a group (wire types 3 and 4). For messages whose
- * payload should not be copied: proto/wsbridge.proto OpRequest and OpReply.
- * Any thread.
- */
-int wsb_wire_next(const uint8_t **pos, const uint8_t *end, struct wsb_wire_field *f);
 
 /**
  * Write the key and length of LEN field @p number with @p len bytes to
@@ -315,11 +294,13 @@ void wsb_pieces_init(struct wsb_pieces *c, int (*next)(void *arg, const uint8_t 
 		     void *arg, size_t total);
 
 /**
- * Read the next field of the range, as wsb_wire_next() does, except that
- * a LEN field's bytes are not read: f->ptr is NULL, f->len their number,
- * and the reader stands at them, for wsb_pieces_copy(), wsb_pieces_skip()
- * or wsb_unpack_pieces() (after wsb_pieces_limit()). Returns 1, 0 at the
- * end of the range, or -EBADMSG.
+ * Read the next field of the range: its key and, for VARINT, I64 and I32
+ * fields, its value. A LEN field's bytes are not read: f->len is their
+ * number, and the reader stands at them, for wsb_pieces_copy(),
+ * wsb_pieces_skip() or wsb_unpack_pieces() (after wsb_pieces_limit()).
+ * Returns 1, 0 at the end of the range, or -EBADMSG for a malformed or
+ * truncated field, a length past the range, field number 0 or a group
+ * (wire types 3 and 4).
  */
 int wsb_pieces_field(struct wsb_pieces *c, struct wsb_wire_field *f);
 
@@ -339,22 +320,20 @@ int wsb_pieces_copy_cut(struct wsb_pieces *c, size_t n, void *dst, size_t size, 
 
 /**
  * Narrow the range to its next @p n bytes (a LEN field's, to decode it as
- * a message). Returns what is to be passed to wsb_pieces_unlimit() once
- * they are read, or SIZE_MAX when fewer than @p n bytes are left.
+ * a message: a reader is forward-only, so the bytes after them are not
+ * read then). Returns the bytes the range had after them, or SIZE_MAX when
+ * fewer than @p n bytes are left.
  */
 size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n);
-
-/** Widen the range back after wsb_pieces_limit() gave @p saved, skipping
- * what was left unread of the narrow one. Returns 0 or -EBADMSG. */
-int wsb_pieces_unlimit(struct wsb_pieces *c, size_t saved);
 
 /** LEN fields of at least this many bytes are copied straight from the
  * pieces by wsb_unpack_pieces() (smaller ones are not worth a block). */
 #define WSB_UNPACK_DIRECT_MIN ((size_t)4096)
 
 /**
- * Decode the rest of @p c's range as a message of @p desc, as wsb_unpack()
- * would the same bytes in one buffer, with one copy of the bytes: a
+ * Decode the rest of @p c's range as a message of @p desc, as
+ * protobuf_c_message_unpack() would the same bytes in one buffer, with one
+ * copy of the bytes: a
  * singular `bytes` field of at least WSB_UNPACK_DIRECT_MIN bytes (a Read's
  * data, a Write's) goes from the pieces into a block of its own, which
  * becomes the field's data (malloc'd, so protobuf_c_message_free_unpacked()

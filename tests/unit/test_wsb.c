@@ -18,6 +18,92 @@
 #include "wsb.h"
 #include "wsbridge.pb-c.h"
 
+/* A message cut into pieces of the sizes in @sizes (repeated; 0 = an empty
+ * piece), for wsb_pieces. */
+struct cut {
+	const uint8_t *buf;
+	size_t len, at, k;
+	const size_t *sizes;
+	size_t nsizes;
+	size_t calls;
+};
+
+static int cut_next(void *arg, const uint8_t **ptr, size_t *len)
+{
+	struct cut *c = arg;
+	size_t n = c->sizes[c->k++ % c->nsizes];
+
+	if (c->at >= c->len)
+		return 0;
+	c->calls++;
+	if (n > c->len - c->at)
+		n = c->len - c->at;
+	*ptr = c->buf + c->at;
+	*len = n;
+	c->at += n;
+	return 1;
+}
+
+static const size_t odd_sizes[] = { 1, 0, 7, 4096, 3, 65536, 2, 1000 };
+
+/* realloc() as wsb.c calls it (the test links with -Wl,--wrap=realloc):
+ * wsb_unpack_pieces() gathers the fields it does not copy on their own in
+ * a realloc'd buffer, so the largest size asked tells which way a field
+ * went. */
+void *__real_realloc(void *p, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+static size_t realloc_max;
+
+void *__wrap_realloc(void *p, size_t n)
+{
+	if (n > realloc_max)
+		realloc_max = n;
+	return __real_realloc(p, n);
+}
+
+static const size_t whole_piece[] = { SIZE_MAX };
+
+/* A reader @c of @len bytes at @buf in pieces of @sizes (odd_sizes when
+ * NULL) through @cut, claiming @total bytes. */
+static void read_cut_ex(struct wsb_pieces *c, struct cut *cut, const uint8_t *buf, size_t len,
+			size_t total, const size_t *sizes, size_t nsizes)
+{
+	if (!sizes) {
+		sizes = odd_sizes;
+		nsizes = sizeof(odd_sizes) / sizeof(odd_sizes[0]);
+	}
+	*cut = (struct cut){ buf, len, 0, 0, sizes, nsizes, 0 };
+	wsb_pieces_init(c, cut_next, cut, total);
+}
+
+static void read_cut(struct wsb_pieces *c, struct cut *cut, const uint8_t *buf, size_t len)
+{
+	read_cut_ex(c, cut, buf, len, len, NULL, 0);
+}
+
+/* wsb_unpack_pieces() of @len bytes at @buf cut by odd_sizes, claiming
+ * @total bytes. */
+static int unpack_cut(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+		      size_t total, ProtobufCMessage **m)
+{
+	struct wsb_pieces c;
+	struct cut cut;
+
+	read_cut_ex(&c, &cut, buf, len, total, NULL, 0);
+	return wsb_unpack_pieces(desc, &c, m);
+}
+
+/* wsb_unpack_pieces() of @len bytes at @buf in one piece. */
+static int unpack_whole(const ProtobufCMessageDescriptor *desc, const void *buf, size_t len,
+			ProtobufCMessage **m)
+{
+	struct wsb_pieces c;
+	struct cut cut;
+
+	read_cut_ex(&c, &cut, buf, len, len, whole_piece, 1);
+	return wsb_unpack_pieces(desc, &c, m);
+}
+
 static void test_errno_names_round_trip(void **state)
 {
 	static const int errs[] = {EPERM, ENOENT, EIO, EACCES, EEXIST, EXDEV, ENOTDIR, EISDIR,
@@ -94,7 +180,7 @@ static void test_codec_round_trip_bytes(void **state)
 	req.follow = true;
 	assert_int_equal(wsb_pack(&req.base, &buf, &len), 0);
 	assert_int_equal(len, 2 + sizeof(name) + 2);
-	assert_int_equal(wsb_unpack(&wsbridge__v1__stat_request__descriptor, buf, len, &m), 0);
+	assert_int_equal(unpack_whole(&wsbridge__v1__stat_request__descriptor, buf, len, &m), 0);
 	out = (Wsbridge__V1__StatRequest *)m;
 	assert_int_equal(out->path.len, sizeof(name));
 	assert_memory_equal(out->path.data, name, sizeof(name));
@@ -116,11 +202,11 @@ static void test_codec_empty_and_garbage(void **state)
 	assert_int_equal(len, 0);
 	free(buf);
 	/* An empty buffer is a valid message with all fields at defaults. */
-	assert_int_equal(wsb_unpack(&create_file_request__descriptor, NULL, 0, &m), 0);
+	assert_int_equal(unpack_whole(&create_file_request__descriptor, NULL, 0, &m), 0);
 	assert_int_equal(((CreateFileRequest *)m)->n_files, 0);
 	protobuf_c_message_free_unpacked(m, NULL);
 	m = (void *)0x1;
-	assert_int_equal(wsb_unpack(&create_file_request__descriptor, garbage, sizeof(garbage), &m),
+	assert_int_equal(unpack_whole(&create_file_request__descriptor, garbage, sizeof(garbage), &m),
 			 -EBADMSG);
 	assert_ptr_equal(m, (void *)0x1); /* untouched on failure */
 }
@@ -263,16 +349,18 @@ static void test_deadline(void **state)
 	}
 }
 
-/* wsb_wire_*: what protobuf-c packs reads back field by field, in place,
- * and what wsb_wire_* writes protobuf-c unpacks; malformed input is
- * -EBADMSG, never a read past the end. */
+/* wsb_wire_* and wsb_pieces_field(): what protobuf-c packs reads back
+ * field by field, and what wsb_wire_* writes protobuf-c unpacks; malformed
+ * input is -EBADMSG, never a read past the end. */
 static void test_wire(void **state)
 {
 	Wsbridge__V1__OpReply rep = WSBRIDGE__V1__OP_REPLY__INIT, *back;
 	uint8_t buf[256], *w = buf;
-	const uint8_t *pos, *end;
 	struct wsb_wire_field f;
+	struct wsb_pieces c;
+	struct cut cut;
 	ProtobufCMessage *m;
+	char name[6];
 	size_t n;
 
 	(void)state;
@@ -281,22 +369,22 @@ static void test_wire(void **state)
 	rep.reply.data = (uint8_t *)"xyz";
 	rep.reply.len = 3;
 	n = protobuf_c_message_pack(&rep.base, buf);
-	pos = buf;
-	end = buf + n;
-	assert_int_equal(wsb_wire_next(&pos, end, &f), 1);
+	read_cut(&c, &cut, buf, n);
+	assert_int_equal(wsb_pieces_field(&c, &f), 1);
 	assert_int_equal(f.number, 1);
 	assert_int_equal(f.type, WSB_WIRE_VARINT);
 	assert_int_equal((int32_t)f.value, -3);
-	assert_int_equal(wsb_wire_next(&pos, end, &f), 1);
+	assert_int_equal(wsb_pieces_field(&c, &f), 1);
 	assert_int_equal(f.number, 2);
 	assert_int_equal(f.type, WSB_WIRE_LEN);
 	assert_int_equal(f.len, 6);
-	assert_memory_equal(f.ptr, "ENOENT", 6);
-	assert_true(f.ptr > buf && f.ptr < end); /* in place */
-	assert_int_equal(wsb_wire_next(&pos, end, &f), 1);
+	assert_int_equal(wsb_pieces_copy(&c, name, 6), 0);
+	assert_memory_equal(name, "ENOENT", 6);
+	assert_int_equal(wsb_pieces_field(&c, &f), 1);
 	assert_int_equal(f.number, 4);
 	assert_int_equal(f.len, 3);
-	assert_int_equal(wsb_wire_next(&pos, end, &f), 0);
+	assert_int_equal(wsb_pieces_skip(&c, 3), 0);
+	assert_int_equal(wsb_pieces_field(&c, &f), 0);
 
 	/* Written by hand, read by protobuf-c. */
 	w += wsb_wire_varint_field(w, 1, (uint64_t)(int64_t)-3);
@@ -304,12 +392,13 @@ static void test_wire(void **state)
 	memcpy(w, "hi", 2);
 	w += 2;
 	w += wsb_wire_len_head(w, 4, 300);
-	assert_int_equal(wsb_unpack(&wsbridge__v1__op_reply__descriptor, buf, (size_t)(w - buf), &m),
+	assert_int_equal(unpack_whole(&wsbridge__v1__op_reply__descriptor, buf, (size_t)(w - buf), &m),
 			 -EBADMSG); /* 300 bytes promised, none there */
 	w -= 3; /* drop that head (a 2-byte length) */
 	w += wsb_wire_len_head(w, 4, 1);
 	*w++ = 'r';
-	assert_int_equal(wsb_unpack(&wsbridge__v1__op_reply__descriptor, buf, (size_t)(w - buf), &m), 0);
+	assert_int_equal(unpack_whole(&wsbridge__v1__op_reply__descriptor, buf, (size_t)(w - buf), &m),
+			 0);
 	back = (Wsbridge__V1__OpReply *)m;
 	assert_int_equal(back->code, -3);
 	assert_string_equal(back->message, "hi");
@@ -332,66 +421,10 @@ static void test_wire(void **state)
 		};
 
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-			pos = (const uint8_t *)bad[i].b;
-			end = pos + bad[i].n;
-			assert_int_equal(wsb_wire_next(&pos, end, &f), -EBADMSG);
+			read_cut(&c, &cut, (const uint8_t *)bad[i].b, bad[i].n);
+			assert_int_equal(wsb_pieces_field(&c, &f), -EBADMSG);
 		}
 	}
-}
-
-/* A message cut into pieces of the sizes in @sizes (repeated; 0 = an empty
- * piece), for wsb_pieces. */
-struct cut {
-	const uint8_t *buf;
-	size_t len, at, k;
-	const size_t *sizes;
-	size_t nsizes;
-	size_t calls;
-};
-
-static int cut_next(void *arg, const uint8_t **ptr, size_t *len)
-{
-	struct cut *c = arg;
-	size_t n = c->sizes[c->k++ % c->nsizes];
-
-	if (c->at >= c->len)
-		return 0;
-	c->calls++;
-	if (n > c->len - c->at)
-		n = c->len - c->at;
-	*ptr = c->buf + c->at;
-	*len = n;
-	c->at += n;
-	return 1;
-}
-
-static const size_t odd_sizes[] = { 1, 0, 7, 4096, 3, 65536, 2, 1000 };
-
-/* realloc() as wsb.c calls it (the test links with -Wl,--wrap=realloc):
- * wsb_unpack_pieces() gathers the fields it does not copy on their own in
- * a realloc'd buffer, so the largest size asked tells which way a field
- * went. */
-void *__real_realloc(void *p, size_t n);
-void *__wrap_realloc(void *p, size_t n);
-static size_t realloc_max;
-
-void *__wrap_realloc(void *p, size_t n)
-{
-	if (n > realloc_max)
-		realloc_max = n;
-	return __real_realloc(p, n);
-}
-
-/* wsb_unpack_pieces() of @len bytes at @buf cut by odd_sizes, claiming
- * @total bytes. */
-static int unpack_cut(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-		      size_t total, ProtobufCMessage **m)
-{
-	struct cut cut = { buf, len, 0, 0, odd_sizes, sizeof(odd_sizes) / sizeof(odd_sizes[0]), 0 };
-	struct wsb_pieces c;
-
-	wsb_pieces_init(&c, cut_next, &cut, total);
-	return wsb_unpack_pieces(desc, &c, m);
 }
 
 static uint8_t *pattern(size_t n, unsigned seed)
@@ -427,7 +460,7 @@ static void check_merged(const uint8_t *a, size_t alen, const uint8_t *b, size_t
 	free(two);
 }
 
-/* wsb_unpack_pieces() decodes what wsb_unpack() does, from pieces of any
+/* wsb_unpack_pieces() decodes what protobuf-c does, from pieces of any
  * size, with the large bytes field in a block of its own and the last
  * occurrence of a field winning. */
 static void test_unpack_pieces(void **state)
@@ -462,16 +495,9 @@ static void test_unpack_pieces(void **state)
 	protobuf_c_message_free_unpacked(m, NULL); /* the block too (ASan) */
 
 	/* One piece of all of it, and a claimed length past the pieces. */
-	{
-		static const size_t whole[] = { SIZE_MAX };
-		struct cut cut = { buf, len, 0, 0, whole, 1, 0 };
-		struct wsb_pieces c;
-
-		wsb_pieces_init(&c, cut_next, &cut, len);
-		assert_int_equal(wsb_unpack_pieces(&wsbridge__v1__read_reply__descriptor, &c, &m), 0);
-		assert_int_equal(((Wsbridge__V1__ReadReply *)m)->data.len, 300000);
-		protobuf_c_message_free_unpacked(m, NULL);
-	}
+	assert_int_equal(unpack_whole(&wsbridge__v1__read_reply__descriptor, buf, len, &m), 0);
+	assert_int_equal(((Wsbridge__V1__ReadReply *)m)->data.len, 300000);
+	protobuf_c_message_free_unpacked(m, NULL);
 	m = (void *)0x1;
 	assert_int_equal(unpack_cut(&wsbridge__v1__read_reply__descriptor, buf, len, len + 1, &m),
 			 -EBADMSG);
@@ -549,7 +575,7 @@ static void test_pieces_fields(void **state)
 	Wsbridge__V1__OpReply op = WSBRIDGE__V1__OP_REPLY__INIT;
 	Wsbridge__V1__ReadReply rr = WSBRIDGE__V1__READ_REPLY__INIT;
 	uint8_t *data = pattern(100000, 3), *inner, *buf;
-	size_t inner_len, len, saved, at = 0, n = 0;
+	size_t inner_len, len, kept, at = 0, n = 0;
 	struct wsb_wire_field f;
 	struct wsb_pieces c;
 	struct cut cut;
@@ -567,40 +593,39 @@ static void test_pieces_fields(void **state)
 	op.reply.len = inner_len;
 	assert_int_equal(wsb_pack(&op.base, &buf, &len), 0);
 
-	cut = (struct cut){ buf, len, 0, 0, odd_sizes, sizeof(odd_sizes) / sizeof(odd_sizes[0]), 0 };
-	wsb_pieces_init(&c, cut_next, &cut, len);
+	read_cut(&c, &cut, buf, len);
 	while ((r = wsb_pieces_field(&c, &f)) > 0) {
 		assert_int_equal(f.type, WSB_WIRE_LEN);
-		assert_null(f.ptr);
 		if (f.number == 3) {
 			assert_int_equal(f.len, strlen(op.message));
-			assert_int_equal(wsb_pieces_copy(&c, msg, sizeof(msg)), 0);
+			assert_int_equal(wsb_pieces_copy_cut(&c, f.len, msg, sizeof(msg), &kept), 0);
+			assert_int_equal(kept, sizeof(msg));
 			assert_memory_equal(msg, "a long s", sizeof(msg));
-			assert_int_equal(wsb_pieces_skip(&c, f.len - sizeof(msg)), 0);
 		} else {
 			assert_int_equal(f.number, 4);
 			at = c.pos;
 			n = f.len;
-			/* Decoded right here, in a narrowed range. */
-			saved = wsb_pieces_limit(&c, f.len);
-			assert_int_not_equal(saved, SIZE_MAX);
-			assert_int_equal(c.left, inner_len);
-			assert_int_equal(wsb_unpack_pieces(&wsbridge__v1__read_reply__descriptor, &c,
-							   &m), 0);
-			assert_int_equal(c.left, 0);
-			assert_int_equal(wsb_pieces_unlimit(&c, saved), 0);
-			assert_int_equal(((Wsbridge__V1__ReadReply *)m)->data.len, 100000);
-			assert_memory_equal(((Wsbridge__V1__ReadReply *)m)->data.data, data, 100000);
-			protobuf_c_message_free_unpacked(m, NULL);
+			assert_int_equal(wsb_pieces_skip(&c, f.len), 0);
 		}
 	}
 	assert_int_equal(r, 0);
 	assert_int_equal(c.pos, len);
 	assert_int_equal(n, inner_len);
 	assert_int_equal(at, len - inner_len);
-	/* Past the range, and a limit wider than what is left. */
+	/* Past the range. */
 	assert_int_equal(wsb_pieces_skip(&c, 1), -EBADMSG);
-	assert_int_equal(wsb_pieces_limit(&c, 1), SIZE_MAX);
+
+	/* The second pass: the reply decoded from where the first found it,
+	 * in a range narrowed to it. */
+	read_cut(&c, &cut, buf, len);
+	assert_int_equal(wsb_pieces_skip(&c, at), 0);
+	assert_int_equal(wsb_pieces_limit(&c, n + 1), SIZE_MAX); /* wider than what is left */
+	assert_int_equal(wsb_pieces_limit(&c, n), 0);
+	assert_int_equal(wsb_unpack_pieces(&wsbridge__v1__read_reply__descriptor, &c, &m), 0);
+	assert_int_equal(c.left, 0);
+	assert_int_equal(((Wsbridge__V1__ReadReply *)m)->data.len, 100000);
+	assert_memory_equal(((Wsbridge__V1__ReadReply *)m)->data.data, data, 100000);
+	protobuf_c_message_free_unpacked(m, NULL);
 	free(buf);
 	free(inner);
 	free(data);
