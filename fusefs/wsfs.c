@@ -9,7 +9,11 @@
  * Options are parsed with fuse_opt_parse, so they may follow the positional
  * arguments, as mount.fuse3 passes them (`wsfs SOURCE MOUNTPOINT -o OPTS`
  * for `mount -t fuse.wsfs` and fstab). Options wsfs does not know go to
- * fuse_session_new (allow_other, default_permissions, ro, ...).
+ * fuse_session_new (allow_other, default_permissions, ro, ...). With
+ * allow_other (or allow_root) wsfs adds default_permissions: every call
+ * reaches agentd as agentd's user, so without it any user on the host
+ * could read and change every file (the kernel checks each caller against
+ * the file's mode and owner with it; mount.fuse(8) "default_permissions").
  *
  * Start-up order: parse, create the FUSE session, fork into the background
  * unless -f (before any thread exists: gRPC's threads do not survive fork),
@@ -60,13 +64,15 @@ struct opts {
 	int no_watch;
 	int transform_symlinks;
 	int debug;
+	int allow_other;         /* allow_other or allow_root was given */
+	int default_permissions; /* default_permissions was given */
 	int help;
 	int version;
 	int bad;
 	int bad_value; /* a number option's value did not parse: said so */
 };
 
-enum { KEY_DEBUG, KEY_HELP, KEY_VERSION, KEY_NUM };
+enum { KEY_DEBUG, KEY_HELP, KEY_VERSION, KEY_NUM, KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS };
 
 #define OPT(t, f, v) { t, offsetof(struct opts, f), v }
 
@@ -97,6 +103,9 @@ static const struct fuse_opt spec[] = {
 	OPT("-f", foreground, 1),
 	OPT("--foreground", foreground, 1),
 	OPT("-s", single, 1),
+	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+	FUSE_OPT_KEY("allow_root", KEY_ALLOW_OTHER),
+	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
 	FUSE_OPT_KEY("-h", KEY_HELP),
@@ -201,6 +210,12 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		o->debug = 1;
 		o->foreground = 1;
 		return 1; /* libfuse prints every request too */
+	case KEY_ALLOW_OTHER:
+		o->allow_other = 1;
+		return 1; /* for fuse_session_new too */
+	case KEY_DEFAULT_PERMISSIONS:
+		o->default_permissions = 1;
+		return 1;
 	case KEY_HELP:
 		o->help = 1;
 		return 0;
@@ -269,6 +284,9 @@ static void usage(FILE *f)
 		"                         stream of its own, not one gRPC call each (default\n"
 		"                         1; agentd without Ops: calls one by one)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
+		"  -o allow_other         let every user on the host use the mount; the\n"
+		"                         kernel then checks each one against the files'\n"
+		"                         mode and owner (default_permissions, implied)\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
 		"\n"
@@ -416,6 +434,13 @@ int main(int argc, char **argv)
 	}
 	if (o.bad_value)
 		goto out; /* num_opt() said which and why */
+	/* Every call reaches agentd as agentd's user: other users of the
+	 * host must be checked by the kernel. */
+	if (o.allow_other && !o.default_permissions &&
+	    fuse_opt_add_arg(&args, "-odefault_permissions") < 0) {
+		fprintf(stderr, "wsfs: %s\n", strerror(ENOMEM));
+		goto out;
+	}
 	if (o.bad) {
 		usage(stderr);
 		goto out;

@@ -1908,6 +1908,46 @@ PY
 	assert_eq "$(cat "$MNT/x")" ab "mount contents"
 }
 
+@test "-o allow_other: another user of the host is checked against the files' mode and owner (default_permissions implied), as on a local disk" {
+	local d
+	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
+	# Every call reaches agentd as agentd's user (root here): the kernel
+	# must check the caller, or nobody would read and change root's files.
+	d=$(mktemp -d /tmp/wsb-nobody.XXXXXX)
+	NOBODY_DIR=$d
+	chmod 755 "$d"
+	agentd_unix
+	MNT=$d/mnt mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,allow_other"
+	grep -q " $d/mnt fuse.wsfs .*default_permissions" /proc/mounts ||
+		{ grep " $d/mnt " /proc/mounts >&2; echo "no default_permissions in the mount's options" >&2; return 1; }
+	printf secret >"$d/mnt/secret"
+	chmod 600 "$d/mnt/secret"
+	printf open >"$d/mnt/open"
+	mkdir -m 777 "$d/mnt/pub"
+	nobody() { setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups -- "$@"; }
+	run nobody cat "$d/mnt/secret"
+	assert_status 1
+	assert_contains "$output" "Permission denied"
+	run nobody sh -c 'printf x >>"$1"' _ "$d/mnt/secret"
+	assert_contains "$output" "Permission denied"
+	run nobody touch "$d/mnt/newfile"
+	assert_status 1
+	assert_contains "$output" "Permission denied"
+	run nobody rm -f "$d/mnt/secret"
+	assert_status 1
+	assert_contains "$output" "Permission denied"
+	assert_content "$ROOT/secret" secret
+	[ ! -e "$ROOT/newfile" ]
+	# What the modes allow, nobody may do.
+	run nobody cat "$d/mnt/open"
+	assert_status 0
+	assert_eq "$output" open "a 0644 file, read by another user"
+	run nobody sh -c 'printf mine >"$1/pub/n" && cat "$1/pub/n"' _ "$d/mnt"
+	assert_status 0
+	assert_eq "$output" mine "a file another user made in a 0777 directory"
+	assert_content "$ROOT/pub/n" mine
+}
+
 # write_synced FILE BYTES-FILE: copy BYTES-FILE into FILE with write + fsync.
 write_synced() {
 	"$PY" -c 'import os, sys
