@@ -46,10 +46,36 @@
 
 /* ---- helpers ---- */
 
+/* st_dev of the workspace root, set once by svc_workspace_register(). */
+static dev_t ws_root_dev;
+static bool ws_root_dev_known;
+
+/*
+ * The inode number a client sees for @st: st_ino on the workspace root's
+ * file system; on another one mounted inside the workspace (a volume, a
+ * tmpfs), st_ino with its top 16 bits XORed with a nonzero hash of st_dev.
+ * A mount shows one st_dev for every file, and two file systems hand out
+ * the same numbers: tar(1) would take two files with nlink > 1 of one
+ * number for hard links of each other (and archive one's contents for
+ * both), find(1) and du(1) a mounted directory whose number its parent's
+ * file system also gives an ancestor for a loop. Any thread (reads what
+ * registration set).
+ */
+static uint64_t attr_ino(const struct stat *st)
+{
+	uint64_t h;
+
+	if (!ws_root_dev_known || st->st_dev == ws_root_dev)
+		return (uint64_t)st->st_ino;
+	h = wsb_fnv1a(&st->st_dev, sizeof(st->st_dev), WSB_FNV1A_INIT);
+	h = (h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) & 0xffff;
+	return (uint64_t)st->st_ino ^ ((h ? h : 1) << 48);
+}
+
 static void attr_from_stat(Wsbridge__V1__Attr *a, const struct stat *st)
 {
 	wsbridge__v1__attr__init(a);
-	a->ino = st->st_ino;
+	a->ino = attr_ino(st);
 	a->mode = st->st_mode;
 	a->nlink = (uint32_t)st->st_nlink;
 	a->uid = st->st_uid;
@@ -1735,6 +1761,12 @@ static struct rpc_method ws_methods[] = {
 
 int svc_workspace_register(struct rpc_server *s, struct agentd *ad)
 {
+	struct stat rst;
+
+	if (!ws_root_dev_known && fstat(ad->root.fd, &rst) == 0) {
+		ws_root_dev = rst.st_dev;
+		ws_root_dev_known = true;
+	}
 	if (!ws_watcher && ad->loop) {
 		/* cheap: nothing is watched before the first Watch call */
 		struct watch_config cfg = { .max_watches = ad->max_watches };

@@ -34,6 +34,10 @@ teardown() {
 	if [ -n "${NOBODY_DIR:-}" ]; then
 		rm -rf "$NOBODY_DIR"
 	fi
+	local m
+	for m in ${NESTED_MOUNTS:-}; do
+		umount "$m" || umount -l "$m"
+	done
 }
 
 # up [tcp]: start agentd (unix socket, or TCP) and mount it.
@@ -1906,6 +1910,50 @@ PY
 	assert_eq "$(stat -c '%U %a' "$d/root/x")" "nobody 555" "POD owner and mode"
 	assert_eq "$(cat "$d/root/x")" ab "POD contents"
 	assert_eq "$(cat "$MNT/x")" ab "mount contents"
+}
+
+@test "file systems mounted inside the workspace: their files get inode numbers of their own, so tar keeps their contents and find sees no loop" {
+	wsb_runsc && skip "mounts made on the host under the workspace are not the sandbox's"
+	agentd_unix
+	mkdir -p "$ROOT/mp1" "$ROOT/mp2"
+	mount -t tmpfs wsb-nested "$ROOT/mp1" 2>/dev/null || skip "cannot mount a tmpfs here"
+	NESTED_MOUNTS="$ROOT/mp1"
+	mount -t tmpfs wsb-nested "$ROOT/mp2"
+	NESTED_MOUNTS="$ROOT/mp2 $ROOT/mp1"
+	# Each tmpfs numbers its files from the same start: f is inode 2 on
+	# both, and the roots of mp1 and mp1/in are both 1.
+	printf AAAA >"$ROOT/mp1/f"
+	ln "$ROOT/mp1/f" "$ROOT/mp1/f2"
+	printf BBBBBBBB >"$ROOT/mp2/f"
+	ln "$ROOT/mp2/f" "$ROOT/mp2/f2"
+	mkdir "$ROOT/mp1/in"
+	mount -t tmpfs wsb-nested "$ROOT/mp1/in"
+	NESTED_MOUNTS="$ROOT/mp1/in $ROOT/mp2 $ROOT/mp1"
+	printf in >"$ROOT/mp1/in/g"
+	printf top >"$ROOT/top"
+	assert_eq "$(stat -c %i "$ROOT/mp1/f")" "$(stat -c %i "$ROOT/mp2/f")" "the pod's numbers collide"
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	local i1 i2
+	i1=$(stat -c %i "$MNT/mp1/f")
+	i2=$(stat -c %i "$MNT/mp2/f")
+	[ "$i1" != "$i2" ] || { echo "mp1/f and mp2/f share inode $i1 on the mount" >&2; return 1; }
+	assert_eq "$(stat -c %i "$MNT/mp1/f2")" "$i1" "hard links share their number"
+	[ "$(stat -c %i "$MNT/mp1")" != "$(stat -c %i "$MNT/mp1/in")" ] ||
+		{ echo "mp1 and mp1/in share an inode number" >&2; return 1; }
+	# The workspace's own file system keeps the pod's numbers.
+	assert_eq "$(stat -c %i "$MNT/top")" "$(stat -c %i "$ROOT/top")" "inode of a file on the root's file system"
+	tar -cf "$BATS_TEST_TMPDIR/t.tar" -C "$MNT" mp1 mp2
+	mkdir "$BATS_TEST_TMPDIR/x"
+	tar -xf "$BATS_TEST_TMPDIR/t.tar" -C "$BATS_TEST_TMPDIR/x"
+	assert_content "$BATS_TEST_TMPDIR/x/mp1/f" AAAA
+	assert_content "$BATS_TEST_TMPDIR/x/mp2/f" BBBBBBBB
+	assert_content "$BATS_TEST_TMPDIR/x/mp2/f2" BBBBBBBB
+	assert_content "$BATS_TEST_TMPDIR/x/mp1/in/g" in
+	run --separate-stderr find "$MNT/mp1" "$MNT/mp2"
+	assert_status 0
+	assert_eq "$stderr" "" "find's complaints"
+	assert_eq "$(printf '%s\n' "$output" | wc -l)" 8 "entries find lists"
+	umount_wsfs
 }
 
 @test "-o allow_other: another user of the host is checked against the files' mode and owner (default_permissions implied), as on a local disk" {
