@@ -2631,6 +2631,18 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	size_t len;
 	int r;
 
+	/*
+	 * A chown(2) comes with a mode only when the kernel computed one to
+	 * clear the set-user-ID and set-group-ID bits itself (fs/fuse/dir.c
+	 * fuse_setattr, without handle_killpriv; chown(2) never sets a mode
+	 * otherwise), and Linux 6.18 computes it without the sticky bit
+	 * (libfuse's passthrough_ll loses it too). agentd's chown in the pod
+	 * clears those bits by the pod kernel's own rules (chown(2): for a
+	 * non-directory, set-user-ID always, set-group-ID with group execute)
+	 * and keeps the rest: that mode is not sent.
+	 */
+	if ((to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && (to_set & FUSE_SET_ATTR_MODE))
+		to_set &= ~FUSE_SET_ATTR_MODE;
 	/* Gathered writes of the file stay: the SETATTR goes after them
 	 * (sab_defer(), gb_send()); any other request sends them first. */
 	wb_wait_sent(fs);

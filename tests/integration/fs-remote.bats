@@ -1855,6 +1855,25 @@ PY
 	assert_eq "$got" "4105 4108 eXYZ" "cached reader after an append"
 }
 
+@test "chown clears set-user-ID and set-group-ID as on ext4 and keeps the sticky bit and the rest" {
+	local d m local_dir="$BATS_TEST_TMPDIR/local" want
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir -p "$local_dir"
+	# (2745: set-group-ID without group execute stays.)
+	for m in 3777 6755 2755 2745 4700 1777 644; do
+		for d in "$MNT" "$local_dir"; do
+			touch "$d/c$m"
+			chmod "$m" "$d/c$m"
+			chown 1000:5 "$d/c$m"
+		done
+		want=$(stat -c '%a %u %g' "$local_dir/c$m")
+		assert_eq "$(stat -c '%a %u %g' "$MNT/c$m")" "$want" "mount after chmod $m; chown"
+		assert_eq "$(stat -c '%a %u %g' "$ROOT/c$m")" "$want" "POD after chmod $m; chown"
+	done
+	assert_eq "$(stat -c %a "$local_dir/c3777")" 1777 "local mode after chmod 3777; chown"
+}
+
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "A1: an append by a writer without CAP_FSETID clears setuid and setgid, as on ext4" {
 	local d local_dir="$BATS_TEST_TMPDIR/local"
