@@ -1975,6 +1975,7 @@ PY
 	umount_wsfs
 }
 
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "-o allow_other: another user of the host is checked against the files' mode and owner (default_permissions implied), as on a local disk" {
 	local d
 	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
