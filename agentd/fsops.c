@@ -1486,8 +1486,8 @@ int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len
 	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
 	int fd, r;
 
-	if (flags != 0 && flags != XATTR_CREATE && flags != XATTR_REPLACE)
-		return -EINVAL;
+	if (flags & ~(XATTR_CREATE | XATTR_REPLACE))
+		return -EINVAL; /* both: ENODATA or EEXIST, as setxattr(2) gives */
 	if (value_len > FSOPS_XATTR_MAX)
 		return -E2BIG;
 	r = xattr_name(name, name_len, n);

@@ -390,7 +390,9 @@ int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len
 		   const void *name, size_t name_len, void **ret, size_t *ret_len);
 
 /**
- * lsetxattr(2) with @p flags 0, XATTR_CREATE or XATTR_REPLACE. A value over
+ * lsetxattr(2) with @p flags 0, XATTR_CREATE, XATTR_REPLACE or both (the
+ * file system then fails a missing name ENODATA, an existing one EEXIST;
+ * other bits are -EINVAL). A value over
  * FSOPS_XATTR_MAX bytes is -E2BIG.
  */
 int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len,

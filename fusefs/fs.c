@@ -5770,8 +5770,14 @@ static void ws_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 
 	wb_wait(fs);
 	(void)ino;
-	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
 		fuse_reply_err(req, EINVAL); /* SEEK_SET/CUR/END are the kernel's */
+		return;
+	}
+	if (off < 0) {
+		/* As ext4, xfs and tmpfs (lseek(2): "ENXIO ... beyond the end
+		 * of the file"; iomap_seek_data() takes a negative one so). */
+		fuse_reply_err(req, ENXIO);
 		return;
 	}
 	q.offset = (uint64_t)off;

@@ -610,6 +610,8 @@ static void c_seek(struct run *r)
 	SYS(r, "SEEK_DATA at EOF", lseek((int)fd, 16 * M, SEEK_DATA));
 	SYS(r, "SEEK_HOLE at EOF", lseek((int)fd, 16 * M, SEEK_HOLE));
 	SYS(r, "SEEK_DATA past EOF", lseek((int)fd, 17 * M, SEEK_DATA));
+	SYS(r, "SEEK_DATA -1", lseek((int)fd, -1, SEEK_DATA));
+	SYS(r, "SEEK_HOLE -1", lseek((int)fd, -1, SEEK_HOLE));
 	SYS(r, "SEEK_END 0", lseek((int)fd, 0, SEEK_END));
 	SYS(r, "SEEK_END -5", lseek((int)fd, -5, SEEK_END));
 	SYS(r, "SEEK_CUR +5", lseek((int)fd, 5, SEEK_CUR));
@@ -1157,6 +1159,10 @@ static void c_xattr(struct run *r)
 	SYS(r, "get missing", getxattr("f", "user.missing", buf, sizeof(buf)));
 	SYS(r, "XATTR_CREATE on existing", setxattr("f", "user.a", "v2", 2, XATTR_CREATE));
 	SYS(r, "XATTR_REPLACE on missing", setxattr("f", "user.b", "v2", 2, XATTR_REPLACE));
+	SYS(r, "XATTR_CREATE|XATTR_REPLACE on missing",
+	    setxattr("f", "user.c", "v2", 2, XATTR_CREATE | XATTR_REPLACE));
+	SYS(r, "XATTR_CREATE|XATTR_REPLACE on existing",
+	    setxattr("f", "user.a", "v2", 2, XATTR_CREATE | XATTR_REPLACE));
 	SYS(r, "XATTR_REPLACE on existing", setxattr("f", "user.a", "v3", 2, XATTR_REPLACE));
 	n = getxattr("f", "user.a", buf, sizeof(buf));
 	rec_data(r, "get replaced", buf, n);
