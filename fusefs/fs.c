@@ -915,6 +915,19 @@ static size_t release_flush(struct wsfs *fs)
 
 /* Release agentd's handle @sh (0: none): queued (above) or at once. Any
  * thread, with no lock held; may block on a Release RPC. */
+/* Wake the gathering thread if it sleeps past @due_ns (wsfs_now_ns()):
+ * something it sends is due then. Any thread; gb_lock not held. */
+static void gb_kick(struct wsfs *fs, int64_t due_ns)
+{
+	bool kick;
+
+	pthread_mutex_lock(&fs->gb_lock);
+	kick = fs->gb_started && !fs->gb_stop && due_ns < fs->gb_wake_ns;
+	pthread_mutex_unlock(&fs->gb_lock);
+	if (kick)
+		pthread_cond_signal(&fs->gb_main_cond);
+}
+
 static void release_handle(struct wsfs *fs, uint64_t sh)
 {
 	bool kick = false, full = false;
@@ -2226,7 +2239,9 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
  * trip), and then close it. A SETATTR that cannot fail in
  * agentd is replied to at once with the attributes it gives, and kept on
  * the open file merged with the ones after it; the merged change goes to
- * agentd before any other request (wb_wait()): with the file's last
+ * agentd before any other request (wb_wait()), and gather_ns after the
+ * first change kept at the latest (gb_main(), while the gathering thread
+ * runs): with the file's last
  * gathered write if it has one ("Write gathering", gb_send(): one round
  * trip for both), else as one SetAttr; so FLUSH
  * (close(2)) returns only once it is in the pod (close-to-open) and
@@ -2290,7 +2305,7 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	struct sab_pick pick = { 0 };
 	struct wsfs_file *f;
 	mode_t mode;
-	bool put = false;
+	bool put = false, first = false;
 	struct timespec now;
 
 	if (!fs->cfg.setattr_behind || !to_set || (to_set & ~can) ||
@@ -2343,8 +2358,10 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	f->sab_gseq = atomic_load(&fs->gb_seq);
 	if (f->sab_listed || f->sab_sending)
 		put = true; /* the list's reference is there already */
-	else
-		atomic_fetch_add(&fs->sab_n, 1);
+	else if (atomic_fetch_add(&fs->sab_n, 1) == 0)
+		first = true;
+	if (first)
+		atomic_store(&fs->sab_born_ns, wsfs_now_ns());
 	if (!f->sab_listed) {
 		f->sab_listed = true;
 		TAILQ_INSERT_TAIL(&fs->sab_list, f, sab_entry);
@@ -2352,6 +2369,8 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	pthread_mutex_unlock(&fs->sab_lock);
 	if (put)
 		file_put(fs, f);
+	if (first)
+		gb_kick(fs, atomic_load(&fs->sab_born_ns) + fs->cfg.gather_ns);
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		bool on = mode_exec(S_IFREG | mode);
 
@@ -4510,7 +4529,7 @@ static void *gb_main(void *arg)
 	while (!fs->gb_stop) {
 		bool wait, held = false;
 		struct wsfs_gather *g = gb_pick(fs, UINT64_MAX, &wait), *o;
-		int64_t now = wsfs_now_ns(), wake = INT64_MAX;
+		int64_t now = wsfs_now_ns(), wake = INT64_MAX, sab_due;
 		struct timespec until;
 
 		if (fs->rel_n && now - fs->rel_born_ns >= rel_ns(fs)) {
@@ -4523,6 +4542,18 @@ static void *gb_main(void *arg)
 			gb_take(g);
 			pthread_mutex_unlock(&fs->gb_lock);
 			gb_send(fs, g, NULL, 0);
+			pthread_mutex_lock(&fs->gb_lock);
+			continue;
+		}
+		/* Changes kept behind go by gather_ns too, so that a file the
+		 * host keeps open (a log) does not hold its chmod from the pod,
+		 * nor send it over a change the pod made later. */
+		sab_due = atomic_load(&fs->sab_n) > 0
+				  ? atomic_load(&fs->sab_born_ns) + fs->cfg.gather_ns
+				  : INT64_MAX;
+		if (now >= sab_due) {
+			pthread_mutex_unlock(&fs->gb_lock);
+			sab_drain(fs);
 			pthread_mutex_lock(&fs->gb_lock);
 			continue;
 		}
@@ -4550,6 +4581,8 @@ static void *gb_main(void *arg)
 			wake = now + fs->cfg.gather_ns;
 		if (fs->rel_n && fs->rel_born_ns + rel_ns(fs) < wake)
 			wake = fs->rel_born_ns + rel_ns(fs);
+		if (sab_due < wake)
+			wake = sab_due;
 		fs->gb_wake_ns = wake;
 		if (wake == INT64_MAX) {
 			pthread_cond_wait(&fs->gb_main_cond, &fs->gb_lock);
@@ -5981,6 +6014,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->store_gen, 0);
 	atomic_init(&fs->wb_n, 0);
 	atomic_init(&fs->sab_n, 0);
+	atomic_init(&fs->sab_born_ns, 0);
 	fs->wb_seq = 1;
 	if (fs->cfg.write_behind > WSFS_WRITE_BEHIND_MAX)
 		fs->cfg.write_behind = WSFS_WRITE_BEHIND_MAX;

@@ -272,6 +272,9 @@ struct wsfs {
 	pthread_cond_t sab_cond;
 	/** Files waiting or being sent; read without sab_lock as a hint. */
 	atomic_uint sab_n;
+	/** wsfs_now_ns() when sab_n last rose from 0: the gathering thread
+	 * sends what is kept behind gather_ns after it (fs.c gb_main()). */
+	atomic_int_fast64_t sab_born_ns;
 	TAILQ_HEAD(wsfs_sab_list, wsfs_file) sab_list;
 	/** Changes sab_drain() has taken to send, ever. */
 	uint64_t sab_taken;

@@ -2670,6 +2670,40 @@ with_inject() {
 		{ echo "$((n1 - n0)) SetAttr calls, want 90 (+ at most 5 fstats)" >&2; return 1; }
 }
 
+@test "setattr-behind: a chmod and utimes of a file the host keeps open reach the pod within gather_ms, and the pod's later chmod and append stay" {
+	up
+	touch "$ROOT/probe"
+	visible "watch live" content_is "$MNT/probe" ""
+	run "$PY" - "$MNT" "$ROOT" <<'PY'
+import os, sys, time
+M, R = sys.argv[1:3]
+fd = os.open(M + "/held", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.write(fd, b"x" * 10)
+os.fchmod(fd, 0o600)
+os.utime(fd, ns=(1000, 2000))
+# Kept behind, the changes go 5 ms later (gather_ms), not at close.
+deadline = time.monotonic() + 2
+while time.monotonic() < deadline:
+    st = os.stat(R + "/held")
+    if st.st_mode & 0o7777 == 0o600 and st.st_mtime_ns == 2000:
+        break
+    time.sleep(0.01)
+print("pod while open: %o %d" % (st.st_mode & 0o7777, st.st_mtime_ns))
+# The pod changes the file after that: its change is the last.
+os.chmod(R + "/held", 0o640)
+with open(R + "/held", "ab") as f:
+    f.write(b"POD")
+pod_mtime = os.stat(R + "/held").st_mtime_ns
+os.close(fd)
+st = os.stat(R + "/held")
+print("pod after close: %o %s %d" % (st.st_mode & 0o7777, st.st_mtime_ns == pod_mtime, st.st_size))
+PY
+	printf '%s\n' "$output" | sed 's/^/# /' >&3
+	assert_status 0
+	assert_contains "$output" "pod while open: 600 2000"
+	assert_contains "$output" "pod after close: 640 True 13"
+}
+
 @test "setattr-behind: tar -p's times, owner and mode of a file written in small writes go with its one Write, no SetAttr" {
 	agentd_unix --log-level debug
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
