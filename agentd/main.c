@@ -258,12 +258,14 @@ static void on_drained(void *arg)
 	uv_stop(app->ad.loop);
 }
 
-static void app_stop(struct app *app, const char *why)
+/* Stop taking calls and drain the running ones; logs @why at @level
+ * (WSB_LOG_*). Loop thread. */
+static void app_stop(struct app *app, const char *why, int level)
 {
 	if (app->stopping)
 		return;
 	app->stopping = true;
-	wsb_notice("%s: draining calls (up to %d s)", why, DRAIN_GRACE_MS / 1000);
+	wsb_log(level, "%s: draining calls (up to %d s)", why, DRAIN_GRACE_MS / 1000);
 	/* Running calls, exec included, may finish within the grace period;
 	 * then they are cancelled, which kills their commands. */
 	watch_shutdown(svc_workspace_watcher()); /* Watch streams never end by themselves */
@@ -292,12 +294,14 @@ static void on_reap(uv_timer_t *t)
 
 static void on_signal(uv_signal_t *h, int signum)
 {
-	app_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	app_stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT", WSB_LOG_NOTICE);
 }
 
 static void on_stdio_eof(void *arg)
 {
-	app_stop(arg, "stdin closed");
+	/* How every --stdio connection ends (wsctl --exec, kubectl exec -i):
+	 * nothing to say on the user's terminal. */
+	app_stop(arg, "stdin closed", WSB_LOG_INFO);
 }
 
 static void log_open_handle(uv_handle_t *h, void *arg)

@@ -764,6 +764,16 @@ static struct wsc_chan *chan_get(struct wsc *c)
 	return ch;
 }
 
+pid_t wsc_transport_pid(struct wsc *c)
+{
+	pid_t pid;
+
+	pthread_mutex_lock(&c->lock);
+	pid = c->chan ? c->chan->pid : 0;
+	pthread_mutex_unlock(&c->lock);
+	return pid;
+}
+
 static void chan_put(struct wsc *c, struct wsc_chan *ch)
 {
 	bool last;

@@ -129,6 +129,15 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret);
 int wsc_reconnect(struct wsc *c);
 
 /**
+ * The process id of the exec_cmd child behind the current channel (the
+ * leader of its own process group), or 0 without exec_cmd. For a caller
+ * that must stop it without wsc_free(), such as a program that exits on a
+ * signal (kill(-pid, SIGTERM)); after a wsc_reconnect() it names another
+ * process. Thread safety: any thread.
+ */
+pid_t wsc_transport_pid(struct wsc *c);
+
+/**
  * Close the channel, reap an exec_cmd child (see wsc_reconnect) and free
  * @p c. No call or stream may be running. NULL is a no-op. Calls
  * grpc_shutdown(). Returns NULL.

@@ -98,6 +98,9 @@ static struct {
 	atomic_int sig;            /* first signal taken, or 0 */
 } g_sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* The --exec command's process (group leader), once connected; 0 without. */
+static _Atomic pid_t g_transport_pid;
+
 /* exec -t: the local terminal's mode before raw mode. */
 static struct {
 	struct termios saved;
@@ -212,8 +215,14 @@ static void *signal_thread(void *arg)
 		if (s)
 			wsc_stream_cancel(s);
 		pthread_mutex_unlock(&g_sig.lock);
-		/* Nothing to clean up, or asked twice: go now. */
+		/* Nothing to clean up, or asked twice: go now, and take the
+		 * --exec command along (it may not read its stdin, whose end
+		 * would tell it). */
 		if (!s || first != 0) {
+			pid_t pid = atomic_load(&g_transport_pid);
+
+			if (pid > 0)
+				(void)kill(-pid, SIGTERM);
 			raw_off();
 			_exit(128 + sig);
 		}
@@ -2872,6 +2881,7 @@ int main(int argc, char **argv)
 		stop_signal_thread(th);
 		return strcmp(g_cmd, "exec") ? EXIT_FAILURE : EXIT_EXEC_FAIL;
 	}
+	atomic_store(&g_transport_pid, wsc_transport_pid(g_client));
 	r = fn(argc - optind, argv + optind);
 	if (fflush(stdout) != 0 && r == 0) {
 		report_errno(NULL, errno);

@@ -115,6 +115,18 @@ only_http2_frames() {
 	assert_eq "$output" "" "agentd processes left"
 }
 
+@test "wsctl --exec: wsctl stopped by a signal takes a command that never reads its stdin along" {
+	local tag="wsb-stdio-$$-$RANDOM" sig
+	for sig in TERM INT; do
+		# sleep does not read stdin, so its end does not tell it.
+		run --separate-stderr timeout -s "$sig" 2 "$WSCTL" --exec "sleep 97; : $tag" ls
+		[ "$status" -ne 0 ] || { echo "wsctl exited 0 on SIG$sig" >&2; return 1; }
+		sleep 0.3
+		run pgrep -f "$tag"
+		assert_eq "$output" "" "the --exec command's processes left after SIG$sig"
+	done
+}
+
 @test "wsctl --exec with a command that is not agentd fails cleanly" {
 	run --separate-stderr timeout 30 "$WSCTL" --exec "echo not-grpc" health
 	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
