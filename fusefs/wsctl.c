@@ -2435,6 +2435,12 @@ static int mkdir_one(const char *path, bool parents)
 
 		if (d > 0)
 			return 0;
+		if (d < 0) {
+			/* A symlink that leads out of the workspace: say that,
+			 * not "File exists". */
+			report(path, &st2);
+			return d;
+		}
 	}
 	if (r < 0)
 		report(path, &st);

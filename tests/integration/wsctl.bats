@@ -470,6 +470,13 @@ teardown() {
 	run --separate-stderr "$WSCTL" mkdir -p q/../../out
 	assert_status 1
 	assert_eq "$stderr" "wsctl: mkdir 'q/../../out': 'q/../../out' escapes the workspace root (PERMISSION_DENIED)"
+	# Through a symlink that leads out: the escape is what it says (it
+	# said "File exists"), and nothing is made outside.
+	ln -s "$L" "$ROOT/outlink"
+	run --separate-stderr "$WSCTL" mkdir -p outlink/new
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mkdir 'outlink': 'outlink' escapes the workspace root (PERMISSION_DENIED)"
+	[ ! -e "$L/new" ]
 }
 
 @test "wsctl rm removes files; -r trees; -f ignores missing; directories need -r" {
