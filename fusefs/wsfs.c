@@ -21,6 +21,7 @@
  * a message), mount, tell the waiting parent, then run the multithreaded
  * session loop until `fusermount3 -u`. Main thread only.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -291,6 +292,22 @@ static void usage(FILE *f)
 		"  -V, --version          show the version\n"
 		"\n"
 		"fstab: ADDR MOUNTPOINT fuse.wsfs noauto,_netdev,token_file=FILE 0 0\n");
+}
+
+/* Whether directory @path holds any entry but "." and "..": false when it
+ * cannot be read. */
+static bool dir_has_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	bool any = false;
+
+	if (!d)
+		return false;
+	while (!any && (e = readdir(d)))
+		any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return any;
 }
 
 /* A new session id: 32 lowercase hex digits of getrandom(2) and a NUL into
@@ -596,6 +613,14 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
+	/* Allowed, as by fusermount3 and sshfs (an fstab mount may sit on
+	 * a directory with a placeholder), but said: the files there are
+	 * out of sight until the unmount. */
+	if (mnt_real && dir_has_entries(mnt_real))
+		fprintf(stderr,
+			"wsfs: note: mount point %s is not empty: what it holds is hidden until "
+			"fusermount3 -u %s\n",
+			mnt, mnt);
 	/* No thread yet: the client is connected after the fork. */
 	r = wsfs_new(&cfg, NULL, &fs);
 	if (r < 0) {

@@ -323,6 +323,19 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	assert_eq "$(findmnt -n -M "$m" | wc -l)" 1 "mounts on $m"
 	assert_content "$m/f" $'first\n'
 	umount_wsfs "$m" # fails while a mount is left
+	# A mount point that holds files mounts (as fusermount3 and sshfs
+	# do), with a note that they are hidden until the unmount.
+	local full="$BATS_TEST_TMPDIR/full"
+	mkdir "$full"
+	echo mine >"$full/local-file"
+	run --separate-stderr "$WSFS" "$ADDR" "$full" 3>&-
+	track_mount "$full"
+	assert_status 0
+	assert_eq "$stderr" "wsfs: note: mount point $full is not empty: what it holds is hidden until fusermount3 -u $full"
+	[ ! -e "$full/local-file" ]
+	assert_content "$full/f" $'first\n'
+	umount_wsfs "$full"
+	assert_content "$full/local-file" $'mine\n'
 }
 
 @test "as a mount helper (mount -t fuse.wsfs, fstab): mount.fuse3 runs wsfs with fstab's options; with drop_privileges it hands wsfs /dev/fd/N" {
