@@ -180,6 +180,9 @@ static void report(const char *path, const struct wsc_status *st)
 		msg("%s: %s (%s: %s)", what, strerror(st->err), wsb_status_name(st->code), st->msg);
 	else
 		msg("%s: %s (%s)", what, strerror(st->err), wsb_status_name(st->code));
+	if (st->code == WSB_UNAUTHENTICATED)
+		msg("agentd wants its bearer token: give wsctl the file that holds it with "
+		    "--token-file FILE or WSBRIDGE_TOKEN_FILE=FILE");
 }
 
 /* A failure on this side: "wsctl: CMD 'PATH': Reason". */
@@ -1574,7 +1577,9 @@ static int get_file(const char *remote, char *target)
 
 	r = download(remote, fd, true, &mode, &st);
 	if (r < 0) {
-		if (!interrupted())
+		if (r == -EISDIR && !interrupted())
+			msg("get %s: Is a directory (get -r copies a directory)", q(remote));
+		else if (!interrupted())
 			report(remote, &st);
 		goto fail;
 	}
@@ -2791,6 +2796,7 @@ int main(int argc, char **argv)
 	char *token = NULL;
 	static sigset_t sigs;
 	pthread_t th;
+	bool addr_given = false;
 	int c, r;
 
 	wsb_log_init("wsctl", WSB_LOG_WARNING);
@@ -2801,6 +2807,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'a':
 			o.target = optarg;
+			addr_given = true;
 			break;
 		case OPT_EXEC:
 			o.exec_cmd = optarg;
@@ -2832,6 +2839,8 @@ int main(int argc, char **argv)
 			usage_error("bad option");
 		}
 	}
+	if (o.exec_cmd && addr_given)
+		usage_error("-a and --exec both say how to reach agentd: give one");
 	if (!o.exec_cmd) {
 		const char *why;
 

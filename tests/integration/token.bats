@@ -27,6 +27,7 @@ teardown() {
 	assert_status 1
 	assert_eq "$output" ""
 	assert_contains "$stderr" "UNAUTHENTICATED"
+	assert_contains "$stderr" "wsctl: agentd wants its bearer token: give wsctl the file that holds it with --token-file FILE or WSBRIDGE_TOKEN_FILE=FILE"
 	run --separate-stderr "$WSCTL" put "$BATS_TEST_TMPDIR/f" f
 	assert_status 1
 	assert_contains "$stderr" "UNAUTHENTICATED"

@@ -223,6 +223,17 @@ teardown() {
 	assert_eq "$(ls -A "$ROOT")" "" "root after failed puts"
 }
 
+@test "wsctl get of a directory without -r says -r copies it, and leaves nothing; -a with --exec is a usage error" {
+	mkdir "$ROOT/d"
+	run --separate-stderr "$WSCTL" get d "$L/d"
+	assert_status 1
+	assert_eq "$stderr" "wsctl: get 'd': Is a directory (get -r copies a directory)"
+	[ ! -e "$L/d" ]
+	run --separate-stderr "$WSCTL" -a "$WSBRIDGE_ADDR" --exec "true" ls
+	assert_status 2
+	assert_contains "$stderr" "wsctl: -a and --exec both say how to reach agentd: give one"
+}
+
 @test "wsctl get downloads a file with its mode, into a file, a directory or stdout" {
 	printf 'remote\n' >"$ROOT/r.txt"
 	chmod 604 "$ROOT/r.txt"
