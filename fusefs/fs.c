@@ -913,8 +913,6 @@ static size_t release_flush(struct wsfs *fs)
 	return n;
 }
 
-/* Release agentd's handle @sh (0: none): queued (above) or at once. Any
- * thread, with no lock held; may block on a Release RPC. */
 /* Wake the gathering thread if it sleeps past @due_ns (wsfs_now_ns()):
  * something it sends is due then. Any thread; gb_lock not held. */
 static void gb_kick(struct wsfs *fs, int64_t due_ns)
@@ -928,6 +926,8 @@ static void gb_kick(struct wsfs *fs, int64_t due_ns)
 		pthread_cond_signal(&fs->gb_main_cond);
 }
 
+/* Release agentd's handle @sh (0: none): queued (above) or at once. Any
+ * thread, with no lock held; may block on a Release RPC. */
 static void release_handle(struct wsfs *fs, uint64_t sh)
 {
 	bool kick = false, full = false;
