@@ -550,9 +550,19 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	else
 		r = fsops_open(&ad->root, ad->handles, owner, q->path.data, q->path.len, flags,
 			       q->mode & 07777, &id, &st, &ident, &created);
+	/* The handle table (and agentd's descriptors) serve every process of
+	 * every client: to a process on the host that is the system-wide
+	 * limit, ENFILE (open(2)), not its own EMFILE, which would send it
+	 * looking for descriptors it leaked. */
 	if (r == -EMFILE && fsops_handles_count(ad->handles) >= fsops_handles_limit(ad->handles)) {
-		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE, "too many open handles (limit %u)",
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENFILE,
+			   "too many open handles (limit %u, agentd --max-handles)",
 			   fsops_handles_limit(ad->handles));
+		return;
+	}
+	if (r == -EMFILE || r == -ENFILE) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENFILE,
+			   "agentd is out of file descriptors (%s)", strerror(-r));
 		return;
 	}
 	if (r < 0 && q->reopen)

@@ -958,15 +958,15 @@ static void release_handle(struct wsfs *fs, uint64_t sh)
 
 /*
  * Open (OpenRequest @q; *@rep as rpc()'s): when agentd's handle table is
- * full (EMFILE: --max-handles) while handles of closed files wait in the
- * release queue, those go at once and the Open is asked once more. Any
- * FUSE request thread.
+ * full (ENFILE: --max-handles; EMFILE from an agentd before 2026-12-04)
+ * while handles of closed files wait in the release queue, those go at
+ * once and the Open is asked once more. Any FUSE request thread.
  */
 static int open_rpc(struct wsfs *fs, Wsbridge__V1__OpenRequest *q, Wsbridge__V1__OpenReply **rep)
 {
 	int r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
 
-	if (r == -EMFILE && fs->gb_started && !atomic_load(&fs->rel_single)) {
+	if ((r == -ENFILE || r == -EMFILE) && fs->gb_started && !atomic_load(&fs->rel_single)) {
 		(void)release_flush(fs);
 		r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
 	}

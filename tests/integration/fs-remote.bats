@@ -2298,6 +2298,31 @@ while todo:
     todo += kids.get(p, [])' "$1" "$AGENTD"
 }
 
+@test "past agentd's --max-handles an open on the mount fails ENFILE (the limit is every client's), and works again once files close" {
+	agentd_unix --max-handles 4
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	run "$PY" - "$MNT" <<-'EOF'
+	import errno, os, sys
+	mnt = sys.argv[1]
+	held = []
+	try:
+	    for i in range(20):
+	        held.append(os.open("%s/f%d" % (mnt, i), os.O_CREAT | os.O_RDWR, 0o644))
+	    print("no limit reached")
+	except OSError as e:
+	    print("after %d: %s" % (len(held), errno.errorcode[e.errno]))
+	for fd in held:
+	    os.close(fd)
+	fd = os.open(mnt + "/again", os.O_CREAT | os.O_RDWR, 0o644)
+	os.close(fd)
+	print("open after close: ok")
+	EOF
+	echo "# $output" >&3
+	assert_status 0
+	assert_contains "$output" ": ENFILE"
+	assert_contains "$output" "open after close: ok"
+}
+
 @test "mv over a file keeps the old one open in agentd only while the kernel holds it: 300 renames later, all of a small handle table opens" {
 	# agentd keeps a file a rename through the mount replaces (so that an
 	# open racing the rename still gets it); the kernel's FORGET gives it
