@@ -169,6 +169,11 @@ static void report(const char *path, const struct wsc_status *st)
 		snprintf(what, sizeof(what), "%s %s", g_cmd, q(path));
 	else
 		snprintf(what, sizeof(what), "%s", g_cmd);
+	/* No status: it failed on this side (writing the local copy). */
+	if (st->code == WSB_OK) {
+		msg("%s: %s (on this host, not in the pod)", what, strerror(st->err ? st->err : EIO));
+		return;
+	}
 	/* A path that leads out of the root: agentd's errno is EXDEV
 	 * (openat2(2) RESOLVE_BENEATH), whose text ("Invalid cross-device
 	 * link") would only mislead; its message says what happened. */
@@ -1421,7 +1426,7 @@ local:
 	progress_end(&pr);
 	set_active(NULL);
 	wsc_stream_free(s);
-	st->code = wsb_status_from_errno(-r);
+	st->code = WSB_OK; /* report(): a failure here, not agentd's */
 	st->err = -r;
 	st->has_errno = false;
 	st->msg[0] = '\0';

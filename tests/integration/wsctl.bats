@@ -223,7 +223,7 @@ teardown() {
 	assert_eq "$(ls -A "$ROOT")" "" "root after failed puts"
 }
 
-@test "wsctl get of a directory without -r says -r copies it, and leaves nothing; -a with --exec is a usage error" {
+@test "wsctl get of a directory without -r says -r copies it, and leaves nothing; -a with --exec is a usage error; a local failure says so" {
 	mkdir "$ROOT/d"
 	run --separate-stderr "$WSCTL" get d "$L/d"
 	assert_status 1
@@ -232,6 +232,13 @@ teardown() {
 	run --separate-stderr "$WSCTL" -a "$WSBRIDGE_ADDR" --exec "true" ls
 	assert_status 2
 	assert_contains "$stderr" "wsctl: -a and --exec both say how to reach agentd: give one"
+	# A failure on this side is not given a status of agentd's.
+	head -c 100000 /dev/urandom >"$ROOT/rnd"
+	run --separate-stderr "$WSCTL" cat rnd
+	assert_status 0
+	run --separate-stderr bash -c '"$0" cat rnd >/dev/full' "$WSCTL"
+	assert_status 1
+	assert_eq "$stderr" "wsctl: cat 'rnd': No space left on device (on this host, not in the pod)"
 }
 
 @test "wsctl get downloads a file with its mode, into a file, a directory or stdout" {
