@@ -475,8 +475,8 @@ static int session_hold(struct rpc_call *call, struct agentd *ad, const char *wh
 		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
 			   "%s: metadata '%s' must be 1 to %u ASCII letters, digits, '-' or '_'",
 			   what, WSB_SESSION_MD, WSB_SESSION_ID_MAX);
-	else if (r == -EMFILE)
-		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EMFILE,
+	else if (r == -EMFILE) /* every client's limit: ENFILE, as for handles */
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENFILE,
 			   "%s: too many client sessions (limit %u)", what, SESSION_MAX);
 	else
 		rpc_fail_errno(call, -r, "%s", what);

@@ -8,7 +8,9 @@
  * handler sends a kernel notification (those come from watch.c's thread).
  *
  * Naming: nodeids come from node.h's table; a node's wire path is built on
- * each request. Attributes are the server's, so st_ino is the pod's inode.
+ * each request. Attributes are the server's, so st_ino is the pod's inode
+ * (mixed with the device on a file system mounted inside the workspace:
+ * agentd's attr_ino()).
  *
  * Open files: fi->fh points to a struct wsfs_file holding agentd's handle,
  * which keeps an unlinked or renamed file usable until release. When agentd
@@ -2308,7 +2310,9 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	bool put = false, first = false;
 	struct timespec now;
 
-	if (!fs->cfg.setattr_behind || !to_set || (to_set & ~can) ||
+	/* Only while the gathering thread runs: it sends what is kept
+	 * within gather_ns (gb_main()), not only at close. */
+	if (!fs->cfg.setattr_behind || !fs->gb_started || !to_set || (to_set & ~can) ||
 	    ((to_set & FUSE_SET_ATTR_ATIME) && !sab_time_fits(&attr->st_atim)) ||
 	    ((to_set & FUSE_SET_ATTR_MTIME) && !sab_time_fits(&attr->st_mtim)) ||
 	    !own_attr(fs, ino, st) || !gb_attr(fs, ino, st, to_set & FUSE_SET_ATTR_MTIME) ||
@@ -2356,12 +2360,16 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	}
 	f->sab_id = ino;
 	f->sab_gseq = atomic_load(&fs->gb_seq);
-	if (f->sab_listed || f->sab_sending)
+	if (f->sab_listed || f->sab_sending) {
 		put = true; /* the list's reference is there already */
-	else if (atomic_fetch_add(&fs->sab_n, 1) == 0)
-		first = true;
-	if (first)
-		atomic_store(&fs->sab_born_ns, wsfs_now_ns());
+	} else {
+		/* The time before the count (gb_main() reads both without
+		 * sab_lock); sab_n rises only here, under sab_lock. */
+		first = atomic_load(&fs->sab_n) == 0;
+		if (first)
+			atomic_store(&fs->sab_born_ns, wsfs_now_ns());
+		atomic_fetch_add(&fs->sab_n, 1);
+	}
 	if (!f->sab_listed) {
 		f->sab_listed = true;
 		TAILQ_INSERT_TAIL(&fs->sab_list, f, sab_entry);
@@ -4464,8 +4472,9 @@ static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size
  * Send every run gathered before this call and wait for those other
  * threads are sending: on return agentd has (or failed) every gathered
  * write replied to before it. Returns the number of the first run it did
- * not wait for (every run numbered below is done). Any thread but
- * gb_main(); returns at once with none.
+ * not wait for (every run numbered below is done). Any thread (gb_main()
+ * too, through sab_drain(), sending no run itself then); returns at once
+ * with none.
  */
 static uint64_t gb_flush(struct wsfs *fs)
 {

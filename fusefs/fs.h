@@ -126,8 +126,9 @@ struct wsfs_config {
 	unsigned write_behind;
 	/** Reply at once to a SETATTR of a file this mount created and holds
 	 * open for writing, and send it merged with the next ones before any
-	 * other request (fs.c "Setattr-behind"; -o setattr_behind=0 turns it
-	 * off). */
+	 * other request and within gather_ns (fs.c "Setattr-behind"; -o
+	 * setattr_behind=0 turns it off; so does gather_ns 0 or write_behind
+	 * 0, which leave the gathering thread unstarted). */
 	bool setattr_behind;
 	/** How long gathered writes wait for more before they are sent anyway
 	 * (fs.c "Write gathering"; -o gather_ms), nanoseconds; 0 = writes are

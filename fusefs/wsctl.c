@@ -1392,9 +1392,16 @@ static int download(const char *remote, int fd, bool seek, uint32_t *ret_mode, s
 			pr.total = ch->attr->size;
 		}
 		if (ch->data.len > (uint64_t)INT64_MAX - pos || ch->hole > (uint64_t)INT64_MAX - pos - ch->data.len) {
+			/* agentd's chunks claim more than a file holds. */
 			protobuf_c_message_free_unpacked(m, NULL);
-			r = -EFBIG;
-			goto local;
+			progress_end(&pr);
+			set_active(NULL);
+			wsc_stream_free(s);
+			st->code = WSB_INTERNAL;
+			st->err = EFBIG;
+			st->has_errno = false;
+			snprintf(st->msg, sizeof(st->msg), "agentd's chunks add up past 2^63 bytes");
+			return -EFBIG;
 		}
 		r = write_all(fd, ch->data.data, ch->data.len);
 		if (r == 0 && ch->hole) {
@@ -2921,6 +2928,8 @@ int main(int argc, char **argv)
 		_exit(r);
 	}
 #endif
+	/* wsc_free() reaps the command: its pid may be another's after. */
+	atomic_store(&g_transport_pid, 0);
 	g_client = wsc_free(g_client);
 	stop_signal_thread(th);
 	free(token);

@@ -10,10 +10,14 @@
  * arguments, as mount.fuse3 passes them (`wsfs SOURCE MOUNTPOINT -o OPTS`
  * for `mount -t fuse.wsfs` and fstab). Options wsfs does not know go to
  * fuse_session_new (allow_other, default_permissions, ro, ...). With
- * allow_other (or allow_root) wsfs adds default_permissions: every call
- * reaches agentd as agentd's user, so without it any user on the host
- * could read and change every file (the kernel checks each caller against
- * the file's mode and owner with it; mount.fuse(8) "default_permissions").
+ * allow_other wsfs adds default_permissions: every call reaches agentd as
+ * agentd's user, so without it any user on the host could read and change
+ * every file (the kernel checks each caller against the file's mode and
+ * owner with it; mount.fuse(8) "default_permissions"). A /dev/fd/N mount
+ * point (mount.fuse3 -o drop_privileges) was mounted by the caller with
+ * fstab's options: there allow_other without default_permissions is
+ * refused. (allow_root lets only root in besides the owner, and root
+ * passes those checks anyway.)
  *
  * Start-up order: parse, create the FUSE session, fork into the background
  * unless -f (before any thread exists: gRPC's threads do not survive fork),
@@ -65,7 +69,7 @@ struct opts {
 	int no_watch;
 	int transform_symlinks;
 	int debug;
-	int allow_other;         /* allow_other or allow_root was given */
+	int allow_other;         /* allow_other was given */
 	int default_permissions; /* default_permissions was given */
 	int help;
 	int version;
@@ -105,7 +109,6 @@ static const struct fuse_opt spec[] = {
 	OPT("--foreground", foreground, 1),
 	OPT("-s", single, 1),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
-	FUSE_OPT_KEY("allow_root", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -279,15 +282,17 @@ static void usage(FILE *f)
 		"                         before they go to agentd anyway, milliseconds\n"
 		"                         (default 5; 0 = none gathered; at most 600000)\n"
 		"  -o setattr_behind=0|1  chmod, chown and utimes of a file wsfs created and\n"
-		"                         holds open for writing reach agentd merged, by\n"
-		"                         its close (close reports their errors; default 1)\n"
+		"                         holds open for writing reach agentd merged, within\n"
+		"                         gather_ms (close reports their errors; default 1;\n"
+		"                         none with gather_ms=0 or write_behind=0)\n"
 		"  -o op_streams=0|1      send each worker thread's calls as messages of one\n"
 		"                         stream of its own, not one gRPC call each (default\n"
 		"                         1; agentd without Ops: calls one by one)\n"
 		"  -o clone_fd            one /dev/fuse descriptor per worker thread\n"
 		"  -o allow_other         let every user on the host use the mount; the\n"
 		"                         kernel then checks each one against the files'\n"
-		"                         mode and owner (default_permissions, implied)\n"
+		"                         mode and owner (default_permissions, implied;\n"
+		"                         files are made as agentd's user)\n"
 		"  -h, --help             this help, then libfuse's options\n"
 		"  -V, --version          show the version\n"
 		"\n"
@@ -576,9 +581,19 @@ int main(int argc, char **argv)
 		unsigned fd;
 		int n = 0, e;
 
-		if (sscanf(mnt, "/dev/fd/%u%n", &fd, &n) == 1 && n > 0 && mnt[n] == '\0')
+		if (sscanf(mnt, "/dev/fd/%u%n", &fd, &n) == 1 && n > 0 && mnt[n] == '\0') {
 			e = 0;
-		else
+			if (o.allow_other && !o.default_permissions) {
+				/* The mount is made: the option added above
+				 * cannot reach the kernel. */
+				fprintf(stderr,
+					"wsfs: allow_other without default_permissions would let "
+					"every user of the host read and change every file: add "
+					"default_permissions to the mount's options (fstab), "
+					"and fusermount3 -u the mount point this leaves\n");
+				goto out;
+			}
+		} else
 			e = stat(mnt, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 		if (e == ENOTCONN) {
 			/* The mount of a FUSE server that died (stat(2) of a

@@ -2695,10 +2695,23 @@ with_inject() {
 		{ echo "$((n1 - n0)) SetAttr calls, want 90 (+ at most 5 fstats)" >&2; return 1; }
 }
 
-@test "setattr-behind: a chmod and utimes of a file the host keeps open reach the pod within gather_ms, and the pod's later chmod and append stay" {
-	up
-	touch "$ROOT/probe"
-	visible "watch live" content_is "$MNT/probe" ""
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
+@test "setattr-behind: a chmod and utimes of a file the host keeps open reach the pod within gather_ms, and the pod's later chmod and append stay (also with gather_ms=0)" {
+	local opts
+	agentd_unix
+	for opts in "" ",gather_ms=0"; do
+		mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT$opts"
+		touch "$ROOT/probe"
+		visible "watch live" content_is "$MNT/probe" ""
+		rm -f "$ROOT/held"
+		setattr_held
+		umount_wsfs
+	done
+}
+
+# setattr_held: the body of the test above, on the current mount.
+# shellcheck disable=SC2031 # run's status/output, set in the caller's test
+setattr_held() {
 	run "$PY" - "$MNT" "$ROOT" <<'PY'
 import os, sys, time
 M, R = sys.argv[1:3]

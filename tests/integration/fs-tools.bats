@@ -368,6 +368,21 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 	echo back >"$m/b"
 	assert_content "$ROOT/b" $'back\n'
 	umount_wsfs "$m"
+	# There the mount is made before wsfs runs: allow_other without
+	# default_permissions (which wsfs adds on its own mounts) is refused,
+	# and with it the mount works and the kernel checks each user.
+	run --separate-stderr env PATH="$(dirname "$WSFS"):$PATH" \
+		mount.fuse3 "$ADDR" "$m" -t fuse.wsfs -o drop_privileges,allow_other 3>&-
+	track_mount "$m"
+	assert_status 1
+	assert_contains "$stderr" "wsfs: allow_other without default_permissions would let every user of the host read and change every file"
+	fusermount3 -u "$m"
+	run --separate-stderr env PATH="$(dirname "$WSFS"):$PATH" \
+		mount.fuse3 "$ADDR" "$m" -t fuse.wsfs -o drop_privileges,allow_other,default_permissions 3>&-
+	assert_status 0
+	grep -q " $m fuse.wsfs .*default_permissions" /proc/mounts
+	assert_content "$m/h" $'helper\n'
+	umount_wsfs "$m"
 }
 
 @test "-o transform_symlinks: links the pod makes out of the workspace lead into it; without it they stay byte-exact" {

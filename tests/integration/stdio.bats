@@ -116,14 +116,17 @@ only_http2_frames() {
 }
 
 @test "wsctl --exec: wsctl stopped by a signal takes a command that never reads its stdin along" {
-	local tag="wsb-stdio-$$-$RANDOM" sig
+	local tag="wsb-stdio-$$-$RANDOM" dur="97.$RANDOM" sig
 	for sig in TERM INT; do
-		# sleep does not read stdin, so its end does not tell it.
-		run --separate-stderr timeout -s "$sig" 2 "$WSCTL" --exec "sleep 97; : $tag" ls
+		# sleep does not read stdin, so its end does not tell it; the
+		# shell runs it as a child (a command follows), so both must go.
+		run --separate-stderr timeout -s "$sig" 2 "$WSCTL" --exec "sleep $dur; : $tag" ls
 		[ "$status" -ne 0 ] || { echo "wsctl exited 0 on SIG$sig" >&2; return 1; }
 		sleep 0.3
 		run pgrep -f "$tag"
-		assert_eq "$output" "" "the --exec command's processes left after SIG$sig"
+		assert_eq "$output" "" "the --exec shell left after SIG$sig"
+		run pgrep -f "sleep $dur"
+		assert_eq "$output" "" "the --exec command's sleep left after SIG$sig"
 	done
 }
 
