@@ -2241,9 +2241,9 @@ static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
  * trip), and then close it. A SETATTR that cannot fail in
  * agentd is replied to at once with the attributes it gives, and kept on
  * the open file merged with the ones after it; the merged change goes to
- * agentd before any other request (wb_wait()), and gather_ns after the
- * first change kept at the latest (gb_main(), while the gathering thread
- * runs): with the file's last
+ * agentd before any other request (wb_wait()), and sab_hold_ns() after
+ * the first change kept at the latest (gb_main(); nothing is kept unless
+ * the gathering thread runs): with the file's last
  * gathered write if it has one ("Write gathering", gb_send(): one round
  * trip for both), else as one SetAttr; so FLUSH
  * (close(2)) returns only once it is in the pod (close-to-open) and
@@ -2288,6 +2288,20 @@ static void sab_pick(struct node_fh *h, void *arg)
 static bool sab_time_fits(const struct timespec *ts)
 {
 	return ts->tv_sec > -9000000000LL && ts->tv_sec < 9000000000LL;
+}
+
+/*
+ * How long the first change kept behind waits before the gathering thread
+ * sends it (with those kept after it), ns: ten times gather_ns (50 ms by
+ * default). Long enough that tar -p's chown, chmod and utimes of a file
+ * and its close, a few microseconds apart but for preemption on a busy
+ * host, go as one; short enough that a file the host keeps open shows its
+ * mode in the pod within moments, and a change the pod makes later is
+ * not undone by the host's earlier one.
+ */
+static int64_t sab_hold_ns(const struct wsfs *fs)
+{
+	return 10 * fs->cfg.gather_ns;
 }
 
 /*
@@ -2378,7 +2392,7 @@ static bool sab_defer(struct wsfs *fs, fuse_ino_t ino, const struct stat *attr, 
 	if (put)
 		file_put(fs, f);
 	if (first)
-		gb_kick(fs, atomic_load(&fs->sab_born_ns) + fs->cfg.gather_ns);
+		gb_kick(fs, atomic_load(&fs->sab_born_ns) + sab_hold_ns(fs));
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		bool on = mode_exec(S_IFREG | mode);
 
@@ -4554,11 +4568,11 @@ static void *gb_main(void *arg)
 			pthread_mutex_lock(&fs->gb_lock);
 			continue;
 		}
-		/* Changes kept behind go by gather_ns too, so that a file the
-		 * host keeps open (a log) does not hold its chmod from the pod,
-		 * nor send it over a change the pod made later. */
+		/* Changes kept behind go within sab_hold_ns() too, so that a
+		 * file the host keeps open (a log) does not hold its chmod from
+		 * the pod, nor send it over a change the pod made later. */
 		sab_due = atomic_load(&fs->sab_n) > 0
-				  ? atomic_load(&fs->sab_born_ns) + fs->cfg.gather_ns
+				  ? atomic_load(&fs->sab_born_ns) + sab_hold_ns(fs)
 				  : INT64_MAX;
 		if (now >= sab_due) {
 			pthread_mutex_unlock(&fs->gb_lock);

@@ -126,7 +126,7 @@ struct wsfs_config {
 	unsigned write_behind;
 	/** Reply at once to a SETATTR of a file this mount created and holds
 	 * open for writing, and send it merged with the next ones before any
-	 * other request and within gather_ns (fs.c "Setattr-behind"; -o
+	 * other request and within 10 * gather_ns (fs.c "Setattr-behind"; -o
 	 * setattr_behind=0 turns it off; so does gather_ns 0 or write_behind
 	 * 0, which leave the gathering thread unstarted). */
 	bool setattr_behind;
@@ -274,7 +274,8 @@ struct wsfs {
 	/** Files waiting or being sent; read without sab_lock as a hint. */
 	atomic_uint sab_n;
 	/** wsfs_now_ns() when sab_n last rose from 0: the gathering thread
-	 * sends what is kept behind gather_ns after it (fs.c gb_main()). */
+	 * sends what is kept behind 10 * gather_ns after it (fs.c
+	 * sab_hold_ns()). */
 	atomic_int_fast64_t sab_born_ns;
 	TAILQ_HEAD(wsfs_sab_list, wsfs_file) sab_list;
 	/** Changes sab_drain() has taken to send, ever. */

@@ -1394,14 +1394,12 @@ static int download(const char *remote, int fd, bool seek, uint32_t *ret_mode, s
 		if (ch->data.len > (uint64_t)INT64_MAX - pos || ch->hole > (uint64_t)INT64_MAX - pos - ch->data.len) {
 			/* agentd's chunks claim more than a file holds. */
 			protobuf_c_message_free_unpacked(m, NULL);
-			progress_end(&pr);
-			set_active(NULL);
-			wsc_stream_free(s);
 			st->code = WSB_INTERNAL;
 			st->err = EFBIG;
 			st->has_errno = false;
 			snprintf(st->msg, sizeof(st->msg), "agentd's chunks add up past 2^63 bytes");
-			return -EFBIG;
+			r = -EFBIG;
+			goto end;
 		}
 		r = write_all(fd, ch->data.data, ch->data.len);
 		if (r == 0 && ch->hole) {
@@ -1430,13 +1428,14 @@ static int download(const char *remote, int fd, bool seek, uint32_t *ret_mode, s
 	return 0;
 
 local:
-	progress_end(&pr);
-	set_active(NULL);
-	wsc_stream_free(s);
 	st->code = WSB_OK; /* report(): a failure here, not agentd's */
 	st->err = -r;
 	st->has_errno = false;
 	st->msg[0] = '\0';
+end:
+	progress_end(&pr);
+	set_active(NULL);
+	wsc_stream_free(s);
 	return r;
 }
 
