@@ -115,6 +115,15 @@ only_http2_frames() {
 	assert_eq "$output" "" "agentd processes left"
 }
 
+@test "wsctl --exec 'agentd --stdio': agentd says nothing on the user's terminal when the connection ends" {
+	# Its stderr is wsctl's: the end of stdin is how every --stdio
+	# connection ends, logged at info, not as a notice.
+	run --separate-stderr "$WSCTL" --exec "$AGENTD --root $ROOT --stdio" health
+	assert_status 0
+	assert_eq "$output" "SERVING"
+	assert_eq "$stderr" "" "stderr of wsctl and agentd"
+}
+
 @test "wsctl --exec: wsctl stopped by a signal takes a command that never reads its stdin along" {
 	local tag="wsb-stdio-$$-$RANDOM" dur="97.$RANDOM" sig
 	for sig in TERM INT; do
