@@ -1632,6 +1632,59 @@ fail:
 	return exit_for(r);
 }
 
+static int get_tree(const char *remote, const char *local, uint32_t mode);
+
+/*
+ * get -r of one entry: remote @rp of mode @m to local path @lp (taken over:
+ * freed here), as cp -r copies it: a directory with get_tree(), a file as
+ * get does, a symlink as a symlink (its target as it is, even one that
+ * leads out of the workspace), a FIFO as a FIFO; anything else is reported
+ * and skipped. Returns 0, or -1 when it failed (reported).
+ */
+static int get_entry(const char *rp, char *lp, uint32_t m)
+{
+	Wsbridge__V1__PathRequest req = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__ReadlinkReply *rl;
+	struct wsc_status st;
+	ProtobufCMessage *reply;
+	int rc = 0, r;
+	char *t;
+
+	if (S_ISDIR(m)) {
+		rc = get_tree(rp, lp, m);
+	} else if (S_ISREG(m)) {
+		return get_file(rp, lp) != 0 ? -1 : 0; /* get_file() took @lp */
+	} else if (S_ISLNK(m)) {
+		req.path = bin(rp);
+		if (wsc_unary(g_client, M_READLINK, &req.base,
+			      &wsbridge__v1__readlink_reply__descriptor, &reply, &st) < 0) {
+			report(rp, &st);
+			rc = -1;
+		} else {
+			rl = (Wsbridge__V1__ReadlinkReply *)reply;
+			t = strndup((const char *)rl->target.data, rl->target.len);
+			r = !t ? ENOMEM : strlen(t) != rl->target.len ? EINVAL
+				: symlink(t, lp) < 0 ? errno : 0;
+			if (r) {
+				report_errno(lp, r);
+				rc = -1;
+			}
+			free(t);
+			protobuf_c_message_free_unpacked(reply, NULL);
+		}
+	} else if (S_ISFIFO(m)) {
+		if (mkfifo(lp, m & 07777 & ~g_umask) < 0) {
+			report_errno(lp, errno);
+			rc = -1;
+		}
+	} else {
+		msg("get %s: not a regular file, directory, symlink or FIFO: skipped", q(rp));
+		rc = -1;
+	}
+	free(lp);
+	return rc;
+}
+
 /*
  * get -r: copy remote directory @remote to local directory @local (made,
  * or merged into when it is one already), as cp -r does: directories with
@@ -1645,7 +1698,7 @@ static int get_tree(const char *remote, const char *local, uint32_t mode)
 	struct entry *e = NULL;
 	size_t n = 0;
 	struct stat sb;
-	int rc = 0, r;
+	int rc = 0;
 	bool made;
 
 	/* (An existing symlink is not followed: the tree stays below LOCAL.)
@@ -1684,47 +1737,9 @@ static int get_tree(const char *remote, const char *local, uint32_t mode)
 			m = sr->attr->mode;
 			protobuf_c_message_free_unpacked(&sr->base, NULL);
 		}
-		if (S_ISDIR(m)) {
-			if (get_tree(rp, lp, m) < 0)
-				rc = -1;
-		} else if (S_ISREG(m)) {
-			if (get_file(rp, lp) != 0)
-				rc = -1;
-			lp = NULL; /* get_file() took it */
-		} else if (S_ISLNK(m)) {
-			Wsbridge__V1__PathRequest req = WSBRIDGE__V1__PATH_REQUEST__INIT;
-			Wsbridge__V1__ReadlinkReply *rl;
-			ProtobufCMessage *msg_;
-			char *t;
-
-			req.path = bin(rp);
-			if (wsc_unary(g_client, M_READLINK, &req.base,
-				      &wsbridge__v1__readlink_reply__descriptor, &msg_, &st) < 0) {
-				report(rp, &st);
-				rc = -1;
-			} else {
-				rl = (Wsbridge__V1__ReadlinkReply *)msg_;
-				t = strndup((const char *)rl->target.data, rl->target.len);
-				r = !t ? ENOMEM : strlen(t) != rl->target.len ? EINVAL
-					: symlink(t, lp) < 0 ? errno : 0;
-				if (r) {
-					report_errno(lp, r);
-					rc = -1;
-				}
-				free(t);
-				protobuf_c_message_free_unpacked(msg_, NULL);
-			}
-		} else if (S_ISFIFO(m)) {
-			if (mkfifo(lp, m & 07777 & ~g_umask) < 0) {
-				report_errno(lp, errno);
-				rc = -1;
-			}
-		} else {
-			msg("get %s: not a regular file, directory, symlink or FIFO: skipped", q(rp));
+		if (get_entry(rp, lp, m) < 0)
 			rc = -1;
-		}
 		free(rp);
-		free(lp);
 	}
 	entries_free(e, n);
 	if (made && (mode & 0700) != 0700 && chmod(local, mode & 07777 & ~g_umask) < 0) {
@@ -1795,11 +1810,8 @@ static int cmd_get(int argc, char **argv)
 			report_errno(local, ENOMEM);
 		return EXIT_FAILURE;
 	}
-	if (recursive && S_ISDIR(mode)) {
-		r = get_tree(remote, target, mode);
-		free(target);
-		return exit_for(r);
-	}
+	if (recursive && !S_ISREG(mode))
+		return get_entry(remote, target, mode) < 0 ? EXIT_FAILURE : 0;
 	return get_file(remote, target);
 }
 
@@ -1996,6 +2008,55 @@ static int put_node(const char *method, const ProtobufCMessage *req, const char 
 	return r;
 }
 
+static int put_tree(const char *local, const char *remote, const struct stat *sb);
+
+/*
+ * put -r of one entry: local @lp, of lstat(2) @cs, to remote path @rp, as cp
+ * -r copies it: a directory with put_tree(), a file as put does, a symlink
+ * as a symlink (not followed), a FIFO as a FIFO (not opened); anything else
+ * is reported and skipped. Returns 0, or -1 when it failed (reported).
+ */
+static int put_entry(const char *lp, const char *rp, struct stat *cs)
+{
+	Wsbridge__V1__SymlinkRequest sl = WSBRIDGE__V1__SYMLINK_REQUEST__INIT;
+	Wsbridge__V1__MknodRequest mn = WSBRIDGE__V1__MKNOD_REQUEST__INIT;
+	char target[PATH_MAX];
+	int fd, rc = 0;
+	ssize_t n;
+
+	if (S_ISDIR(cs->st_mode))
+		return put_tree(lp, rp, cs);
+	if (S_ISREG(cs->st_mode)) {
+		fd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			report_errno(lp, errno);
+			return -1;
+		}
+		if (fstat(fd, cs) < 0 || put_file(lp, fd, cs, rp) < 0)
+			rc = -1;
+		close(fd);
+		return rc;
+	}
+	if (S_ISLNK(cs->st_mode)) {
+		n = readlink(lp, target, sizeof(target) - 1);
+		if (n < 0) {
+			report_errno(lp, errno);
+			return -1;
+		}
+		sl.target.data = (uint8_t *)target;
+		sl.target.len = (size_t)n;
+		sl.path = bin(rp);
+		return put_node(M_SYMLINK, &sl.base, rp, false) < 0 ? -1 : 0;
+	}
+	if (S_ISFIFO(cs->st_mode)) {
+		mn.path = bin(rp);
+		mn.mode = S_IFIFO | (cs->st_mode & 07777 & ~g_umask);
+		return put_node(M_MKNOD, &mn.base, rp, false) < 0 ? -1 : 0;
+	}
+	msg("put %s: not a regular file, directory, symlink or FIFO: skipped", q(lp));
+	return -1;
+}
+
 /*
  * put -r: copy local directory @local to remote directory @remote (made, or
  * merged into when it is one already), as cp -r does: directories with
@@ -2056,44 +2117,7 @@ static int put_tree(const char *local, const char *remote, const struct stat *sb
 		if (lstat(lp, &cs) < 0) {
 			report_errno(lp, errno);
 			rc = -1;
-		} else if (S_ISDIR(cs.st_mode)) {
-			if (put_tree(lp, rp, &cs) < 0)
-				rc = -1;
-		} else if (S_ISREG(cs.st_mode)) {
-			int fd = open(lp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-			if (fd < 0) {
-				report_errno(lp, errno);
-				rc = -1;
-			} else {
-				if (fstat(fd, &cs) < 0 || put_file(lp, fd, &cs, rp) < 0)
-					rc = -1;
-				close(fd);
-			}
-		} else if (S_ISLNK(cs.st_mode)) {
-			Wsbridge__V1__SymlinkRequest sl = WSBRIDGE__V1__SYMLINK_REQUEST__INIT;
-			char target[PATH_MAX];
-			ssize_t n = readlink(lp, target, sizeof(target) - 1);
-
-			if (n < 0) {
-				report_errno(lp, errno);
-				rc = -1;
-			} else {
-				sl.target.data = (uint8_t *)target;
-				sl.target.len = (size_t)n;
-				sl.path = bin(rp);
-				if (put_node(M_SYMLINK, &sl.base, rp, false) < 0)
-					rc = -1;
-			}
-		} else if (S_ISFIFO(cs.st_mode)) {
-			Wsbridge__V1__MknodRequest mn = WSBRIDGE__V1__MKNOD_REQUEST__INIT;
-
-			mn.path = bin(rp);
-			mn.mode = S_IFIFO | (cs.st_mode & 07777 & ~g_umask);
-			if (put_node(M_MKNOD, &mn.base, rp, false) < 0)
-				rc = -1;
-		} else {
-			msg("put %s: not a regular file, directory, symlink or FIFO: skipped", q(lp));
+		} else if (put_entry(lp, rp, &cs) < 0) {
 			rc = -1;
 		}
 		free(lp);
@@ -2111,26 +2135,36 @@ static int cmd_put(int argc, char **argv)
 {
 	const char *local, *remote;
 	char *target = NULL;
-	bool recursive = false;
+	bool recursive = false, as_entry = false;
 	struct wsc_status st;
 	struct stat sb;
 	bool std_in;
-	int fd, r;
+	int fd = -1, r;
 
 	recursive = transfer_args(argc, argv, "put", "LOCAL REMOTE");
 	local = argv[optind];
 	remote = argv[optind + 1];
 	std_in = !strcmp(local, "-");
+	/* With -r, anything but a file is copied as itself, as cp -r does: a
+	 * symlink is not followed, a FIFO not opened (that would wait for a
+	 * writer). */
+	if (recursive && !std_in) {
+		if (lstat(local, &sb) < 0) {
+			report_errno(local, errno);
+			return EXIT_FAILURE;
+		}
+		as_entry = !S_ISREG(sb.st_mode);
+	}
 	if (std_in) {
 		fd = STDIN_FILENO;
-	} else {
+	} else if (!as_entry) {
 		fd = open(local, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			report_errno(local, errno);
 			return EXIT_FAILURE;
 		}
 	}
-	if (fstat(fd, &sb) < 0) {
+	if (!as_entry && fstat(fd, &sb) < 0) {
 		report_errno(local, errno);
 		r = -1;
 		goto out;
@@ -2153,8 +2187,8 @@ static int cmd_put(int argc, char **argv)
 		r = -1;
 		goto out;
 	}
-	if (S_ISDIR(sb.st_mode))
-		r = put_tree(local, target, &sb);
+	if (as_entry)
+		r = put_entry(local, target, &sb);
 	else
 		r = put_file(local, fd, &sb, target);
 out:
@@ -2636,11 +2670,27 @@ static int cmd_rm(int argc, char **argv)
 	return rc;
 }
 
+/* The inode number of @path, not following a last symlink: 0 and *@ino, or
+ * -errno with @st filled (-ENOENT: there is none). */
+static int remote_ino(const char *path, uint64_t *ino, struct wsc_status *st)
+{
+	Wsbridge__V1__StatReply *sr;
+	int r = rpc_stat(path, false, &sr, st);
+
+	if (r < 0)
+		return r;
+	*ino = sr->attr->ino;
+	protobuf_c_message_free_unpacked(&sr->base, NULL);
+	return 0;
+}
+
 static int cmd_mv(int argc, char **argv)
 {
 	Wsbridge__V1__RenameRequest req = WSBRIDGE__V1__RENAME_REQUEST__INIT;
 	struct wsc_status st;
-	char *to = NULL;
+	uint64_t from_ino = 0, to_ino = 0;
+	char *to = NULL, from_q[1100];
+	const char *dst;
 	int r;
 
 	if (argc != 3)
@@ -2661,10 +2711,26 @@ static int cmd_mv(int argc, char **argv)
 		to = join(argv[2], b);
 		free(b);
 	}
+	dst = to ? to : argv[2];
+	/* rename(2) of a name onto itself or onto another link of the same
+	 * file succeeds doing nothing; mv(1) says so and fails instead. */
+	r = remote_ino(argv[1], &from_ino, &st);
+	if (r == 0)
+		r = remote_ino(dst, &to_ino, &st);
+	snprintf(from_q, sizeof(from_q), "%s", q(argv[1])); /* q() has one buffer */
+	if (r == 0 && from_ino == to_ino) {
+		msg("mv: %s and %s are the same file", from_q, q(dst));
+		free(to);
+		return EXIT_FAILURE;
+	}
 	req.from = bin(argv[1]);
-	req.to = bin(to ? to : argv[2]);
+	req.to = bin(dst);
 	r = wsc_unary(g_client, M_RENAME, &req.base, &wsbridge__v1__empty__descriptor, NULL, &st);
-	if (r < 0)
+	if (r == -EINVAL && remote_is_dir(argv[1], &st) > 0)
+		/* rename(2): "an attempt was made to make a directory a
+		 * subdirectory of itself" (also the root's own rename). */
+		msg("mv: cannot move %s to a subdirectory of itself, %s", from_q, q(dst));
+	else if (r < 0)
 		report(argv[1], &st);
 	free(to);
 	return exit_for(r);
@@ -2736,8 +2802,10 @@ static void help(void)
 	       "                         (keeping its mode), a device, FIFO or hard-linked\n"
 	       "                         file in place, a symlink's target as cp(1) does;\n"
 	       "                         -r: a directory and all below it, as cp -r\n"
+	       "                         (a symlink or FIFO as itself)\n"
 	       "  put [-r] LOCAL REMOTE  upload (LOCAL '-' = stdin); holes kept; -r: a\n"
-	       "                         directory and all below it, as cp -r\n"
+	       "                         directory and all below it, as cp -r (a symlink\n"
+	       "                         or FIFO as itself)\n"
 	       "  ls [-l] [PATH]         list a directory\n"
 	       "  stat [-L|--follow] PATH...  show attributes\n"
 	       "  mkdir [-p] PATH...     make directories\n"

@@ -301,6 +301,35 @@ teardown() {
 	[ ! -e "$ROOT/other" ]
 }
 
+@test "wsctl get -r and put -r of a symlink or a FIFO copy it as itself, as cp -r does" {
+	mkdir -p "$ROOT/d" "$L/ld" "$L/into"
+	echo in >"$ROOT/d/f"
+	ln -s d "$ROOT/in"
+	ln -s /etc "$ROOT/out"
+	mkfifo "$ROOT/fifo"
+	for n in in out fifo; do
+		run --separate-stderr "$WSCTL" get -r "$n" "$L/$n"
+		assert_status 0
+		assert_eq "$stderr" ""
+	done
+	run --separate-stderr "$WSCTL" get -r in "$L/into"
+	assert_status 0
+	assert_eq "$(readlink "$L/in") $(readlink "$L/out") $(readlink "$L/into/in")" "d /etc d"
+	[ -p "$L/fifo" ]
+	ln -s ld "$L/lin"
+	ln -s /etc "$L/lout"
+	mkfifo "$L/lfifo"
+	for n in lin lout lfifo; do
+		# (A FIFO opened for reading would wait for a writer.)
+		run --separate-stderr timeout 10 "$WSCTL" put -r "$L/$n" "$n"
+		assert_status 0
+		assert_eq "$stderr" ""
+	done
+	assert_eq "$(readlink "$ROOT/lin") $(readlink "$ROOT/lout")" "ld /etc"
+	[ -p "$ROOT/lfifo" ]
+	assert_eq "$(ls -A "$ROOT")" $'d\nfifo\nin\nlfifo\nlin\nlout\nout'
+}
+
 @test "wsctl get -r and put -r: what they cannot copy is reported, the rest copied, exit 1; a local symlink is not followed" {
 	mkdir -p "$ROOT/s/d" "$L/out" "$L/dst"
 	echo in >"$ROOT/s/d/f"
@@ -555,6 +584,31 @@ teardown() {
 	assert_status 1
 	assert_eq "$stderr" "wsctl: mv 'nope': No such file or directory (NOT_FOUND)"
 	assert_eq "$(ls -A "$ROOT")" $'e\ninto'
+}
+
+@test "wsctl mv of a file onto itself or into itself fails as mv(1) does" {
+	echo a >"$ROOT/f"
+	ln "$ROOT/f" "$ROOT/link"
+	mkdir -p "$ROOT/d/sub"
+	# rename(2) of a name onto itself, or onto another link of its file,
+	# succeeds doing nothing: mv(1) reports it instead.
+	run --separate-stderr "$WSCTL" mv f /
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv: 'f' and '/f' are the same file"
+	run --separate-stderr "$WSCTL" mv f .
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv: 'f' and './f' are the same file"
+	run --separate-stderr "$WSCTL" mv f link
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv: 'f' and 'link' are the same file"
+	run --separate-stderr "$WSCTL" mv d d/sub
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv: cannot move 'd' to a subdirectory of itself, 'd/sub/d'"
+	run --separate-stderr "$WSCTL" mv d d/new
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv: cannot move 'd' to a subdirectory of itself, 'd/new'"
+	[ -f "$ROOT/f" ] && [ -f "$ROOT/link" ] && [ -d "$ROOT/d/sub" ]
+	assert_eq "$(stat -c %h "$ROOT/f")" 2
 }
 
 @test "wsctl handles names with spaces, quotes, newlines and non-UTF-8 bytes" {
