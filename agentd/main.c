@@ -57,7 +57,7 @@ static void usage(FILE *f)
 		"                         (default: the kernel's fs.inotify.max_user_watches)\n"
 		"      --max-procs N      commands running at once (default %u)\n"
 		"      --journal-size BYTES  output kept per command and stream for Exec.Attach\n"
-		"                         (default %zu)\n"
+		"                         (default %zu; %zu to %zu)\n"
 		"      --exit-keep SECONDS  how long an exit status is kept after the command\n"
 		"                         ends (default %llu)\n"
 		"      --threads N        completion-queue threads (default 4); one polls at a\n"
@@ -66,7 +66,7 @@ static void usage(FILE *f)
 		"  -V, --version          show the version\n",
 		AGENTD_VIEW_LIMIT_DEFAULT, SESSION_GRACE_DEFAULT_S, SESSION_GRACE_MIN_S,
 		EXEC_MAX_PROCESSES_DEFAULT,
-		EXEC_JOURNAL_DEFAULT,
+		EXEC_JOURNAL_DEFAULT, (size_t)EXEC_JOURNAL_MIN, (size_t)EXEC_JOURNAL_MAX,
 		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000));
 }
 
@@ -379,8 +379,14 @@ int main(int argc, char **argv)
 			    (c == 'P' && v > 100000) ||
 			    (c == 'J' && (v < EXEC_JOURNAL_MIN || v > EXEC_JOURNAL_MAX)) ||
 			    (c == 'K' && v > 366ULL * 24 * 3600)) {
-				fprintf(stderr, "agentd: bad number '%s' for --%s%s\n", optarg, name,
-					c == 'J' ? " (4096 to 1073741824 bytes)" : "");
+				if (c == 'J')
+					fprintf(stderr,
+						"agentd: bad number '%s' for --%s (%zu to %zu bytes)\n",
+						optarg, name, (size_t)EXEC_JOURNAL_MIN,
+						(size_t)EXEC_JOURNAL_MAX);
+				else
+					fprintf(stderr, "agentd: bad number '%s' for --%s\n", optarg,
+						name);
 				return 2;
 			}
 			if (c == 'P')
