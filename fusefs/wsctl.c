@@ -1635,6 +1635,38 @@ fail:
 static int get_tree(const char *remote, const char *local, uint32_t mode);
 
 /*
+ * Make a symlink to @link_target at @lp, or (@link_target NULL) a FIFO of
+ * @fifo_mode, replacing a non-directory there as cp -r does (unlink(2),
+ * then again). Returns 0 or an errno value.
+ */
+static int make_local_node(const char *lp, const char *link_target, mode_t fifo_mode)
+{
+	struct stat sb;
+
+	for (int again = 0;; again++) {
+		if ((link_target ? symlink(link_target, lp) : mkfifo(lp, fifo_mode)) == 0)
+			return 0;
+		if (errno != EEXIST || again)
+			return errno;
+		if (lstat(lp, &sb) < 0)
+			return errno;
+		if (S_ISDIR(sb.st_mode))
+			return EISDIR;
+		if (unlink(lp) < 0)
+			return errno;
+	}
+}
+
+/* Report make_local_node()'s failure @err at @lp. */
+static void report_local_node(const char *lp, int err)
+{
+	if (err == EISDIR)
+		msg("get %s: cannot overwrite a directory with a non-directory", q(lp));
+	else
+		report_errno(lp, err);
+}
+
+/*
  * get -r of one entry: remote @rp of mode @m to local path @lp (taken over:
  * freed here), as cp -r copies it: a directory with get_tree(), a file as
  * get does, a symlink as a symlink (its target as it is, even one that
@@ -1664,17 +1696,18 @@ static int get_entry(const char *rp, char *lp, uint32_t m)
 			rl = (Wsbridge__V1__ReadlinkReply *)reply;
 			t = strndup((const char *)rl->target.data, rl->target.len);
 			r = !t ? ENOMEM : strlen(t) != rl->target.len ? EINVAL
-				: symlink(t, lp) < 0 ? errno : 0;
+				: make_local_node(lp, t, 0);
 			if (r) {
-				report_errno(lp, r);
+				report_local_node(lp, r);
 				rc = -1;
 			}
 			free(t);
 			protobuf_c_message_free_unpacked(reply, NULL);
 		}
 	} else if (S_ISFIFO(m)) {
-		if (mkfifo(lp, m & 07777 & ~g_umask) < 0) {
-			report_errno(lp, errno);
+		r = make_local_node(lp, NULL, m & 07777 & ~g_umask);
+		if (r) {
+			report_local_node(lp, r);
 			rc = -1;
 		}
 	} else {
@@ -2010,6 +2043,33 @@ static int put_node(const char *method, const ProtobufCMessage *req, const char 
 
 static int put_tree(const char *local, const char *remote, const struct stat *sb);
 
+/* put_node() of a Symlink or Mknod at @path, replacing a non-directory
+ * there as cp -r does (Unlink, then again). Returns 0 or -errno (reported). */
+static int put_node_replace(const char *method, const ProtobufCMessage *req, const char *path)
+{
+	Wsbridge__V1__StatReply *sr;
+	struct wsc_status st;
+	int r = put_node(method, req, path, true);
+
+	if (r != -EEXIST)
+		return r;
+	r = rpc_stat(path, false, &sr, &st);
+	if (r == 0) {
+		r = S_ISDIR(sr->attr->mode) ? -EISDIR : 0;
+		protobuf_c_message_free_unpacked(&sr->base, NULL);
+		if (r == 0)
+			r = rpc_path(M_UNLINK, path, &st);
+	}
+	if (r < 0 && r != -ENOENT) {
+		if (r == -EISDIR)
+			msg("put %s: cannot overwrite a directory with a non-directory", q(path));
+		else
+			report(path, &st);
+		return r;
+	}
+	return put_node(method, req, path, false);
+}
+
 /*
  * put -r of one entry: local @lp, of lstat(2) @cs, to remote path @rp, as cp
  * -r copies it: a directory with put_tree(), a file as put does, a symlink
@@ -2046,12 +2106,12 @@ static int put_entry(const char *lp, const char *rp, struct stat *cs)
 		sl.target.data = (uint8_t *)target;
 		sl.target.len = (size_t)n;
 		sl.path = bin(rp);
-		return put_node(M_SYMLINK, &sl.base, rp, false) < 0 ? -1 : 0;
+		return put_node_replace(M_SYMLINK, &sl.base, rp) < 0 ? -1 : 0;
 	}
 	if (S_ISFIFO(cs->st_mode)) {
 		mn.path = bin(rp);
 		mn.mode = S_IFIFO | (cs->st_mode & 07777 & ~g_umask);
-		return put_node(M_MKNOD, &mn.base, rp, false) < 0 ? -1 : 0;
+		return put_node_replace(M_MKNOD, &mn.base, rp) < 0 ? -1 : 0;
 	}
 	msg("put %s: not a regular file, directory, symlink or FIFO: skipped", q(lp));
 	return -1;
@@ -2687,7 +2747,7 @@ static int remote_ino(const char *path, uint64_t *ino, struct wsc_status *st)
 static int cmd_mv(int argc, char **argv)
 {
 	Wsbridge__V1__RenameRequest req = WSBRIDGE__V1__RENAME_REQUEST__INIT;
-	struct wsc_status st;
+	struct wsc_status st, st_dir;
 	uint64_t from_ino = 0, to_ino = 0;
 	char *to = NULL, from_q[1100];
 	const char *dst;
@@ -2726,7 +2786,7 @@ static int cmd_mv(int argc, char **argv)
 	req.from = bin(argv[1]);
 	req.to = bin(dst);
 	r = wsc_unary(g_client, M_RENAME, &req.base, &wsbridge__v1__empty__descriptor, NULL, &st);
-	if (r == -EINVAL && remote_is_dir(argv[1], &st) > 0)
+	if (r == -EINVAL && remote_is_dir(argv[1], &st_dir) > 0)
 		/* rename(2): "an attempt was made to make a directory a
 		 * subdirectory of itself" (also the root's own rename). */
 		msg("mv: cannot move %s to a subdirectory of itself, %s", from_q, q(dst));

@@ -328,6 +328,27 @@ teardown() {
 	assert_eq "$(readlink "$ROOT/lin") $(readlink "$ROOT/lout")" "ld /etc"
 	[ -p "$ROOT/lfifo" ]
 	assert_eq "$(ls -A "$ROOT")" $'d\nfifo\nin\nlfifo\nlin\nlout\nout'
+	# A file in the way is replaced, as cp -r replaces it; a directory is
+	# not (into it, when named; else an error).
+	echo old >"$L/file"
+	echo old >"$ROOT/file"
+	run --separate-stderr "$WSCTL" get -r in "$L/file"
+	assert_status 0
+	assert_eq "$(readlink "$L/file")" d
+	run --separate-stderr timeout 10 "$WSCTL" put -r "$L/lfifo" file
+	assert_status 0
+	[ -p "$ROOT/file" ]
+	mkdir -p "$L/get/t/in2" "$L/put/t" "$ROOT/t/lin"
+	ln -s d "$ROOT/t/in2"
+	run --separate-stderr "$WSCTL" get -r t "$L/get"
+	assert_status 1
+	assert_eq "$stderr" "wsctl: get '$L/get/t/in2': cannot overwrite a directory with a non-directory"
+	[ -d "$L/get/t/in2" ] && [ -d "$L/get/t/lin" ]
+	ln -s ld "$L/put/t/lin"
+	run --separate-stderr "$WSCTL" put -r "$L/put/t" .
+	assert_status 1
+	assert_eq "$stderr" "wsctl: put './t/lin': cannot overwrite a directory with a non-directory"
+	[ -d "$ROOT/t/lin" ]
 }
 
 @test "wsctl get -r and put -r: what they cannot copy is reported, the rest copied, exit 1; a local symlink is not followed" {
