@@ -1096,7 +1096,7 @@ int fsops_mkdir(const struct resolve_root *root, const void *path, size_t len, m
 	char *name;
 	int dirfd, fd, r;
 
-	r = resolve_parent(root, path, len, &dirfd, &name);
+	r = resolve_parent_ex(root, path, len, RESOLVE_PARENT_NEW_DIR, &dirfd, &name);
 	if (r < 0)
 		return r;
 	if (mkdirat(dirfd, name, mode & 07777) < 0) {
@@ -1250,7 +1250,17 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 	r = resolve_parent(root, from, from_len, &fdir, &fname);
 	if (r < 0)
 		return r;
-	r = resolve_parent(root, to, to_len, &tdir, &tname);
+	/* A TO ending in "/" names a directory: FROM must be one (rename(2):
+	 * ENOTDIR), and TO may be missing. */
+	if (resolve_trailing_slash(to, to_len)) {
+		if (fstatat(fdir, fname, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			r = -errno;
+		else if (!S_ISDIR(st.st_mode))
+			r = -ENOTDIR;
+		if (r < 0)
+			goto out;
+	}
+	r = resolve_parent_ex(root, to, to_len, RESOLVE_PARENT_NEW_DIR, &tdir, &tname);
 	if (r < 0)
 		goto out;
 	/* The file the rename will replace, by its own inode: a regular

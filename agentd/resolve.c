@@ -415,10 +415,27 @@ int resolve_open(const struct resolve_root *root, const void *path, size_t len, 
 	return r;
 }
 
+bool resolve_trailing_slash(const void *path, size_t len)
+{
+	const char *p = path;
+	size_t n = len;
+
+	while (n > 0 && p[n - 1] == '/')
+		n--;
+	return n > 0 && n < len;
+}
+
 int resolve_parent(const struct resolve_root *root, const void *path, size_t len,
 		   int *ret_dirfd, char **ret_name)
 {
+	return resolve_parent_ex(root, path, len, 0, ret_dirfd, ret_name);
+}
+
+int resolve_parent_ex(const struct resolve_root *root, const void *path, size_t len,
+		      unsigned flags, int *ret_dirfd, char **ret_name)
+{
 	char *norm, *slash, *name, *last;
+	struct stat st;
 	size_t n;
 	int r, dirfd;
 
@@ -462,6 +479,17 @@ int resolve_parent(const struct resolve_root *root, const void *path, size_t len
 		free(name);
 		r = dirfd;
 		goto out;
+	}
+	if (resolve_trailing_slash(path, len)) {
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			r = S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+		else
+			r = errno == ENOENT && (flags & RESOLVE_PARENT_NEW_DIR) ? 0 : -errno;
+		if (r < 0) {
+			close(dirfd);
+			free(name);
+			goto out;
+		}
 	}
 	*ret_dirfd = dirfd;
 	*ret_name = name;

@@ -81,4 +81,24 @@ int resolve_open(const struct resolve_root *root, const void *path, size_t len, 
 int resolve_parent(const struct resolve_root *root, const void *path, size_t len,
 		   int *ret_dirfd, char **ret_name);
 
+/** resolve_parent_ex() flag: a trailing "/" may name a missing entry (one
+ * that the call makes a directory: mkdir(2), rename(2) of a directory). */
+#define RESOLVE_PARENT_NEW_DIR 1u
+
+/**
+ * resolve_parent() with a trailing "/" checked as path_resolution(7) has
+ * it: a path that ends in "/" names a directory. When @p path does, the
+ * last component must be a directory that exists (not a symlink to one:
+ * the *at(2) calls act on the link), or, with #RESOLVE_PARENT_NEW_DIR,
+ * be missing; else -ENOTDIR (it is something else) or -ENOENT (it is
+ * missing), as unlink(2), rmdir(2), rename(2), link(2), symlink(2) and
+ * mknod(2) report. resolve_parent() is this with @p flags 0.
+ */
+int resolve_parent_ex(const struct resolve_root *root, const void *path, size_t len,
+		      unsigned flags, int *ret_dirfd, char **ret_name);
+
+/** Whether wire path @p path (@p len bytes) ends in "/" after a component
+ * (the root's own "/" does not count). */
+bool resolve_trailing_slash(const void *path, size_t len);
+
 #endif /* AGENTD_RESOLVE_H */

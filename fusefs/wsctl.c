@@ -160,15 +160,9 @@ static const char *q(const char *path)
 	return buf;
 }
 
-/* "wsctl: CMD 'PATH': Reason (STATUS)". */
-static void report(const char *path, const struct wsc_status *st)
+/* "wsctl: WHAT: Reason (STATUS)". */
+static void report_what(const char *what, const struct wsc_status *st)
 {
-	char what[1200];
-
-	if (path)
-		snprintf(what, sizeof(what), "%s %s", g_cmd, q(path));
-	else
-		snprintf(what, sizeof(what), "%s", g_cmd);
 	/* No status: it failed on this side (writing the local copy). */
 	if (st->code == WSB_OK) {
 		msg("%s: %s (on this host, not in the pod)", what, strerror(st->err ? st->err : EIO));
@@ -188,6 +182,18 @@ static void report(const char *path, const struct wsc_status *st)
 	if (st->code == WSB_UNAUTHENTICATED)
 		msg("agentd wants its bearer token: give wsctl the file that holds it with "
 		    "--token-file FILE or WSBRIDGE_TOKEN_FILE=FILE");
+}
+
+/* "wsctl: CMD 'PATH': Reason (STATUS)". */
+static void report(const char *path, const struct wsc_status *st)
+{
+	char what[1200];
+
+	if (path)
+		snprintf(what, sizeof(what), "%s %s", g_cmd, q(path));
+	else
+		snprintf(what, sizeof(what), "%s", g_cmd);
+	report_what(what, st);
 }
 
 /* A failure on this side: "wsctl: CMD 'PATH': Reason". */
@@ -2790,8 +2796,14 @@ static int cmd_mv(int argc, char **argv)
 		/* rename(2): "an attempt was made to make a directory a
 		 * subdirectory of itself" (also the root's own rename). */
 		msg("mv: cannot move %s to a subdirectory of itself, %s", from_q, q(dst));
-	else if (r < 0)
-		report(argv[1], &st);
+	else if (r < 0) {
+		/* The reason may be TO's ("Not a directory", "Directory not
+		 * empty"): both are named. */
+		char what[2300];
+
+		snprintf(what, sizeof(what), "mv %s to %s", from_q, q(dst));
+		report_what(what, &st);
+	}
 	free(to);
 	return exit_for(r);
 }

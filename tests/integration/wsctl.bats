@@ -603,8 +603,34 @@ teardown() {
 	assert_eq "$(cat "$ROOT/into/b")" a
 	run --separate-stderr "$WSCTL" mv nope x
 	assert_status 1
-	assert_eq "$stderr" "wsctl: mv 'nope': No such file or directory (NOT_FOUND)"
+	assert_eq "$stderr" "wsctl: mv 'nope' to 'x': No such file or directory (NOT_FOUND)"
 	assert_eq "$(ls -A "$ROOT")" $'e\ninto'
+}
+
+@test "wsctl mv and put: a name ending in / must be a directory; nothing is replaced" {
+	echo victim >"$ROOT/victim"
+	echo keep >"$ROOT/keep"
+	echo new >"$L/new"
+	mkdir "$ROOT/dir"
+	run --separate-stderr "$WSCTL" mv victim keep/
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mv 'victim' to 'keep/': Not a directory (NOT_FOUND)"
+	run --separate-stderr "$WSCTL" mv victim newname/
+	assert_status 1
+	run --separate-stderr "$WSCTL" mv victim/ moved
+	assert_status 1
+	run --separate-stderr "$WSCTL" put "$L/new" keep/
+	assert_status 1
+	assert_eq "$stderr" "wsctl: put 'keep/': Not a directory (NOT_FOUND)"
+	assert_eq "$(cat "$ROOT/victim") $(cat "$ROOT/keep")" "victim keep"
+	# A directory may be named so, and moved to a new name so.
+	run --separate-stderr "$WSCTL" mv dir/ dir2/
+	assert_status 0
+	[ -d "$ROOT/dir2" ] && [ ! -e "$ROOT/dir" ]
+	run --separate-stderr "$WSCTL" put "$L/new" dir2/
+	assert_status 0
+	assert_eq "$(cat "$ROOT/dir2/new")" new
+	assert_eq "$(ls -A "$ROOT")" $'dir2\nkeep\nvictim'
 }
 
 @test "wsctl mv of a file onto itself or into itself fails as mv(1) does" {

@@ -467,6 +467,66 @@ static void test_rename_flags(void **state)
 	assert_true(S_ISLNK(lstat_at(fx->rootdir, "abs2").st_mode));
 }
 
+static int sys_rc(int r)
+{
+	return r < 0 ? -errno : 0;
+}
+
+/* A name ending in "/" names a directory (path_resolution(7)): each call
+ * gives what the same syscall gives on a twin tree, in the same order
+ * (a file named "f/" was renamed over, removed or linked before). */
+static void test_trailing_slash(void **state)
+{
+	struct fx *fx = *state;
+	static const char *const dirs[] = { "d", "e" };
+	char twin[128];
+	int t, r = fx->root.fd;
+
+	snprintf(twin, sizeof(twin), "%s/twin", fx->top);
+	assert_int_equal(mkdir(twin, 0755), 0);
+	write_at(twin, "f", "hello");
+	t = open(twin, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	assert_true(t >= 0);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(mkdirat(r, dirs[i], 0755), 0);
+		assert_int_equal(mkdirat(t, dirs[i], 0755), 0);
+	}
+	assert_int_equal(symlinkat("d", r, "ld"), 0);
+	assert_int_equal(symlinkat("d", t, "ld"), 0);
+#define SAME(fsop, sysop)                                                         \
+	do {                                                                      \
+		int want_ = sys_rc(sysop);                                        \
+		assert_int_equal(fsop, want_);                                    \
+	} while (0)
+	SAME(fsops_unlink(&fx->root, P("f/"), NULL), unlinkat(t, "f/", 0));
+	SAME(fsops_unlink(&fx->root, P("missing/"), NULL), unlinkat(t, "missing/", 0));
+	SAME(fsops_unlink(&fx->root, P("ld/"), NULL), unlinkat(t, "ld/", 0));
+	SAME(fsops_unlink(&fx->root, P("d/"), NULL), unlinkat(t, "d/", 0));
+	SAME(fsops_rmdir(&fx->root, P("ld/"), NULL), unlinkat(t, "ld/", AT_REMOVEDIR));
+	SAME(fsops_symlink(&fx->root, P("x"), P("new/"), NULL, NULL), symlinkat("x", t, "new/"));
+	SAME(fsops_mknod(&fx->root, P("new/"), S_IFIFO | 0644, NULL, NULL),
+	     mknodat(t, "new/", S_IFIFO | 0644, 0));
+	SAME(fsops_link(&fx->root, P("f"), P("new/"), NULL, NULL), linkat(t, "f", t, "new/", 0));
+	SAME(fsops_link(&fx->root, P("f/"), P("new"), NULL, NULL), linkat(t, "f/", t, "new", 0));
+	SAME(fsops_rename(&fx->root, P("f"), P("new/"), 0), renameat(t, "f", t, "new/"));
+	SAME(fsops_rename(&fx->root, P("f/"), P("new"), 0), renameat(t, "f/", t, "new"));
+	SAME(fsops_rename(&fx->root, P("ld/"), P("new"), 0), renameat(t, "ld/", t, "new"));
+	SAME(fsops_rename(&fx->root, P("f"), P("ld/"), 0), renameat(t, "f", t, "ld/"));
+	SAME(fsops_mkdir(&fx->root, P("new2/"), 0755, NULL, NULL), mkdirat(t, "new2/", 0755));
+	SAME(fsops_rename(&fx->root, P("e"), P("new3/"), 0), renameat(t, "e", t, "new3/"));
+	SAME(fsops_rename(&fx->root, P("new3"), P("d/"), 0), renameat(t, "new3", t, "d/"));
+	SAME(fsops_rename(&fx->root, P("new2/"), P("ld/"), 0), renameat(t, "new2/", t, "ld/"));
+	SAME(fsops_rmdir(&fx->root, P("d/"), NULL), unlinkat(t, "d/", AT_REMOVEDIR));
+#undef SAME
+	/* what is left: f, ld and new2, in both */
+	assert_true(exists_at(fx->rootdir, "f") && exists_at(fx->rootdir, "new2"));
+	assert_true(S_ISLNK(lstat_at(fx->rootdir, "ld").st_mode));
+	assert_false(exists_at(fx->rootdir, "new") || exists_at(fx->rootdir, "d") ||
+		     exists_at(fx->rootdir, "e") || exists_at(fx->rootdir, "new3"));
+	assert_true(exists_at(twin, "f") && exists_at(twin, "new2") && !exists_at(twin, "d"));
+	close(t);
+}
+
 static void test_setattr_symlink_nofollow(void **state)
 {
 	struct fx *fx = *state;
@@ -1303,6 +1363,7 @@ int main(void)
 		BOTH(test_rename_keep),
 		BOTH(test_handles_concurrent_release),
 		BOTH(test_rename_flags),
+		BOTH(test_trailing_slash),
 		BOTH(test_setattr_symlink_nofollow),
 		BOTH(test_create_modes),
 		BOTH(test_links),

@@ -411,12 +411,26 @@ static void test_inside_paths(void **state)
 	assert_int_equal(st.st_ino, real_ino(fx, "a/b"));
 	close(dirfd);
 	free(name);
-	assert_int_equal(resolve_parent(&fx->root, "/x/", 3, &dirfd, &name), 0);
+	/* A trailing "/" names a directory: a missing one only for a call
+	 * that makes it (RESOLVE_PARENT_NEW_DIR), never a file or a symlink. */
+	assert_int_equal(resolve_parent(&fx->root, "/x/", 3, &dirfd, &name), -ENOENT);
+	assert_int_equal(resolve_parent_ex(&fx->root, "/x/", 3, RESOLVE_PARENT_NEW_DIR, &dirfd,
+					   &name), 0);
 	assert_string_equal(name, "x");
 	assert_int_equal(fstat(dirfd, &st), 0);
 	assert_int_equal(st.st_ino, root_ino);
 	close(dirfd);
 	free(name);
+	assert_int_equal(resolve_parent(&fx->root, "a//", 3, &dirfd, &name), 0);
+	assert_string_equal(name, "a");
+	close(dirfd);
+	free(name);
+	assert_int_equal(resolve_parent_ex(&fx->root, "f/", 2, RESOLVE_PARENT_NEW_DIR, &dirfd,
+					   &name), -ENOTDIR);
+	assert_int_equal(resolve_parent(&fx->root, "indir/", 6, &dirfd, &name), -ENOTDIR);
+	assert_true(resolve_trailing_slash("a/", 2) && resolve_trailing_slash("a//", 3));
+	assert_false(resolve_trailing_slash("a", 1) || resolve_trailing_slash("/", 1) ||
+		     resolve_trailing_slash("//", 2) || resolve_trailing_slash("", 0));
 	assert_int_equal(resolve_parent(&fx->root, "indir/x", 7, &dirfd, &name), 0);
 	assert_int_equal(fstat(dirfd, &st), 0);
 	assert_int_equal(st.st_ino, real_ino(fx, "a"));
