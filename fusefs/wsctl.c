@@ -1367,10 +1367,13 @@ static int cmd_wait(int argc, char **argv)
 
 /*
  * Download @remote into @fd. With @seek, holes become lseek(SEEK_CUR) plus a
- * final ftruncate (fd must be a new, empty regular file); else zeros are
- * written. *ret_mode gets the remote mode, or 0 if the server sent no attr.
+ * final ftruncate (fd must be an empty regular file, or @trunc given: it is
+ * emptied once the first chunk came, so that a download that fails at once
+ * leaves it as it was); else zeros are written. *ret_mode gets the remote
+ * mode, or 0 if the server sent no attr.
  */
-static int download(const char *remote, int fd, bool seek, uint32_t *ret_mode, struct wsc_status *st)
+static int download(const char *remote, int fd, bool seek, bool trunc, uint32_t *ret_mode,
+		    struct wsc_status *st)
 {
 	Wsbridge__V1__DownloadRequest req = WSBRIDGE__V1__DOWNLOAD_REQUEST__INIT;
 	struct wsc_stream *s;
@@ -1393,6 +1396,12 @@ static int download(const char *remote, int fd, bool seek, uint32_t *ret_mode, s
 		if (r <= 0)
 			break;
 		ch = (Wsbridge__V1__DownloadChunk *)m;
+		if (trunc && seek && ftruncate(fd, 0) < 0) {
+			r = -errno;
+			protobuf_c_message_free_unpacked(m, NULL);
+			goto local;
+		}
+		trunc = false;
 		if (ch->attr && !*ret_mode) {
 			*ret_mode = ch->attr->mode;
 			pr.total = ch->attr->size;
@@ -1473,7 +1482,7 @@ static int cmd_cat(int argc, char **argv)
 	if (argc < 2)
 		usage_error("cat: no PATH given");
 	for (int i = 1; i < argc; i++) {
-		r = download(argv[i], STDOUT_FILENO, false, &mode, &st);
+		r = download(argv[i], STDOUT_FILENO, false, false, &mode, &st);
 		if (r < 0) {
 			if (interrupted())
 				return exit_for(r);
@@ -1495,19 +1504,34 @@ static int cmd_cat(int argc, char **argv)
  */
 static int get_in_place(const char *remote, const char *target)
 {
+	Wsbridge__V1__StatReply *sr;
 	struct wsc_status st;
 	struct stat sb;
 	uint32_t mode;
 	bool seek;
 	int fd, r;
 
-	fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+	/* Nothing here is touched (made through a dangling symlink, emptied)
+	 * before the remote file is known to be one, as cp(1) opens its source
+	 * first; the file is emptied once the first chunk came. */
+	r = rpc_stat(remote, true, &sr, &st);
+	if (r < 0) {
+		report(remote, &st);
+		return EXIT_FAILURE;
+	}
+	mode = sr->attr->mode;
+	protobuf_c_message_free_unpacked(&sr->base, NULL);
+	if (S_ISDIR(mode)) {
+		msg("get %s: Is a directory (get -r copies a directory)", q(remote));
+		return EXIT_FAILURE;
+	}
+	fd = open(target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, 0666);
 	if (fd < 0) {
 		report_errno(target, errno);
 		return EXIT_FAILURE;
 	}
 	seek = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
-	r = download(remote, fd, seek, &mode, &st);
+	r = download(remote, fd, seek, true, &mode, &st);
 	if (r < 0) {
 		if (!interrupted())
 			report(remote, &st);
@@ -1592,7 +1616,7 @@ static int get_file(const char *remote, char *target)
 		return EXIT_FAILURE;
 	}
 
-	r = download(remote, fd, true, &mode, &st);
+	r = download(remote, fd, true, false, &mode, &st);
 	if (r < 0) {
 		if (r == -EISDIR && !interrupted())
 			msg("get %s: Is a directory (get -r copies a directory)", q(remote));
@@ -1826,7 +1850,7 @@ static int cmd_get(int argc, char **argv)
 	remote = argv[optind];
 	local = argv[optind + 1];
 	if (!strcmp(local, "-")) {
-		r = download(remote, STDOUT_FILENO, false, &mode, &st);
+		r = download(remote, STDOUT_FILENO, false, false, &mode, &st);
 		if (r < 0 && !interrupted())
 			report(remote, &st);
 		return exit_for(r);
@@ -1893,9 +1917,10 @@ static void up_hole(struct upload *u, uint64_t n)
 }
 
 /* Send the contents of @fd: sparse-aware for a regular file of @size bytes. */
-static int up_data(struct upload *u, int fd, bool regular, uint64_t size, struct wsc_status *st)
+static int up_data(struct upload *u, int fd, bool regular, uint64_t start, uint64_t size,
+		   struct wsc_status *st)
 {
-	uint64_t pos = 0;
+	uint64_t pos = start;
 	ssize_t n;
 	int r;
 
@@ -1969,20 +1994,30 @@ static int put_file(const char *local, int fd, const struct stat *sb, const char
 	Wsbridge__V1__UploadHeader hdr = WSBRIDGE__V1__UPLOAD_HEADER__INIT;
 	Wsbridge__V1__UploadReply *rep = NULL;
 	bool std_in = !strcmp(local, "-");
+	bool regular = S_ISREG(sb->st_mode);
+	uint64_t size = regular ? (uint64_t)sb->st_size : 0, start = 0;
 	struct upload u = { 0 };
 	struct wsc_status st;
 	ProtobufCMessage *m;
 	int r;
 
+	/* A regular file on stdin is read from where it stands, as cat(1)
+	 * reads it (a script may have read a header off it), and left at
+	 * its end. */
+	if (std_in && regular) {
+		off_t at = lseek(fd, 0, SEEK_CUR);
+
+		start = at < 0 ? 0 : (uint64_t)at < size ? (uint64_t)at : size;
+	}
 	u.buf = malloc(CHUNK);
 	if (!u.buf) {
 		report_errno(NULL, ENOMEM);
 		return -ENOMEM;
 	}
-	progress_init(&u.pr, local, S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0);
+	progress_init(&u.pr, local, size - start);
 	hdr.path = bin(target);
-	hdr.mode = (std_in || !S_ISREG(sb->st_mode) ? 0666 : sb->st_mode & 0777) & ~g_umask;
-	hdr.size_hint = S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0;
+	hdr.mode = (std_in || !regular ? 0666 : sb->st_mode & 0777) & ~g_umask;
+	hdr.size_hint = size - start;
 	/* As cp(1): an existing file keeps its mode, and a symlink there is
 	 * written through. */
 	hdr.keep_mode = true;
@@ -1997,9 +2032,11 @@ static int put_file(const char *local, int fd, const struct stat *sb, const char
 	r = wsc_stream_send(u.s, &first.base, &st);
 	if (r < 0)
 		goto failed;
-	r = up_data(&u, fd, S_ISREG(sb->st_mode), (uint64_t)sb->st_size, &st);
+	r = up_data(&u, fd, regular, start, size, &st);
 	if (r == 0)
 		r = up_flush(&u, true, &st);
+	if (r == 0 && std_in && regular)
+		(void)lseek(fd, (off_t)size, SEEK_SET);
 	if (r < 0) {
 		if (st.code == WSB_OK) {
 			/* A local failure: tell the server to drop the upload. */

@@ -202,10 +202,18 @@ teardown() {
 	assert_eq "$(ls -A "$ROOT/d")" $'out\ntarget' "no temp file left"
 }
 
-@test "wsctl put from stdin" {
+@test "wsctl put from stdin: a pipe, and a file read from where it stands" {
 	run --separate-stderr bash -c 'printf "from stdin" | "$0" put - s.txt' "$WSCTL"
 	assert_status 0
 	assert_eq "$(cat "$ROOT/s.txt")" "from stdin"
+	# A regular file on stdin: what a script read first is not sent, and
+	# the upload leaves it at its end, as cat(1) would.
+	printf 'header\nline2\nline3\n' >"$L/in"
+	run --separate-stderr bash -c '{ read -r h; "$0" put - rest.txt; echo "after: $(cat)"; } <"$1"' \
+		"$WSCTL" "$L/in"
+	assert_status 0
+	assert_eq "$output" "after: "
+	assert_eq "$(cat "$ROOT/rest.txt")" $'line2\nline3'
 }
 
 @test "wsctl put failures: missing local file, local directory, missing remote dir" {
@@ -412,6 +420,24 @@ teardown() {
 	run --separate-stderr "$WSCTL" get missing "$L/new"
 	assert_status 1
 	assert_eq "$(ls -A "$L")" "existing"
+	# Written in place (a file with two names, a symlink that leads
+	# nowhere): untouched when the download cannot begin.
+	ln "$L/existing" "$L/twin"
+	ln -s nowhere "$L/dangling"
+	mkdir "$ROOT/dir"
+	for what in missing dir; do
+		run --separate-stderr "$WSCTL" get "$what" "$L/twin"
+		assert_status 1
+		run --separate-stderr "$WSCTL" get "$what" "$L/dangling"
+		assert_status 1
+	done
+	assert_eq "$(cat "$L/existing")" "keep"
+	[ ! -e "$L/nowhere" ]
+	# And emptied first when it can: a shorter file leaves no old tail.
+	printf 'x' >"$ROOT/short"
+	run --separate-stderr "$WSCTL" get short "$L/twin"
+	assert_status 0
+	assert_eq "$(cat "$L/existing")" "x"
 }
 
 @test "wsctl ls lists names sorted, one per line; ls -l shows modes and sizes" {
