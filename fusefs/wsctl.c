@@ -2370,9 +2370,26 @@ static int digits(uint64_t v)
 	return n;
 }
 
+/* The first error writing to stdout (an errno value), for main()'s check. */
+static int g_out_err;
+
+/* fflush(3) stdout, keeping the first error in g_out_err. */
+static void out_flush(void)
+{
+	if (fflush(stdout) != 0 && !g_out_err)
+		g_out_err = errno ? errno : EIO;
+}
+
+/* Write @name's bytes as they are (no stdio conversion), after what stdio
+ * holds; errors go to g_out_err. */
 static void print_name(const char *name)
 {
-	(void)write_all(STDOUT_FILENO, name, strlen(name));
+	int r;
+
+	out_flush();
+	r = write_all(STDOUT_FILENO, name, strlen(name));
+	if (r < 0 && !g_out_err)
+		g_out_err = -r;
 }
 
 static void ls_long(const char *dir, const struct entry *e, size_t n)
@@ -2403,7 +2420,6 @@ static void ls_long(const char *dir, const struct entry *e, size_t n)
 			printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %s ", mode, wl,
 			       a->nlink, wu, a->uid, wg, a->gid, ws, a->size, when);
 		}
-		fflush(stdout);
 		print_name(e[i].name);
 		if (e[i].has_attr && S_ISLNK(a->mode)) {
 			char *p = dir ? join(dir, e[i].name) : strdup(e[i].name);
@@ -2537,7 +2553,6 @@ static int cmd_stat(int argc, char **argv)
 		a = sr->attr;
 		mode_string(a->mode, mode);
 		fputs("  File: ", stdout);
-		fflush(stdout);
 		print_name(argv[i]);
 		printf("\n  Type: %s\n", type_name(a->mode));
 		printf("  Mode: %04" PRIo32 " (%s)\n", a->mode & 07777, mode);
@@ -2556,7 +2571,7 @@ static int cmd_stat(int argc, char **argv)
 			print_time(" Birth", a->btime_ns);
 		else
 			puts(" Birth: -"); /* as stat(1): the file system keeps none */
-		fflush(stdout);
+		out_flush();
 		protobuf_c_message_free_unpacked(&sr->base, NULL);
 	}
 	return rc;
@@ -3086,8 +3101,13 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&g_transport_pid, wsc_transport_pid(g_client));
 	r = fn(argc - optind, argv + optind);
-	if (fflush(stdout) != 0 && r == 0) {
-		report_errno(NULL, errno);
+	/* As coreutils' close_stdout(): a write to stdout that failed on the
+	 * way (a full disk, a closed pipe: SIGPIPE is ignored) fails the
+	 * command, though a later flush had nothing left to write. */
+	out_flush();
+	if ((g_out_err || ferror(stdout)) && r == 0) {
+		msg("%s: write error on standard output: %s", g_cmd,
+		    strerror(g_out_err ? g_out_err : EIO));
 		r = EXIT_FAILURE;
 	}
 #ifndef __SANITIZE_ADDRESS__

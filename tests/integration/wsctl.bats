@@ -440,6 +440,19 @@ teardown() {
 	assert_eq "$(cat "$L/existing")" "x"
 }
 
+@test "wsctl fails when its output cannot be written (a full disk), as coreutils do" {
+	echo a >"$ROOT/f"
+	for c in "ls" "ls -l" "stat f" "cat f" "ps" "health"; do
+		# shellcheck disable=SC2086 # the command and its argument
+		run --separate-stderr "$WSCTL" $c
+		assert_status 0
+		# shellcheck disable=SC2086
+		run --separate-stderr bash -c '"$@" >/dev/full' "$WSCTL" "$WSCTL" $c
+		assert_status 1
+		assert_contains "$stderr" "No space left on device"
+	done
+}
+
 @test "wsctl ls lists names sorted, one per line; ls -l shows modes and sizes" {
 	mkdir -p "$ROOT/d/sub"
 	printf '12345' >"$ROOT/d/b.txt"
