@@ -3391,6 +3391,65 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
 	free_reply(rep);
 }
 
+/*
+ * The retry of an OPEN (ws_open()) found the name replaced again: open the
+ * inode's own file instead, when this mount has it open (another
+ * descriptor's handle) or kept it, as a local file system opens the inode
+ * its lookup found. The kernel's inode is shared by every open of it: the
+ * name's new file opened on it ("replaced") must give it that file's size
+ * (isize_cover()), and a reader of the old file through the same inode
+ * then read past that file's end, its cached pages padded with zeros to
+ * the new size. With neither (no descriptor of the old file is open, nor
+ * kept, or agentd could not open it again), nothing reads through the
+ * inode, and the new file is opened on it. @q: the request sent (its path
+ * and access), *@rep its reply; on a reopen both are replaced (the first
+ * reply's handle released) and *@st is the file's. Returns true when the
+ * own file was opened, false when *@rep is untouched. Not with O_TRUNC
+ * (@q->truncate), which the first open applied to the new file. FUSE
+ * worker thread.
+ */
+static bool open_own(struct wsfs *fs, fuse_ino_t ino, const struct node_info *info,
+		     Wsbridge__V1__OpenRequest *q, Wsbridge__V1__OpenReply **rep, struct stat *st)
+{
+	Wsbridge__V1__OpenRequest again;
+	Wsbridge__V1__OpenReply *own_rep = NULL;
+	struct node_fh *link;
+	struct stat own_st;
+	uint64_t own = 0;
+
+	if (q->truncate)
+		return 0;
+	link = node_fh_get(fs->nodes, ino);
+	if (link) {
+		if (file_handle((struct wsfs_file *)link, &own) < 0)
+			own = 0;
+		file_put(fs, (struct wsfs_file *)link);
+	}
+	if (!own)
+		own = node_kept(fs->nodes, ino);
+	if (!own)
+		return false;
+	again = *q;
+	again.reopen = own;
+	again.path = bin("\0", 1);
+	again.read_ahead = 0;
+	if (open_rpc(fs, &again, &own_rep) < 0 || attr_to_stat(own_rep->attr, &own_st) < 0 ||
+	    !same_file(info, &own_st)) {
+		if (own_rep)
+			release_handle(fs, own_rep->handle);
+		free_reply(own_rep);
+		/* agentd lost it (EBADF), or that descriptor has another
+		 * file (one opened "replaced" before): the new file, then */
+		return false;
+	}
+	release_handle(fs, (*rep)->handle);
+	free_reply(*rep);
+	*rep = own_rep;
+	*q = again;
+	*st = own_st;
+	return true;
+}
+
 static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -3536,7 +3595,7 @@ again:
 			r = -ESTALE;
 			goto out;
 		}
-		replaced = true;
+		replaced = !open_own(fs, ino, &info, &q, &rep, &st);
 	}
 	if (r == 0)
 		r = file_opened(fs, ino, fi->flags, rep, &st, replaced, fi);

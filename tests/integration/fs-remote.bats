@@ -450,6 +450,18 @@ PY
 	assert_contains "$output" " 0 differ, 0 ESTALE"
 }
 
+@test "R2: a file the POD replaces by rename in a tight loop while other processes open it: a reader's bytes are its file's, never padded to another's size" {
+	# Two openers beside the reader: an open whose VFS retry lost to the
+	# pod again got the new file on the kernel inode the reader had open,
+	# and gave that inode the new file's size: the reader's read(2) ran
+	# on past its own file's end into zeros (8 of 4,067 reads in 30 s).
+	up
+	run "$PY" "$PYTESTS/pod_replace_read.py" "$MNT" "$ROOT" 6 0 rename 2
+	printf '# %s\n' "$output" >&3
+	assert_status 0
+	assert_contains "$output" " 0 differ, 0 ESTALE"
+}
+
 @test "R2: a file the POD removes and writes anew in a tight loop: opens on MNT never fail ESTALE, read(2) gives at least fstat(2)'s size, and a mmap(2) of it reads those bytes" {
 	# The watch's invalidations of the file (its creation, write and
 	# removal) cross the kernel's GETATTRs, whose attributes it then

@@ -17,11 +17,20 @@ of 0 bytes; and the VFS's one retry of an open told ESTALE (the name held
 another file) lost to the pod: open(2) failed with ESTALE. Either mode: an
 open never fails with ESTALE, nor with ENOENT while the pod renames.
 
-Usage: pod_replace_read.py VIEW POD SECONDS [PERIOD_MS [MODE]]; PERIOD_MS:
-the pause between the pod's renames (2); MODE: rename (the default) or
-rewrite. Prints the count of opens and of those that differ (and, with
-rewrite, read short) or failed ESTALE; exits 1 when any did, or when
-fewer than 50 opens were made.
+With OPENERS > 0, that many more host processes open and close the file
+in a loop meanwhile: an open whose VFS retry lost to the pod again got the
+new file on the kernel inode of the file the reader had open, and gave the
+inode the new file's size: the reader's read(2) went on past its file's
+end, into zeros (8192 bytes of a 5001-byte file). An open that fails
+ENOENT there is counted apart ("gone") and does not fail the run: the
+retry's inode lost its name before the OPEN came, and wsfs has no path to
+open (known; rare).
+
+Usage: pod_replace_read.py VIEW POD SECONDS [PERIOD_MS [MODE [OPENERS]]];
+PERIOD_MS: the pause between the pod's renames (2); MODE: rename (the
+default) or rewrite. Prints the count of opens and of those that differ
+(and, with rewrite, read short) or failed ESTALE; exits 1 when any did, or
+when fewer than 50 opens were made.
 """
 import errno
 import mmap
@@ -33,6 +42,16 @@ import time
 VIEW, POD, SECONDS = sys.argv[1], sys.argv[2], sys.argv[3]
 PERIOD = float(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0.002
 REWRITE = len(sys.argv) > 5 and sys.argv[5] == "rewrite"
+OPENERS = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+OPENER = r"""
+import os, sys
+p = os.path.join(sys.argv[1], "h")
+while os.getppid() == int(sys.argv[2]):
+    try:
+        os.close(os.open(p, os.O_RDONLY))
+    except OSError:
+        pass
+"""
 RENAMER = r"""
 import os, sys, time
 d, end, period = sys.argv[1], time.monotonic() + float(sys.argv[2]), float(sys.argv[3])
@@ -63,12 +82,16 @@ with open(os.path.join(POD, "h"), "w") as f:
 time.sleep(0.3)
 pod = subprocess.Popen([sys.executable, "-c", REWRITER if REWRITE else RENAMER, POD, SECONDS,
                         str(PERIOD)])
-opens = bad = short = stale = 0
+openers = [subprocess.Popen([sys.executable, "-c", OPENER, VIEW, str(os.getpid())])
+           for _ in range(OPENERS)]
+opens = bad = short = stale = gone = 0
 while pod.poll() is None:
     try:
         fd = os.open(os.path.join(VIEW, "h"), os.O_RDONLY)
     except FileNotFoundError:
-        if not REWRITE:
+        if OPENERS:
+            gone += 1
+        elif not REWRITE:
             bad += 1  # rename(2) replaces the name at once: never missing
             if bad <= 3:
                 print("ENOENT")
@@ -111,8 +134,13 @@ while pod.poll() is None:
             print("fails:", e)
     finally:
         os.close(fd)
+for o in openers:
+    o.kill()
+    o.wait()
 if REWRITE:
     print("%d opens, %d differ, %d read short, %d ESTALE" % (opens, bad, short, stale))
+elif OPENERS:
+    print("%d opens, %d differ, %d ESTALE, %d gone" % (opens, bad, stale, gone))
 else:
     print("%d opens, %d differ, %d ESTALE" % (opens, bad, stale))
 # At least 50 opens, or the loop proved little (73 in 4 s under ASan on a
