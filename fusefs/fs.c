@@ -3391,20 +3391,31 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
 	free_reply(rep);
 }
 
+/* node_fh_find() match: an open file of the file @arg (a node_info) is. */
+static bool fh_is_file(const struct node_fh *link, void *arg)
+{
+	const struct wsfs_file *f = (const struct wsfs_file *)link;
+	const struct node_info *info = arg;
+
+	return f->ino == info->ino && node_same_ident(f->ident, info->ident);
+}
+
 /*
  * The retry of an OPEN (ws_open()) found the name replaced again: open the
- * inode's own file instead, when this mount has it open (another
- * descriptor's handle) or kept it, as a local file system opens the inode
- * its lookup found. The kernel's inode is shared by every open of it: the
- * name's new file opened on it ("replaced") must give it that file's size
- * (isize_cover()), and a reader of the old file through the same inode
- * then read past that file's end, its cached pages padded with zeros to
- * the new size. With neither (no descriptor of the old file is open, nor
- * kept, or agentd could not open it again), nothing reads through the
- * inode, and the new file is opened on it. @q: the request sent (its path
- * and access), *@rep its reply; on a reopen both are replaced (the first
- * reply's handle released) and *@st is the file's. Returns true when the
- * own file was opened, false when *@rep is untouched. Not with O_TRUNC
+ * inode's own file (@info's), when a descriptor of the mount has it open or
+ * it is kept, as a local file system opens the inode its lookup found; else
+ * the file the inode's latest descriptor has (one opened "replaced" on it
+ * before). The kernel's inode is shared by every
+ * open of it: the name's new file opened on it ("replaced") must give it
+ * that file's size (isize_cover()), and a reader of the old file through
+ * the same inode then read past that file's end, its cached pages padded
+ * with zeros to the new size; each file more on one inode is one more size
+ * its readers disagree on. With none (no descriptor open, nothing kept, or
+ * agentd could not open it again), nothing reads through the inode, and
+ * the new file is opened on it. @q: the request sent (its path and
+ * access), *@rep its reply; on a reopen both are replaced (the first
+ * reply's handle released) and *@st is the file's. Returns true when it
+ * reopened, false when *@rep is untouched. Not with O_TRUNC
  * (@q->truncate), which the first open applied to the new file. FUSE
  * worker thread.
  */
@@ -3418,29 +3429,32 @@ static bool open_own(struct wsfs *fs, fuse_ino_t ino, const struct node_info *in
 	uint64_t own = 0;
 
 	if (q->truncate)
-		return 0;
-	link = node_fh_get(fs->nodes, ino);
-	if (link) {
-		if (file_handle((struct wsfs_file *)link, &own) < 0)
-			own = 0;
-		file_put(fs, (struct wsfs_file *)link);
+		return false;
+	/* The own file's descriptor, the kept one, another's descriptor. */
+	for (int k = 0; k < 3 && !own; k++) {
+		if (k == 1) {
+			own = node_kept(fs->nodes, ino);
+			continue;
+		}
+		link = k == 0 ? node_fh_find(fs->nodes, ino, fh_is_file, (void *)info)
+			      : node_fh_get(fs->nodes, ino);
+		if (link) {
+			if (file_handle((struct wsfs_file *)link, &own) < 0)
+				own = 0;
+			file_put(fs, (struct wsfs_file *)link);
+		}
 	}
-	if (!own)
-		own = node_kept(fs->nodes, ino);
 	if (!own)
 		return false;
 	again = *q;
 	again.reopen = own;
 	again.path = bin("\0", 1);
 	again.read_ahead = 0;
-	if (open_rpc(fs, &again, &own_rep) < 0 || attr_to_stat(own_rep->attr, &own_st) < 0 ||
-	    !same_file(info, &own_st)) {
+	if (open_rpc(fs, &again, &own_rep) < 0 || attr_to_stat(own_rep->attr, &own_st) < 0) {
 		if (own_rep)
 			release_handle(fs, own_rep->handle);
 		free_reply(own_rep);
-		/* agentd lost it (EBADF), or that descriptor has another
-		 * file (one opened "replaced" before): the new file, then */
-		return false;
+		return false; /* agentd lost it (EBADF): the new file, then */
 	}
 	release_handle(fs, (*rep)->handle);
 	free_reply(*rep);
@@ -3466,9 +3480,14 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int r, tries = 0;
 	/* The VFS's repeat of an open this thread was told ESTALE for. */
 	bool retry = false, asked = false;
+	pthread_mutex_t *ol = &fs->open_locks[ino % WSFS_OPEN_LOCKS];
 	uint64_t spath = 0; /* stale_path() of the name opened */
 
 	wb_wait(fs);
+	/* Opens of one inode one at a time (open_own()): a retry that finds no
+	 * descriptor of the inode's own file must not cross an open that is
+	 * about to make one, or the inode gets two files' sizes. */
+	pthread_mutex_lock(ol);
 again:
 	ngen = node_names_gen(fs->nodes, 0);
 	r = node_info(fs->nodes, ino, &info);
@@ -3544,6 +3563,11 @@ again:
 	}
 	if (r == -ENOENT && !q.reopen) {
 		r = stale_gone(fs, req, retry, fi->flags, spath); /* removed in the pod */
+	} else if (q.reopen && retry && (r == -EBADF || r == -EINVAL)) {
+		/* The VFS's retry, on a node without a name whose last
+		 * descriptor was closed meanwhile (its handle released): gone,
+		 * as stale_gone() says, not ESTALE, which would reach open(2). */
+		r = stale_gone(fs, req, retry, fi->flags, 0);
 	} else if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
 		/* The name was replaced by a symlink in the pod (or agentd
 		 * lost the handle to reopen, or cannot): ESTALE makes the VFS
@@ -3595,7 +3619,7 @@ again:
 			r = -ESTALE;
 			goto out;
 		}
-		replaced = !open_own(fs, ino, &info, &q, &rep, &st);
+		replaced = !open_own(fs, ino, &info, &q, &rep, &st) || !same_file(&info, &st);
 	}
 	if (r == 0)
 		r = file_opened(fs, ino, fi->flags, rep, &st, replaced, fi);
@@ -3664,6 +3688,7 @@ again:
 		}
 	}
 out:
+	pthread_mutex_unlock(ol);
 	if (r < 0) {
 		reply_err(req, r);
 	} else if (fuse_reply_open(req, fi) == -ENOENT) {
@@ -6070,6 +6095,8 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->stale_lock, NULL);
+	for (size_t k = 0; k < WSFS_OPEN_LOCKS; k++)
+		pthread_mutex_init(&fs->open_locks[k], NULL);
 	pthread_mutex_init(&fs->pf_lock, NULL);
 	pthread_mutex_init(&fs->wb_lock, NULL);
 	pthread_cond_init(&fs->wb_cond, NULL);
@@ -6144,6 +6171,8 @@ void wsfs_free(struct wsfs *fs)
 	wsfs_neg_free(fs);
 	pthread_mutex_destroy(&fs->neg_lock);
 	pthread_mutex_destroy(&fs->stale_lock);
+	for (size_t k = 0; k < WSFS_OPEN_LOCKS; k++)
+		pthread_mutex_destroy(&fs->open_locks[k]);
 	pthread_cond_destroy(&fs->self_cond);
 	if (!fs->client) {
 		node_table_free(fs->nodes);

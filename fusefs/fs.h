@@ -80,6 +80,9 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
  * that many at once, the oldest one's retry is told ESTALE again. */
 #define WSFS_STALE_MAX 64
+
+/** Locks that serialise OPENs of one nodeid (struct wsfs open_locks). */
+#define WSFS_OPEN_LOCKS 64
 /** How long such a thread's retry is looked for, nanoseconds. */
 #define WSFS_STALE_NS 1000000000LL
 
@@ -348,6 +351,10 @@ struct wsfs {
 	pthread_mutex_t neg_lock;
 	struct wsfs_neg *neg; /**< ring of WSFS_NEG_MAX slots once allocated */
 	size_t neg_head, n_neg;
+
+	/* ws_open() of nodeid N holds open_locks[N % WSFS_OPEN_LOCKS]
+	 * (fs.c open_own()); taken with no other lock held. */
+	pthread_mutex_t open_locks[WSFS_OPEN_LOCKS];
 
 	/* Threads an OPEN told ESTALE, whose open(2) the VFS repeats once
 	 * (fs.c stale_*); protected by stale_lock (a leaf lock). */

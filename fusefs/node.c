@@ -1642,6 +1642,22 @@ struct node_fh *node_fh_get(struct node_table *t, uint64_t id)
 	return f;
 }
 
+struct node_fh *node_fh_find(struct node_table *t, uint64_t id,
+			     bool (*match)(const struct node_fh *f, void *arg), void *arg)
+{
+	struct node *n;
+	struct node_fh *f;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	for (f = n ? n->files : NULL; f && !match(f, arg); f = f->next)
+		;
+	if (f)
+		f->refs++;
+	pthread_mutex_unlock(&t->lock);
+	return f;
+}
+
 size_t node_fh_each(struct node_table *t, uint64_t id, void (*fn)(struct node_fh *f, void *arg),
 		    void *arg)
 {

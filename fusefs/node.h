@@ -615,6 +615,14 @@ int node_fh_add(struct node_table *t, uint64_t id, struct node_fh *f);
 struct node_fh *node_fh_get(struct node_table *t, uint64_t id);
 
 /**
+ * The most recently opened file of node @p id for which @p match(f, @p arg)
+ * is true, with a reference taken (node_fh_put() it), or NULL. @p match runs
+ * with the table's lock held (it must not lock or block).
+ */
+struct node_fh *node_fh_find(struct node_table *t, uint64_t id,
+			     bool (*match)(const struct node_fh *f, void *arg), void *arg);
+
+/**
  * Call @p fn(f, @p arg) for each open file f of node @p id, with the
  * table's lock held (so @p fn must not lock or block). Returns how many.
  */
