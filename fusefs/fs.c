@@ -2166,6 +2166,14 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 	}
 }
 
+/* Whether node @ino has a name in the table (node_info().attached). */
+static bool node_attached(struct wsfs *fs, fuse_ino_t ino)
+{
+	struct node_info info;
+
+	return node_info(fs->nodes, ino, &info) == 0 && info.attached;
+}
+
 static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wsfs *fs = FS(req);
@@ -2202,6 +2210,18 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	r = node_stat(fs, ino, fi, &st);
 	if (r == 0)
 		r = attr_fits(fs, ino, &st);
+	if (r == -ENOENT && !fi && ino != NODE_ROOT_ID && node_attached(fs, ino)) {
+		/*
+		 * The pod removed (or moved) the name and its event is still on
+		 * its way: the kernel's dentry still says it is there, and what
+		 * it does next by that dentry would be wrong (rm -rf's lstat
+		 * gave ENOENT, its unlink(2) then EISDIR of the cached
+		 * directory). ESTALE makes the VFS look the path up again
+		 * (vfs_statx(), do_faccessat()... retry once with LOOKUP_REVAL):
+		 * the name is gone then, or found where it went.
+		 */
+		r = -ESTALE;
+	}
 	if (r < 0) {
 		reply_err(req, r);
 		return;

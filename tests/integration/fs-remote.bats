@@ -1486,6 +1486,26 @@ distinct inodes: True $ino"
 	show_latencies
 }
 
+@test "R1: rm -rf on MNT of a tree the POD removes at the same moment succeeds, as two rm -rf of one local tree do" {
+	# The pod's removal of tt came before its event: lstat(2) of tt on
+	# the mount said ENOENT while the kernel's dentry still held the
+	# directory, and rm's unlink(2) of it failed EISDIR ("cannot remove
+	# 'tt': Is a directory"): 4 of 40 rounds before, none since.
+	up
+	local i fails=0 t="$BATS_TEST_TMPDIR/tree"
+	mkdir -p "$t/a/b" "$t/c"
+	for i in $(seq 1 30); do echo "$i" >"$t/a/f$i"; echo "$i" >"$t/a/b/g$i"; echo "$i" >"$t/c/h$i"; done
+	for i in $(seq 1 30); do
+		cp -r "$t" "$MNT/tt"
+		sleep 0.2
+		rm -rf "$ROOT/tt" &
+		rm -rf "$MNT/tt" 2>>"$BATS_TEST_TMPDIR/err" || fails=$((fails + 1))
+		wait "$!"
+	done
+	assert_eq "$fails $(cat "$BATS_TEST_TMPDIR/err")" "0 "
+	[ ! -e "$MNT/tt" ] && [ ! -e "$ROOT/tt" ]
+}
+
 @test "R1: POD deletes, renames, mkdir/rmdir, chmod and touch show at once" {
 	up
 	mkdir "$MNT/d"
