@@ -512,18 +512,32 @@ static int rpc_stat(const char *path, bool follow, Wsbridge__V1__StatReply **ret
 }
 
 /* 1 if @path is a directory (following symlinks), 0 if not or absent, -err. */
-static int remote_is_dir(const char *path, struct wsc_status *st)
+/* The mode and inode number of @path (@follow: a last symlink followed)
+ * into *@mode and *@ino (each may be NULL): 0, or -errno with @st filled. */
+static int remote_attr(const char *path, bool follow, uint32_t *mode, uint64_t *ino,
+		       struct wsc_status *st)
 {
 	Wsbridge__V1__StatReply *sr;
-	int r = rpc_stat(path, true, &sr, st);
+	int r = rpc_stat(path, follow, &sr, st);
+
+	if (r < 0)
+		return r;
+	if (mode)
+		*mode = sr->attr->mode;
+	if (ino)
+		*ino = sr->attr->ino;
+	protobuf_c_message_free_unpacked(&sr->base, NULL);
+	return 0;
+}
+
+static int remote_is_dir(const char *path, struct wsc_status *st)
+{
+	uint32_t mode;
+	int r = remote_attr(path, true, &mode, NULL, st);
 
 	if (r == -ENOENT || r == -ENOTDIR)
 		return 0;
-	if (r < 0)
-		return r;
-	r = S_ISDIR(sr->attr->mode);
-	protobuf_c_message_free_unpacked(&sr->base, NULL);
-	return r;
+	return r < 0 ? r : S_ISDIR(mode);
 }
 
 static int rpc_path(const char *method, const char *path, struct wsc_status *st)
@@ -1504,7 +1518,6 @@ static int cmd_cat(int argc, char **argv)
  */
 static int get_in_place(const char *remote, const char *target)
 {
-	Wsbridge__V1__StatReply *sr;
 	struct wsc_status st;
 	struct stat sb;
 	uint32_t mode;
@@ -1514,13 +1527,11 @@ static int get_in_place(const char *remote, const char *target)
 	/* Nothing here is touched (made through a dangling symlink, emptied)
 	 * before the remote file is known to be one, as cp(1) opens its source
 	 * first; the file is emptied once the first chunk came. */
-	r = rpc_stat(remote, true, &sr, &st);
+	r = remote_attr(remote, true, &mode, NULL, &st);
 	if (r < 0) {
 		report(remote, &st);
 		return EXIT_FAILURE;
 	}
-	mode = sr->attr->mode;
-	protobuf_c_message_free_unpacked(&sr->base, NULL);
 	if (S_ISDIR(mode)) {
 		msg("get %s: Is a directory (get -r copies a directory)", q(remote));
 		return EXIT_FAILURE;
@@ -1838,7 +1849,6 @@ static bool transfer_args(int argc, char **argv, const char *cmd, const char *op
 static int cmd_get(int argc, char **argv)
 {
 	const char *remote, *local;
-	Wsbridge__V1__StatReply *sr = NULL;
 	char *target = NULL;
 	bool recursive = false;
 	struct wsc_status st;
@@ -1856,13 +1866,11 @@ static int cmd_get(int argc, char **argv)
 		return exit_for(r);
 	}
 	if (recursive) {
-		r = rpc_stat(remote, false, &sr, &st);
+		r = remote_attr(remote, false, &mode, NULL, &st);
 		if (r < 0) {
 			report(remote, &st);
 			return EXIT_FAILURE;
 		}
-		mode = sr->attr->mode;
-		protobuf_c_message_free_unpacked(&sr->base, NULL);
 	}
 
 	target = copy_target(local, stat(local, &sb) == 0 && S_ISDIR(sb.st_mode), remote);
@@ -2090,19 +2098,15 @@ static int put_tree(const char *local, const char *remote, const struct stat *sb
  * there as cp -r does (Unlink, then again). Returns 0 or -errno (reported). */
 static int put_node_replace(const char *method, const ProtobufCMessage *req, const char *path)
 {
-	Wsbridge__V1__StatReply *sr;
 	struct wsc_status st;
+	uint32_t mode;
 	int r = put_node(method, req, path, true);
 
 	if (r != -EEXIST)
 		return r;
-	r = rpc_stat(path, false, &sr, &st);
-	if (r == 0) {
-		r = S_ISDIR(sr->attr->mode) ? -EISDIR : 0;
-		protobuf_c_message_free_unpacked(&sr->base, NULL);
-		if (r == 0)
-			r = rpc_path(M_UNLINK, path, &st);
-	}
+	r = remote_attr(path, false, &mode, NULL, &st);
+	if (r == 0)
+		r = S_ISDIR(mode) ? -EISDIR : rpc_path(M_UNLINK, path, &st);
 	if (r < 0 && r != -ENOENT) {
 		if (r == -EISDIR)
 			msg("put %s: cannot overwrite a directory with a non-directory", q(path));
@@ -2788,20 +2792,6 @@ static int cmd_rm(int argc, char **argv)
 	return rc;
 }
 
-/* The inode number of @path, not following a last symlink: 0 and *@ino, or
- * -errno with @st filled (-ENOENT: there is none). */
-static int remote_ino(const char *path, uint64_t *ino, struct wsc_status *st)
-{
-	Wsbridge__V1__StatReply *sr;
-	int r = rpc_stat(path, false, &sr, st);
-
-	if (r < 0)
-		return r;
-	*ino = sr->attr->ino;
-	protobuf_c_message_free_unpacked(&sr->base, NULL);
-	return 0;
-}
-
 static int cmd_mv(int argc, char **argv)
 {
 	Wsbridge__V1__RenameRequest req = WSBRIDGE__V1__RENAME_REQUEST__INIT;
@@ -2832,9 +2822,9 @@ static int cmd_mv(int argc, char **argv)
 	dst = to ? to : argv[2];
 	/* rename(2) of a name onto itself or onto another link of the same
 	 * file succeeds doing nothing; mv(1) says so and fails instead. */
-	r = remote_ino(argv[1], &from_ino, &st);
+	r = remote_attr(argv[1], false, NULL, &from_ino, &st);
 	if (r == 0)
-		r = remote_ino(dst, &to_ino, &st);
+		r = remote_attr(dst, false, NULL, &to_ino, &st);
 	snprintf(from_q, sizeof(from_q), "%s", q(argv[1])); /* q() has one buffer */
 	if (r == 0 && from_ino == to_ino) {
 		msg("mv: %s and %s are the same file", from_q, q(dst));
