@@ -1487,15 +1487,23 @@ static int exit_for(int r)
 	return r < 0 ? EXIT_FAILURE : 0;
 }
 
+/* Index of the first operand of a command that takes no options: after a
+ * "--" that ends them, as getopt(3) would skip it (utility syntax
+ * guideline 10, POSIX.1-2017 XBD 12.2). */
+static int first_operand(int argc, char **argv)
+{
+	return argc > 1 && !strcmp(argv[1], "--") ? 2 : 1;
+}
+
 static int cmd_cat(int argc, char **argv)
 {
 	struct wsc_status st;
 	uint32_t mode;
-	int r, rc = 0;
+	int r, rc = 0, i0 = first_operand(argc, argv);
 
-	if (argc < 2)
+	if (argc <= i0)
 		usage_error("cat: no PATH given");
-	for (int i = 1; i < argc; i++) {
+	for (int i = i0; i < argc; i++) {
 		r = download(argv[i], STDOUT_FILENO, false, false, &mode, &st);
 		if (r < 0) {
 			if (interrupted())
@@ -2801,6 +2809,10 @@ static int cmd_mv(int argc, char **argv)
 	const char *dst;
 	int r;
 
+	if (first_operand(argc, argv) == 2) {
+		argc--;
+		argv++;
+	}
 	if (argc != 3)
 		usage_error("mv: want FROM TO");
 	/* Into an existing directory, as mv(1) does. */

@@ -644,6 +644,13 @@ teardown() {
 	assert_status 1
 	assert_eq "$stderr" "wsctl: mv 'nope' to 'x': No such file or directory (NOT_FOUND)"
 	assert_eq "$(ls -A "$ROOT")" $'e\ninto'
+	# "--" ends the options, as with every command that takes some.
+	echo dash >"$ROOT/-f"
+	run --separate-stderr "$WSCTL" mv -- -f g
+	assert_status 0
+	run --separate-stderr "$WSCTL" cat -- g
+	assert_status 0
+	assert_eq "$output" dash
 }
 
 @test "wsctl mv and put: a name ending in / must be a directory; nothing is replaced" {
