@@ -3425,12 +3425,12 @@ static bool fh_is_file(const struct node_fh *link, void *arg)
  * inode's own file (@info's), when a descriptor of the mount has it open or
  * it is kept, as a local file system opens the inode its lookup found; else
  * the file the inode's latest descriptor has (one opened "replaced" on it
- * before). The kernel's inode is shared by every
- * open of it: the name's new file opened on it ("replaced") must give it
- * that file's size (isize_cover()), and a reader of the old file through
- * the same inode then read past that file's end, its cached pages padded
- * with zeros to the new size; each file more on one inode is one more size
- * its readers disagree on. With none (no descriptor open, nothing kept, or
+ * before). The kernel's inode is shared by every open of it: the name's
+ * new file opened on it ("replaced") must give it that file's size
+ * (isize_cover()), and a reader of the old file through the same inode then
+ * read past that file's end, its cached pages padded with zeros to the new
+ * size; each file more on one inode is one more size its readers disagree
+ * on. With none (no descriptor open, nothing kept, or
  * agentd could not open it again), nothing reads through the inode, and
  * the new file is opened on it. @q: the request sent (its path and
  * access), *@rep its reply; on a reopen both are replaced (the first

@@ -80,11 +80,12 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 /** Threads remembered as told ESTALE by an OPEN (fs.c stale_*): past
  * that many at once, the oldest one's retry is told ESTALE again. */
 #define WSFS_STALE_MAX 64
-
-/** Locks that serialise OPENs of one nodeid (struct wsfs open_locks). */
-#define WSFS_OPEN_LOCKS 64
 /** How long such a thread's retry is looked for, nanoseconds. */
 #define WSFS_STALE_NS 1000000000LL
+
+/** Locks that serialise OPENs of one nodeid (struct wsfs open_locks); two
+ * nodeids share one in 256. */
+#define WSFS_OPEN_LOCKS 256
 
 /** How long before a GETATTR came a watch invalidation of its inode may
  * still cross the reply (fs.c getattr_reply()), nanoseconds. */
