@@ -64,6 +64,7 @@
 #define M_READLINK M_WS "Readlink"
 #define M_SYMLINK M_WS "Symlink"
 #define M_MKNOD M_WS "Mknod"
+#define M_SETATTR M_WS "SetAttr"
 #define M_UPLOAD M_WS "Upload"
 #define M_DOWNLOAD M_WS "Download"
 #define M_EXEC "/wsbridge.v1.Exec/Start"
@@ -2182,27 +2183,31 @@ static int put_entry(const char *lp, const char *rp, struct stat *cs)
 static int put_tree(const char *local, const char *remote, const struct stat *sb)
 {
 	Wsbridge__V1__MkdirRequest mk = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
+	uint32_t mode = sb->st_mode & 07777 & ~g_umask;
+	struct wsc_status st;
 	struct dirent *de;
 	int rc = 0, r;
+	bool made;
 	DIR *dir;
 
+	/* Made writable for its owner until it is filled, then given its
+	 * mode, as cp -r does (get_tree() too): an agentd that is not root
+	 * could not fill a directory of mode 0555. */
 	mk.path = bin(remote);
-	mk.mode = sb->st_mode & 07777 & ~g_umask;
+	mk.mode = (mode | 0700) & ~g_umask;
 	r = put_node(M_MKDIR, &mk.base, remote, true);
+	made = r == 0;
 	if (r == -EEXIST) {
 		/* A directory there is merged into; anything else (a symlink
 		 * to one too: not followed, as cp -r does not) is an error. */
-		Wsbridge__V1__StatReply *sr;
-		struct wsc_status st;
+		uint32_t there;
 
-		r = rpc_stat(remote, false, &sr, &st);
+		r = remote_attr(remote, false, &there, NULL, &st);
 		if (r < 0) {
 			report(remote, &st);
 			return -1;
 		}
-		r = S_ISDIR(sr->attr->mode);
-		protobuf_c_message_free_unpacked(&sr->base, NULL);
-		if (!r) {
+		if (!S_ISDIR(there)) {
 			msg("put %s: exists and is not a directory", q(remote));
 			return -1;
 		}
@@ -2243,6 +2248,18 @@ static int put_tree(const char *local, const char *remote, const struct stat *sb
 		rc = -1;
 	}
 	closedir(dir);
+	if (made && mk.mode != mode && !interrupted()) {
+		Wsbridge__V1__SetAttrRequest sa = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+
+		sa.path = bin(remote);
+		sa.valid = WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
+		sa.mode = mode;
+		if (wsc_unary(g_client, M_SETATTR, &sa.base, &wsbridge__v1__attr_reply__descriptor,
+			      NULL, &st) < 0) {
+			report(remote, &st);
+			rc = -1;
+		}
+	}
 	return interrupted() ? -1 : rc;
 }
 

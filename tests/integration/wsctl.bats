@@ -359,6 +359,33 @@ teardown() {
 	[ -d "$ROOT/t/lin" ]
 }
 
+@test "wsctl put -r copies a read-only directory to an agentd that is not root (filled, then given its mode, as cp -r)" {
+	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
+	local d at
+	d=$(mktemp -d /tmp/wsctl-nobody.XXXXXX)
+	chmod 755 "$d"
+	mkdir "$d/root"
+	chown nobody: "$d/root"
+	printf '#!/bin/sh\nexport ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=stderr" UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=stderr"\nexec setpriv --reuid=nobody --regid=%s --clear-groups %q "$@"\n' \
+		"$(id -g nobody)" "$AGENTD" >"$d/agentd"
+	chmod 755 "$d/agentd"
+	"$d/agentd" --version >/dev/null 2>&1 || skip "user nobody cannot run $AGENTD"
+	at="127.0.0.1:$(free_port)"
+	AGENTD=$d/agentd agentd_start --root "$d/root" --listen "$at"
+	mkdir -p "$L/ro/sub"
+	echo data >"$L/ro/file"
+	echo deep >"$L/ro/sub/f2"
+	chmod 555 "$L/ro/sub" "$L/ro"
+	run --separate-stderr "$WSCTL" -a "$at" put -r "$L/ro" ro
+	local got
+	got=$(cat "$d/root/ro/file" "$d/root/ro/sub/f2" 2>&1; stat -c %a "$d/root/ro" "$d/root/ro/sub" 2>&1) || true
+	chmod -R u+w "$L/ro" "$d"
+	rm -rf "$d"
+	assert_status 0
+	assert_eq "$stderr" ""
+	assert_eq "$got" $'data\ndeep\n555\n555'
+}
+
 @test "wsctl get -r and put -r: what they cannot copy is reported, the rest copied, exit 1; a local symlink is not followed" {
 	mkdir -p "$ROOT/s/d" "$L/out" "$L/dst"
 	echo in >"$ROOT/s/d/f"
