@@ -2221,6 +2221,12 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		 * the name is gone then, or found where it went.
 		 */
 		r = -ESTALE;
+	} else if (r == -ESTALE && !fi && !node_attached(fs, ino)) {
+		/* No name left, nor an open file (fstat(2) of a directory the
+		 * pod removed, which the kernel asks without one): ENOENT, as
+		 * its listing ends; ESTALE, path_of()'s, would reach the
+		 * caller, which has no path to look up again. */
+		r = -ENOENT;
 	}
 	if (r < 0) {
 		reply_err(req, r);
@@ -5596,6 +5602,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 	}
 	pthread_mutex_unlock(&d->lock);
+	if (r == -ESTALE)
+		/* The directory lost its name (removed in the pod) before the
+		 * listing was fetched: ENOENT, as a listing the removal cut
+		 * short ends; ESTALE would reach getdents64(2). */
+		r = -ENOENT;
 	if (r < 0) {
 		reply_err(req, r);
 	} else if (fuse_reply_buf(req, buf, used) == -ENOENT) {

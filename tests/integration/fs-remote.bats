@@ -532,6 +532,30 @@ except OSError as e:
 PY
 	assert_status 0
 	assert_eq "$output" "True -1 No such file or directory"
+	# One not read yet, removed whole: its listing from the start, and
+	# fstat(2) of it (the kernel asks with no file handle for a
+	# directory), end ENOENT too, not ESTALE (the node has no name left).
+	mkdir -p "$MNT/e/f"
+	run "$PY" - "$ROOT/e/f" "$MNT/e/f" <<'PY'
+import os, sys, time
+pod, mnt = sys.argv[1:3]
+fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+os.rmdir(pod)
+for _ in range(250):
+    if not os.path.lexists(mnt):
+        break
+    time.sleep(0.02)
+out = []
+for call in (lambda: os.listdir(fd), lambda: os.fstat(fd)):
+    try:
+        call()
+        out.append("ok")
+    except OSError as e:
+        out.append(e.strerror)
+print(", ".join(out))
+PY
+	assert_status 0
+	assert_eq "$output" "No such file or directory, No such file or directory"
 }
 
 @test "a directory past -o max_dir_entries fails to list with EFBIG and a message; one at the limit lists" {
