@@ -1952,27 +1952,16 @@ PY
 
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "A2: a descriptor writes on after another closed, with no write permission left and agentd not root" {
-	local d at
+	local d
 	wsb_runsc && skip "agentd runs as root in the sandbox here"
-	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
 	# The close of a descriptor of a file with an execute bit gives
 	# agentd's writable handle back (so that the pod can run the file);
 	# a write on another descriptor opens it again, which a mode of no
 	# write bits forbids an agentd that is not root: such a handle stays.
-	d=$(mktemp -d /tmp/wsb-nobody.XXXXXX)
-	NOBODY_DIR=$d
-	chmod 755 "$d"
-	mkdir "$d/root"
-	chown nobody: "$d/root"
-	# (A sanitizer's report goes to stderr, AGENTD_ERR: nobody may not
-	# write SAN_LOG's directory.)
-	printf '#!/bin/sh\nexport ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=stderr" UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=stderr"\nexec setpriv --reuid=nobody --regid=%s --clear-groups %q "$@"\n' \
-		"$(id -g nobody)" "$AGENTD" >"$d/agentd"
-	chmod 755 "$d/agentd"
-	"$d/agentd" --version >/dev/null 2>&1 || skip "user nobody cannot run $AGENTD"
-	at="127.0.0.1:$(free_port)"
-	AGENTD=$d/agentd agentd_start --root "$d/root" --listen "$at"
-	ADDR=$at mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	agentd_nobody
+	d=$NOBODY_DIR
+	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
+	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	run "$PY" - "$MNT/x" <<-'EOF'
 	import os, sys
 	fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o555)

@@ -179,6 +179,29 @@ agentd_tcp() {
 	export WSBRIDGE_ADDR=$ADDR
 }
 
+# agentd_nobody: start an agentd as user nobody (setpriv) on TCP, serving
+# NOBODY_DIR/root (made, owned by nobody) where NOBODY_DIR is a fresh
+# /tmp/wsb-nobody.* directory that nobody may enter (the test's own is
+# 0700); sets NOBODY_DIR and NOBODY_ADDR; the caller's teardown removes
+# NOBODY_DIR. Skips without setpriv or when nobody cannot run $AGENTD.
+# (A sanitizer's report goes to stderr, AGENTD_ERR: nobody may not write
+# SAN_LOG's directory.)
+agentd_nobody() {
+	local d
+	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
+	d=$(mktemp -d /tmp/wsb-nobody.XXXXXX)
+	NOBODY_DIR=$d
+	chmod 755 "$d"
+	mkdir "$d/root"
+	chown nobody: "$d/root"
+	printf '#!/bin/sh\nexport ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=stderr" UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=stderr"\nexec setpriv --reuid=nobody --regid=%s --clear-groups %q "$@"\n' \
+		"$(id -g nobody)" "$AGENTD" >"$d/agentd"
+	chmod 755 "$d/agentd"
+	"$d/agentd" --version >/dev/null 2>&1 || skip "user nobody cannot run $AGENTD"
+	NOBODY_ADDR="127.0.0.1:$(free_port)"
+	AGENTD=$d/agentd agentd_start --root "$d/root" --listen "$NOBODY_ADDR"
+}
+
 # agentd_unix [ARGS...]: as agentd_tcp, on the unix socket $BATS_TEST_TMPDIR/s.
 agentd_unix() {
 	: "${ROOT:=$BATS_TEST_TMPDIR/root}"

@@ -17,6 +17,9 @@ setup() {
 
 teardown() {
 	wsb_teardown
+	if [ -n "${NOBODY_DIR:-}" ]; then
+		rm -rf "$NOBODY_DIR"
+	fi
 }
 
 @test "wsctl health prints SERVING and exits 0" {
@@ -360,27 +363,17 @@ teardown() {
 }
 
 @test "wsctl put -r copies a read-only directory to an agentd that is not root (filled, then given its mode, as cp -r)" {
-	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
-	local d at
-	d=$(mktemp -d /tmp/wsctl-nobody.XXXXXX)
-	chmod 755 "$d"
-	mkdir "$d/root"
-	chown nobody: "$d/root"
-	printf '#!/bin/sh\nexport ASAN_OPTIONS="${ASAN_OPTIONS:-}:log_path=stderr" UBSAN_OPTIONS="${UBSAN_OPTIONS:-}:log_path=stderr"\nexec setpriv --reuid=nobody --regid=%s --clear-groups %q "$@"\n' \
-		"$(id -g nobody)" "$AGENTD" >"$d/agentd"
-	chmod 755 "$d/agentd"
-	"$d/agentd" --version >/dev/null 2>&1 || skip "user nobody cannot run $AGENTD"
-	at="127.0.0.1:$(free_port)"
-	AGENTD=$d/agentd agentd_start --root "$d/root" --listen "$at"
+	local d got
+	agentd_nobody
+	d=$NOBODY_DIR
 	mkdir -p "$L/ro/sub"
 	echo data >"$L/ro/file"
 	echo deep >"$L/ro/sub/f2"
 	chmod 555 "$L/ro/sub" "$L/ro"
-	run --separate-stderr "$WSCTL" -a "$at" put -r "$L/ro" ro
-	local got
+	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
+	run --separate-stderr "$WSCTL" -a "$NOBODY_ADDR" put -r "$L/ro" ro
 	got=$(cat "$d/root/ro/file" "$d/root/ro/sub/f2" 2>&1; stat -c %a "$d/root/ro" "$d/root/ro/sub" 2>&1) || true
-	chmod -R u+w "$L/ro" "$d"
-	rm -rf "$d"
+	chmod -R u+w "$L/ro"
 	assert_status 0
 	assert_eq "$stderr" ""
 	assert_eq "$got" $'data\ndeep\n555\n555'
