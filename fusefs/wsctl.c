@@ -1807,18 +1807,12 @@ static int get_tree(const char *remote, const char *local, uint32_t mode)
 			rc = -1;
 			break;
 		}
-		if (!e[i].has_attr) {
-			Wsbridge__V1__StatReply *sr;
-
-			if (rpc_stat(rp, false, &sr, &st) < 0) {
-				report(rp, &st);
-				free(rp);
-				free(lp);
-				rc = -1;
-				continue;
-			}
-			m = sr->attr->mode;
-			protobuf_c_message_free_unpacked(&sr->base, NULL);
+		if (!e[i].has_attr && remote_attr(rp, false, &m, NULL, &st) < 0) {
+			report(rp, &st);
+			free(rp);
+			free(lp);
+			rc = -1;
+			continue;
 		}
 		if (get_entry(rp, lp, m) < 0)
 			rc = -1;
@@ -2703,17 +2697,13 @@ static int rm_entry(const char *path, uint32_t mode, bool force, bool recursive)
 	if (interrupted())
 		return -ECANCELED;
 	if (!mode) {
-		Wsbridge__V1__StatReply *sr;
-
-		r = rpc_stat(path, false, &sr, &st);
+		r = remote_attr(path, false, &mode, NULL, &st);
 		if (r < 0) {
 			if (r == -ENOENT && force)
 				return 0;
 			report(path, &st);
 			return r;
 		}
-		mode = sr->attr->mode;
-		protobuf_c_message_free_unpacked(&sr->base, NULL);
 	}
 	if (S_ISDIR(mode)) {
 		if (!recursive) {
