@@ -206,6 +206,19 @@ static void report_errno(const char *path, int err)
 		msg("%s: %s", g_cmd, strerror(err));
 }
 
+/*
+ * True, with "wsctl: CMD '': No such file or directory", if @path is empty:
+ * an empty pathname names nothing (path_resolution(7), ENOENT), where
+ * agentd would take it for the workspace root.
+ */
+static bool path_empty(const char *path)
+{
+	if (*path)
+		return false;
+	report_errno(path, ENOENT);
+	return true;
+}
+
 /* ---- signals ---- */
 
 static void *signal_thread(void *arg)
@@ -1505,6 +1518,10 @@ static int cmd_cat(int argc, char **argv)
 	if (argc <= i0)
 		usage_error("cat: no PATH given");
 	for (int i = i0; i < argc; i++) {
+		if (path_empty(argv[i])) {
+			rc = EXIT_FAILURE;
+			continue;
+		}
 		r = download(argv[i], STDOUT_FILENO, false, false, &mode, &st);
 		if (r < 0) {
 			if (interrupted())
@@ -1846,6 +1863,8 @@ static bool transfer_args(int argc, char **argv, const char *cmd, const char *op
 	}
 	if (argc - optind != 2)
 		usage_error("%s: want [-r] %s", cmd, operands);
+	if (path_empty(argv[optind]) || path_empty(argv[optind + 1]))
+		exit(EXIT_FAILURE);
 	return recursive;
 }
 
@@ -2485,6 +2504,8 @@ static int cmd_ls(int argc, char **argv)
 	if (argc - optind > 1)
 		usage_error("ls: at most one PATH");
 	path = optind < argc ? argv[optind] : "";
+	if (optind < argc && path_empty(path))
+		return EXIT_FAILURE;
 
 	r = rpc_stat(path, false, &sr, &st);
 	if (r < 0) {
@@ -2492,7 +2513,9 @@ static int cmd_ls(int argc, char **argv)
 		return exit_for(r);
 	}
 	dir = S_ISDIR(sr->attr->mode);
-	if (S_ISLNK(sr->attr->mode)) {
+	/* ls(1): a symlink named on the command line is followed, save by
+	 * -l unless it ends in '/'. */
+	if (S_ISLNK(sr->attr->mode) && (!lng || path[strlen(path) - 1] == '/')) {
 		r = remote_is_dir(path, &st);
 		dir = r > 0;
 	}
@@ -2567,6 +2590,10 @@ static int cmd_stat(int argc, char **argv)
 		const Wsbridge__V1__Attr *a;
 		char mode[11];
 
+		if (path_empty(argv[i])) {
+			rc = EXIT_FAILURE;
+			continue;
+		}
 		r = rpc_stat(argv[i], follow, &sr, &st);
 		if (r < 0) {
 			report(argv[i], &st);
@@ -2656,6 +2683,10 @@ static int cmd_mkdir(int argc, char **argv)
 		const char *p = argv[i];
 		int r = 0;
 
+		if (path_empty(p)) {
+			rc = EXIT_FAILURE;
+			continue;
+		}
 		if (parents) {
 			/* Each prefix ending before a '/', then the whole path. */
 			char *buf = strdup(p);
@@ -2789,7 +2820,11 @@ static int cmd_rm(int argc, char **argv)
 		char *b = base_name(argv[i]);
 		int r;
 
-		if (is_root(argv[i])) {
+		if (!argv[i][0]) {
+			/* rm -f ignores what does not exist, '' too (rm(1)). */
+			if (!force && path_empty(argv[i]))
+				rc = EXIT_FAILURE;
+		} else if (is_root(argv[i])) {
 			msg("rm %s: refusing to remove the workspace root", q(argv[i]));
 			rc = EXIT_FAILURE;
 		} else if (b && (!strcmp(b, ".") || !strcmp(b, ".."))) {
@@ -2822,6 +2857,8 @@ static int cmd_mv(int argc, char **argv)
 	}
 	if (argc != 3)
 		usage_error("mv: want FROM TO");
+	if (path_empty(argv[1]) || path_empty(argv[2]))
+		return EXIT_FAILURE;
 	/* Into an existing directory, as mv(1) does. */
 	r = remote_is_dir(argv[2], &st);
 	if (r < 0) {

@@ -505,6 +505,40 @@ teardown() {
 	[[ "${lines[5]}" =~ ^d.*\ sub$ ]] || { echo "# ${lines[5]}" >&3; false; }
 }
 
+@test "wsctl ls of a symlink to a directory lists the directory; ls -l shows the link, unless it ends in /, as ls(1)" {
+	mkdir "$ROOT/d"
+	touch "$ROOT/d/x"
+	ln -s d "$ROOT/ld"
+	run --separate-stderr "$WSCTL" ls ld
+	assert_status 0
+	assert_eq "$output" "x"
+	run --separate-stderr "$WSCTL" ls -l ld
+	assert_status 0
+	[[ "$output" =~ ^l[rwx-]{9}\ .*\ ld\ -\>\ d$ ]] || { echo "# $output" >&3; false; }
+	run --separate-stderr "$WSCTL" ls -l ld/
+	assert_status 0
+	[[ "${lines[1]}" =~ ^-.*\ x$ ]] || { echo "# $output" >&3; false; }
+}
+
+@test "an empty path names nothing: every file command fails ENOENT and touches nothing; rm -f ignores it" {
+	echo keep >"$ROOT/a"
+	local c
+	for c in "ls ''" "ls -l ''" "stat ''" "cat ''" "mkdir ''" "mkdir -p ''" "rm ''" "rm -r ''" \
+		"mv a ''" "mv '' a" "get '' $BATS_TEST_TMPDIR/x" "put /etc/hostname ''"; do
+		eval "run --separate-stderr \"\$WSCTL\" $c"
+		assert_status 1
+		assert_eq "$output" "" "stdout of $c"
+		[[ "$stderr" =~ ^wsctl:\ [a-z]+\ \'\':\ No\ such\ file\ or\ directory$ ]] ||
+			{ echo "# $c: $stderr" >&3; false; }
+	done
+	run --separate-stderr "$WSCTL" rm -rf ''
+	assert_status 0
+	assert_eq "$stderr" ""
+	assert_eq "$(ls -A "$ROOT")" "a"
+	assert_content "$ROOT/a" $'keep\n'
+	[ ! -e "$BATS_TEST_TMPDIR/x" ]
+}
+
 @test "wsctl ls of a large directory lists every entry" {
 	mkdir "$ROOT/many"
 	(cd "$ROOT/many" && seq -f 'f%05g' 1 3000 | xargs touch)
