@@ -2920,10 +2920,18 @@ out:
 	free_reply(rep);
 }
 
-static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+/*
+ * Make @name in @parent with @method (Mknod, Mkdir or Symlink), whose request
+ * @q (its other fields set by the caller) has its path at @qpath, and reply
+ * with the new entry (@dir: an empty directory, whose names are all known).
+ * @self: what the pod's watch will report of it (wsfs_self_begin()). FUSE
+ * worker thread.
+ */
+static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, const char *method,
+		      const ProtobufCMessage *q, ProtobufCBinaryData *qpath, unsigned self,
+		      bool dir)
 {
 	struct wsfs *fs = FS(req);
-	Wsbridge__V1__MknodRequest q = WSBRIDGE__V1__MKNOD_REQUEST__INIT;
 	Wsbridge__V1__AttrReply *rep = NULL;
 	uint64_t seq0 = seq_now(fs);
 	char *path = NULL;
@@ -2931,78 +2939,47 @@ static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	int r;
 
 	wb_wait(fs);
-	(void)rdev; /* device nodes are refused by agentd (EPERM) */
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
-		q.path = bin(path, len);
-		q.mode = mode;
-		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
-		r = rpc(fs, M("Mknod"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+		*qpath = bin(path, len);
+		wsfs_self_begin(fs, path, len, self);
+		r = rpc(fs, method, q, &wsbridge__v1__attr_reply__descriptor, &rep);
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 		known_update(fs, parent, name, r, true);
 	}
 	if (r < 0)
 		reply_err(req, r);
 	else
-		reply_created(req, fs, parent, name, rep, seq0, false);
+		reply_created(req, fs, parent, name, rep, seq0, dir);
 	free(path);
 	free_reply(rep);
+}
+
+static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	Wsbridge__V1__MknodRequest q = WSBRIDGE__V1__MKNOD_REQUEST__INIT;
+
+	(void)rdev; /* device nodes are refused by agentd (EPERM) */
+	q.mode = mode;
+	make_node(req, parent, name, M("Mknod"), &q.base, &q.path,
+		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, false);
 }
 
 static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	struct wsfs *fs = FS(req);
 	Wsbridge__V1__MkdirRequest q = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
-	Wsbridge__V1__AttrReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs);
-	char *path = NULL;
-	size_t len;
-	int r;
 
-	wb_wait(fs);
-	r = child_path(fs, parent, name, &path, &len);
-	if (r == 0) {
-		q.path = bin(path, len);
-		q.mode = mode & 07777;
-		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED);
-		r = rpc(fs, M("Mkdir"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
-		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-		known_update(fs, parent, name, r, true);
-	}
-	if (r < 0)
-		reply_err(req, r);
-	else
-		reply_created(req, fs, parent, name, rep, seq0, true);
-	free(path);
-	free_reply(rep);
+	q.mode = mode & 07777;
+	make_node(req, parent, name, M("Mkdir"), &q.base, &q.path, WSFS_SELF_CREATED, true);
 }
 
 static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	struct wsfs *fs = FS(req);
 	Wsbridge__V1__SymlinkRequest q = WSBRIDGE__V1__SYMLINK_REQUEST__INIT;
-	Wsbridge__V1__AttrReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs);
-	char *path = NULL;
-	size_t len;
-	int r;
 
-	wb_wait(fs);
-	r = child_path(fs, parent, name, &path, &len);
-	if (r == 0) {
-		q.path = bin(path, len);
-		q.target = bin(link, strlen(link));
-		wsfs_self_begin(fs, path, len, WSFS_SELF_CREATED | WSFS_SELF_CHANGED);
-		r = rpc(fs, M("Symlink"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
-		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-		known_update(fs, parent, name, r, true);
-	}
-	if (r < 0)
-		reply_err(req, r);
-	else
-		reply_created(req, fs, parent, name, rep, seq0, false);
-	free(path);
-	free_reply(rep);
+	q.target = bin(link, strlen(link));
+	make_node(req, parent, name, M("Symlink"), &q.base, &q.path,
+		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, false);
 }
 
 /* Unlink (@dir false) or Rmdir (@dir true) of @name in @parent. */
