@@ -1456,17 +1456,19 @@ static int xattr_name(const void *name, size_t name_len, char out[XATTR_NAME_MAX
 	return 0;
 }
 
-int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len,
-		   const void *name, size_t name_len, void **ret, size_t *ret_len)
+/*
+ * The value of xattr @n (NULL: the list of names) of @path, in a buffer of
+ * its own size: *@ret (free(3) it), *@ret_len bytes. One over
+ * FSOPS_XATTR_MAX is -E2BIG.
+ */
+static int xattr_read(const struct resolve_root *root, const void *path, size_t len,
+		      const char *n, char **ret, size_t *ret_len)
 {
-	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
+	char p[PROC_FD_PATH_MAX];
 	char *buf, *shrunk;
 	ssize_t got;
 	int fd, r;
 
-	r = xattr_name(name, name_len, n);
-	if (r < 0)
-		return r;
 	buf = malloc(FSOPS_XATTR_MAX);
 	if (!buf)
 		return -ENOMEM;
@@ -1476,7 +1478,7 @@ int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len
 		return fd;
 	}
 	/* getxattr on /proc/self/fd/N acts on the fd's inode (a symlink stays one) */
-	got = getxattr(p, n, buf, FSOPS_XATTR_MAX);
+	got = n ? getxattr(p, n, buf, FSOPS_XATTR_MAX) : listxattr(p, buf, FSOPS_XATTR_MAX);
 	r = got < 0 ? (errno == ERANGE ? -E2BIG : -errno) : 0;
 	close(fd);
 	if (r < 0) {
@@ -1487,6 +1489,21 @@ int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len
 	*ret = shrunk ? shrunk : buf;
 	*ret_len = (size_t)got;
 	return 0;
+}
+
+int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len,
+		   const void *name, size_t name_len, void **ret, size_t *ret_len)
+{
+	char n[XATTR_NAME_MAX + 1], *buf;
+	int r;
+
+	r = xattr_name(name, name_len, n);
+	if (r < 0)
+		return r;
+	r = xattr_read(root, path, len, n, &buf, ret_len);
+	if (r == 0)
+		*ret = buf;
+	return r;
 }
 
 int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len,
@@ -1514,30 +1531,7 @@ int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len
 int fsops_listxattr(const struct resolve_root *root, const void *path, size_t len, char **ret,
 		    size_t *ret_len)
 {
-	char p[PROC_FD_PATH_MAX];
-	char *buf, *shrunk;
-	ssize_t got;
-	int fd, r;
-
-	buf = malloc(FSOPS_XATTR_MAX);
-	if (!buf)
-		return -ENOMEM;
-	fd = xattr_target(root, path, len, p);
-	if (fd < 0) {
-		free(buf);
-		return fd;
-	}
-	got = listxattr(p, buf, FSOPS_XATTR_MAX);
-	r = got < 0 ? (errno == ERANGE ? -E2BIG : -errno) : 0;
-	close(fd);
-	if (r < 0) {
-		free(buf);
-		return r;
-	}
-	shrunk = realloc(buf, got > 0 ? (size_t)got : 1);
-	*ret = shrunk ? shrunk : buf;
-	*ret_len = (size_t)got;
-	return 0;
+	return xattr_read(root, path, len, NULL, ret, ret_len);
 }
 
 int fsops_removexattr(const struct resolve_root *root, const void *path, size_t len,
