@@ -1190,12 +1190,12 @@ int fsops_unlink(const struct resolve_root *root, const void *path, size_t len,
 		return r;
 	/* A file that other names keep: hold it to report what the unlink
 	 * left (nlink, ctime) once the name is gone. */
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-	    st.st_nlink > 1)
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && st.st_nlink > 1)
 		fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	r = unlinkat(dirfd, name, 0) < 0 ? -errno : 0;
-	if (r == 0 && fd >= 0 && fstat(fd, ret_st) == 0 && S_ISREG(ret_st->st_mode) &&
-	    ret_st->st_nlink > 0)
+	if (r == 0 && fd >= 0 && fstat(fd, ret_st) == 0 &&
+	    (S_ISREG(ret_st->st_mode) || S_ISLNK(ret_st->st_mode)) && ret_st->st_nlink > 0)
 		r = 1;
 	if (fd >= 0)
 		close(fd);

@@ -309,8 +309,8 @@ int fsops_mknod(const struct resolve_root *root, const void *path, size_t len, m
 		struct stat *ret_st, struct fsops_ident *ret_ident);
 
 /**
- * unlink(2) of @p path (@p len bytes). With @p ret_st, a regular file that
- * other names keep is held across the unlink and its fstat(2) after it (its
+ * unlink(2) of @p path (@p len bytes). With @p ret_st, a regular file or a
+ * symlink that other names keep is held across the unlink and its fstat(2) after it (its
  * nlink and ctime changed) goes to *@p ret_st: 1 is returned then, 0 when
  * the last name went, or when the file was replaced between the look and
  * the unlink (the attributes are then of the file the name held a moment

@@ -2681,6 +2681,35 @@ static bool path_holds_node(struct wsfs *fs, const char *path, size_t len,
 	return same;
 }
 
+/*
+ * After this mount's own change of a symlink through node @except (@st: its
+ * attributes after the call; link, unlink, chown -h, touch -h): the link's
+ * other names, when it has several (hard links), have nodes of their own (a
+ * symlink's node is its name's, node_lookup()), whose nlink, owner and
+ * times the kernel keeps for up to watch_timeout, and the watch reports no
+ * own change (wsfs_self_begin()). Drops what the mount and the kernel keep
+ * of them. Nothing for other kinds of file, whose names share one node.
+ * FUSE worker thread (the invalidation takes no lock the kernel holds for
+ * the request: fs/fuse/inode.c fuse_reverse_inval_inode() with a negative
+ * offset).
+ */
+static void symlink_names_stale(struct wsfs *fs, const struct stat *st, uint64_t except)
+{
+	uint64_t ids[64];
+	size_t n;
+
+	if (!S_ISLNK(st->st_mode))
+		return;
+	n = node_ids_by_ino(fs->nodes, st->st_ino, st_ident(st), ids, 64);
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] == except)
+			continue;
+		node_attr_drop(fs->nodes, ids[i]);
+		if (fs->se)
+			(void)fuse_lowlevel_notify_inval_inode(fs->se, ids[i], -1, 0);
+	}
+}
+
 static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -2848,6 +2877,8 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	own_keep(fs, ino, r == 0 ? &st : NULL, gen0, gen, oseq0);
 	if (r == 0 && (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE))
 		exec_changed(fs, ino, st.st_mode);
+	if (r == 0 && st.st_nlink > 1)
+		symlink_names_stale(fs, &st, ino);
 	if (r == 0 && S_ISREG(st.st_mode)) {
 		/* The kernel truncated its own pages; what it keeps matches. */
 		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE) {
@@ -3024,8 +3055,13 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 		 * unlink of the temporary name); the kernel dropped its
 		 * attributes (nlink) and asks next (fs/fuse/dir.c
 		 * fuse_unlink). */
-		if (id && !dir && rep && rep->attr)
+		if (id && !dir && rep && rep->attr) {
+			struct stat st;
+
 			attr_keep_new(fs, id, seq0, mgen0, at0, rep->attr);
+			if (attr_to_stat(rep->attr, &st) == 0 && st.st_nlink > 0)
+				symlink_names_stale(fs, &st, 0);
+		}
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);
@@ -3160,10 +3196,16 @@ static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		self_end_attr(fs, to, to_len, r, rep ? rep->attr : NULL);
 		known_update(fs, newparent, newname, r, true);
 	}
-	if (r < 0)
+	if (r < 0) {
 		fuse_reply_err(req, errno_out(r, true));
-	else
+	} else {
+		struct stat st;
+
+		/* Before the reply, whose node is not in the table yet. */
+		if (attr_to_stat(rep->attr, &st) == 0)
+			symlink_names_stale(fs, &st, 0);
 		reply_created(req, fs, newparent, newname, rep, seq0, false);
+	}
 	free(from);
 	free(to);
 	free_reply(rep);

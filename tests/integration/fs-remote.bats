@@ -1777,6 +1777,27 @@ PY
 	visible "nlink of k/f1 after ln and mv" nlink_is "$MNT/k/f1" 3
 }
 
+@test "a symlink's hard links: nlink, owner and times changed through one name show through the other at once; cp -a keeps the link" {
+	up
+	mkdir "$MNT/lk"
+	ln -s target "$MNT/lk/s"
+	assert_eq "$(stat -c %h "$MNT/lk/s")" 1 "nlink before ln (now cached)"
+	ln "$MNT/lk/s" "$MNT/lk/s2"
+	assert_eq "$(stat -c %h "$MNT/lk/s" "$MNT/lk/s2" | tr '\n' ' ')" "2 2 " "nlink of both names after ln"
+	ls -l "$MNT/lk" >/dev/null
+	touch -h -d 2001-01-01 "$MNT/lk/s"
+	assert_eq "$(stat -c %Y "$MNT/lk/s2")" 978307200 "mtime set through the other name"
+	chown -h 77 "$MNT/lk/s2"
+	assert_eq "$(stat -c %u "$MNT/lk/s")" 77 "owner set through the other name"
+	mkdir "$MNT/out"
+	(cd "$MNT/lk" && cp -a s s2 "$MNT/out/")
+	assert_eq "$(stat -c %i "$MNT/out/s")" "$(stat -c %i "$MNT/out/s2")" "cp -a: one file"
+	assert_eq "$(stat -c %h "$ROOT/out/s")" 2 "cp -a: POD nlink"
+	rm "$MNT/lk/s2"
+	assert_eq "$(stat -c %h "$MNT/lk/s")" 1 "nlink after removing the other name"
+	assert_eq "$(readlink "$MNT/lk/s")" target
+}
+
 @test "hard links share st_ino and nlink 2; symlinks keep their target" {
 	up
 	echo data >"$MNT/f"
