@@ -504,8 +504,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: timeouts are seconds from 0 to one year\n");
 		goto out;
 	}
-	if (!seconds_ok(o.rpc_timeout, 0.05)) {
-		fprintf(stderr, "wsfs: rpc_timeout wants seconds, at least 0.05\n");
+	/* Milliseconds in a uint32_t (cfg.rpc_timeout_ms): 49 days. */
+	if (!seconds_ok(o.rpc_timeout, 0.05) || o.rpc_timeout > UINT32_MAX / 1000.0) {
+		fprintf(stderr, "wsfs: rpc_timeout wants seconds from 0.05 to %u\n",
+			UINT32_MAX / 1000);
 		goto out;
 	}
 	if (o.max_threads < 1 || o.max_threads > 1024) {

@@ -279,7 +279,7 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 @test "wsfs refuses options out of range or not numbers with a one-line message, and mounts nothing" {
 	local m="$BATS_TEST_TMPDIR/m2" o
 	mkdir -p "$m"
-	for o in read_ahead_kb=1048577 max_threads=0 rpc_timeout=0.01 max_dir_entries=0 \
+	for o in read_ahead_kb=1048577 max_threads=0 rpc_timeout=0.01 rpc_timeout=4294968 max_dir_entries=0 \
 		max_dir_entries=67108865 write_behind=65 setattr_behind=2 \
 		setattr_behind=1x write_behind=4k max_threads=' 4' setattr_behind=yes \
 		setattr_behind= rpc_timeout=0x1 entry_timeout=inf attr_timeout=1e3 \
