@@ -1361,6 +1361,124 @@ struct hslot {
 };
 
 /*
+ * Long calls. fsync(2) of a large file on a slow disk, copy_file_range(2)
+ * of a GiB, fallocate(2), the unlink of a large file: agentd may work on one
+ * longer than rpc_timeout and be there all along, and failing it with EIO
+ * (and taking agentd for gone) would be a false error. Such a call has a
+ * deadline of WSFS_LONG_CALL_MS and ends sooner only when no call had an
+ * answer from agentd for rpc_timeout (client.c "Stalled links"). While one
+ * runs, the pinger thread asks agentd for the root's attributes every
+ * rpc_timeout / 4: an agentd that answers keeps the long call waiting, one
+ * that does not (stopped, unreachable) ends it within about rpc_timeout, as
+ * any other call, with EIO. The pinger starts with the first long call
+ * and sleeps while none runs; it wakes every rpc_timeout / 4 while some
+ * run (one Stat each time it finds one running).
+ */
+static void ping_once(struct wsfs *fs)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+
+	q.path = bin("", 0);
+	(void)rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
+	free_reply(rep);
+}
+
+static void *ping_main(void *arg)
+{
+	struct wsfs *fs = arg;
+	int64_t every_ms = fs->cfg.rpc_timeout_ms / 4, next_ns = 0;
+
+	if (every_ms < 20)
+		every_ms = 20;
+	pthread_mutex_lock(&fs->ping_lock);
+	while (!fs->ping_stop) {
+		int64_t now = wsb_mono_ns();
+
+		if (!fs->long_calls) {
+			next_ns = 0;
+			fs->ping_idle = true;
+			pthread_cond_wait(&fs->ping_cond, &fs->ping_lock);
+			fs->ping_idle = false;
+			continue;
+		}
+		/* Not before every_ms: a short call costs nothing. */
+		if (!next_ns)
+			next_ns = now + every_ms * 1000000;
+		if (now < next_ns) {
+			struct timespec t = { (time_t)(next_ns / 1000000000),
+					      (long)(next_ns % 1000000000) };
+
+			(void)pthread_cond_timedwait(&fs->ping_cond, &fs->ping_lock, &t);
+			continue;
+		}
+		next_ns = now + every_ms * 1000000;
+		pthread_mutex_unlock(&fs->ping_lock);
+		ping_once(fs);
+		pthread_mutex_lock(&fs->ping_lock);
+	}
+	pthread_mutex_unlock(&fs->ping_lock);
+	return NULL;
+}
+
+static void long_begin(struct wsfs *fs)
+{
+	pthread_mutex_lock(&fs->ping_lock);
+	/* Without the thread, a long call ends as soon as no other call has
+	 * an answer for rpc_timeout: no worse than a short one. */
+	if (!fs->ping_started && !fs->ping_stop)
+		fs->ping_started = pthread_create(&fs->ping_thread, NULL, ping_main, fs) == 0;
+	/* Only a pinger that sleeps for good is woken: calls that begin and
+	 * end in a row (rm -rf) must not cost it a wakeup each. */
+	if (fs->long_calls++ == 0 && fs->ping_idle)
+		pthread_cond_signal(&fs->ping_cond);
+	pthread_mutex_unlock(&fs->ping_lock);
+}
+
+static void long_end(struct wsfs *fs)
+{
+	pthread_mutex_lock(&fs->ping_lock);
+	fs->long_calls--;
+	pthread_mutex_unlock(&fs->ping_lock);
+}
+
+int wsfs_ping_stop(struct wsfs *fs, const struct timespec *until)
+{
+	bool started;
+
+	pthread_mutex_lock(&fs->ping_lock);
+	fs->ping_stop = true;
+	started = fs->ping_started;
+	pthread_cond_signal(&fs->ping_cond);
+	pthread_mutex_unlock(&fs->ping_lock);
+	if (!started)
+		return 0;
+	if (pthread_timedjoin_np(fs->ping_thread, NULL, until) == ETIMEDOUT)
+		return -ETIMEDOUT;
+	fs->ping_started = false;
+	return 0;
+}
+
+/* The deadline of a long call, ms: never shorter than any other's. */
+static uint32_t long_ms(const struct wsfs *fs)
+{
+	return fs->cfg.rpc_timeout_ms > WSFS_LONG_CALL_MS ? fs->cfg.rpc_timeout_ms
+							 : WSFS_LONG_CALL_MS;
+}
+
+/* rpc_ex() of a long call ("Long calls"). */
+static int rpc_long(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
+		    const ProtobufCMessageDescriptor *desc, void *ret_reply)
+{
+	int r;
+
+	long_begin(fs);
+	r = rpc_ex(fs, method, req, desc, ret_reply, long_ms(fs));
+	long_end(fs);
+	return r;
+}
+
+/*
  * A call on one or two open files' handles: fills each slot's handle field,
  * calls, and when agentd answers EBADF because it lost a handle, reopens
  * (file_reopen) and calls again: up to twice more, for a handle that
@@ -1419,6 +1537,19 @@ static int file_rpc(struct wsfs *fs, struct hslot *slots, size_t n, const char *
 		    void *ret_reply)
 {
 	return file_rpc_ex(fs, slots, n, method, req, desc, ret_reply, fs->cfg.rpc_timeout_ms);
+}
+
+/* file_rpc_ex() of a long call ("Long calls"). */
+static int file_rpc_long(struct wsfs *fs, struct hslot *slots, size_t n, const char *method,
+			 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+			 void *ret_reply)
+{
+	int r;
+
+	long_begin(fs);
+	r = file_rpc_ex(fs, slots, n, method, req, desc, ret_reply, long_ms(fs));
+	long_end(fs);
+	return r;
 }
 
 /* fstat through @f's handle (SetAttr that sets nothing). */
@@ -3034,8 +3165,8 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 			r = rpc(fs, M("Rmdir"), &q.base, &wsbridge__v1__attr_reply__descriptor,
 				&rep);
 		else
-			r = rpc(fs, M("Unlink"), &q.base, &wsbridge__v1__attr_reply__descriptor,
-				&rep);
+			r = rpc_long(fs, M("Unlink"), &q.base,
+				     &wsbridge__v1__attr_reply__descriptor, &rep); /* a large file */
 		wsfs_self_end(fs, path, len, r == 0, NULL);
 		known_update(fs, parent, name, r, false);
 	}
@@ -4985,7 +5116,7 @@ static void ws_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	(void)ino;
 	wb_wait(fs);
 	q.datasync = datasync != 0;
-	r = file_rpc(fs, &s, 1, M("Fsync"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	r = file_rpc_long(fs, &s, 1, M("Fsync"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
 	e = s.f ? wb_error(s.f, WB_FSYNC) : 0;
 	fuse_reply_err(req, e ? e : r < 0 ? errno_out(r, false) : 0);
 }
@@ -5687,7 +5818,7 @@ static void ws_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 		if (r == 0) {
 			fq.handle = rep->handle;
 			fq.datasync = datasync != 0;
-			r = rpc(fs, M("Fsync"), &fq.base, &wsbridge__v1__empty__descriptor, NULL);
+			r = rpc_long(fs, M("Fsync"), &fq.base, &wsbridge__v1__empty__descriptor, NULL);
 			release_handle(fs, rep->handle);
 		}
 	}
@@ -5943,7 +6074,8 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	q.punch_hole = mode & FALLOC_FL_PUNCH_HOLE;
 	q.zero_range = mode & FALLOC_FL_ZERO_RANGE;
 	node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
-	r = file_rpc(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
+	r = file_rpc_long(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor,
+			  NULL);
 	mutated(fs);
 	node_seen_set(fs->nodes, ino, NULL);
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
@@ -6004,8 +6136,8 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	q.offset_out = (uint64_t)off_out;
 	q.length = len;
 	node_note(fs->nodes, ino_out, 0, true); /* getattr_reply() */
-	r = file_rpc(fs, s, 2, M("CopyFileRange"), &q.base,
-		     &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
+	r = file_rpc_long(fs, s, 2, M("CopyFileRange"), &q.base,
+			  &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
 	mutated(fs);
 	node_seen_set(fs->nodes, ino_out, NULL);
 	if (r == -ENOSYS || r == -EOPNOTSUPP) {
@@ -6142,6 +6274,8 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	atomic_init(&fs->pod_names_ns, INT64_MIN / 2);
 	atomic_init(&fs->expire_only, false);
 	pthread_mutex_init(&fs->mon_lock, NULL);
+	pthread_mutex_init(&fs->ping_lock, NULL);
+	wsb_cond_init_mono(&fs->ping_cond);
 	pthread_mutex_init(&fs->self_lock, NULL);
 	pthread_mutex_init(&fs->neg_lock, NULL);
 	pthread_mutex_init(&fs->stale_lock, NULL);
@@ -6187,9 +6321,14 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 void wsfs_free(struct wsfs *fs)
 {
 	struct wsfs_file *f, *next;
+	struct timespec until;
 
 	if (!fs)
 		return;
+	/* wsfs_monitor_stop() has stopped it, unless it never ran. */
+	until = wsb_deadline(CLOCK_REALTIME, fs->cfg.rpc_timeout_ms + 1000);
+	if (wsfs_ping_stop(fs, &until) < 0)
+		return; /* still in a call: leave it all to exit(3) */
 	/* SETATTRs kept behind on files the unmount left open (no FLUSH
 	 * came), before the locks and tables they use go. The session is
 	 * gone: no kernel to tell. */
@@ -6228,6 +6367,8 @@ void wsfs_free(struct wsfs *fs)
 		node_table_free(fs->nodes);
 		pthread_mutex_destroy(&fs->mon_lock);
 		pthread_cond_destroy(&fs->mon_cond);
+		pthread_mutex_destroy(&fs->ping_lock);
+		pthread_cond_destroy(&fs->ping_cond);
 		free(fs);
 		return;
 	}
@@ -6250,6 +6391,8 @@ void wsfs_free(struct wsfs *fs)
 	node_table_free(fs->nodes);
 	pthread_mutex_destroy(&fs->mon_lock);
 	pthread_cond_destroy(&fs->mon_cond);
+	pthread_mutex_destroy(&fs->ping_lock);
+	pthread_cond_destroy(&fs->ping_cond);
 	free(fs);
 }
 

@@ -41,6 +41,10 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 /** While agentd is unreachable, how often the monitor asks again, ms. */
 #define WSFS_PROBE_MS 250
 
+/** Deadline of a call that may run long in the pod alone (fs.c "Long
+ * calls"), ms; it ends sooner when agentd stops answering. */
+#define WSFS_LONG_CALL_MS (3600u * 1000u)
+
 /** Default of wsfs_config.max_dir_entries (-o max_dir_entries): a larger
  * listing fails with EFBIG rather than let agentd's replies take all memory. */
 #define WSFS_MAX_DIR_ENTRIES_DEFAULT 1048576u
@@ -235,6 +239,15 @@ struct wsfs {
 	 * file_opened()); set by init, read-only after. */
 	bool direct_append;
 
+	/* Long calls and their pinger thread (fs.c "Long calls"); protected
+	 * by ping_lock. */
+	pthread_mutex_t ping_lock;
+	pthread_cond_t ping_cond;
+	pthread_t ping_thread;
+	unsigned long_calls; /**< running now */
+	bool ping_started, ping_stop;
+	bool ping_idle; /**< the pinger waits for a long call to begin */
+
 	/* Monitor thread (watch.c); protected by mon_lock. */
 	pthread_mutex_t mon_lock;
 	pthread_cond_t mon_cond;
@@ -428,6 +441,15 @@ int wsfs_gather_start(struct wsfs *fs);
  * Again later: nothing.
  */
 void wsfs_send_behind(struct wsfs *fs);
+
+/**
+ * Stop the pinger thread of long calls (fs.c "Long calls"), if it runs, and
+ * join it by @p until (CLOCK_REALTIME, as pthread_timedjoin_np(3) takes).
+ * Once no request thread is left. Returns 0, or -ETIMEDOUT when it is still
+ * in a call to agentd (bounded by rpc_timeout): then @p fs must not be
+ * freed. Again later: 0.
+ */
+int wsfs_ping_stop(struct wsfs *fs, const struct timespec *until);
 
 /**
  * Start the monitor thread (watch.c): the Watch stream (unless

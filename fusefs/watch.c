@@ -1819,6 +1819,11 @@ int wsfs_monitor_stop(struct wsfs *fs, unsigned ms)
 	struct timespec until = wsb_deadline(CLOCK_REALTIME, ms);
 	int r;
 
+	r = wsfs_ping_stop(fs, &until);
+	if (r < 0) {
+		wsb_warn("the pinger thread is still in a call to agentd after %u ms", ms);
+		return r;
+	}
 	/* The request threads, the only ones that queue, have ended. */
 	pthread_mutex_lock(&fs->nq_lock);
 	fs->nq_stop = true;

@@ -291,6 +291,56 @@ down() {
 	assert_content "$ROOT/f" $'x\n'
 }
 
+# fsync_timed FILE: write a byte to FILE and fsync(2) it; prints "OK MS" or
+# "ERRNONAME MS" (MS: how long the fsync took).
+fsync_timed() {
+	"$PY" - "$1" <<'PYEOF'
+import errno, os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"x")
+t = time.monotonic()
+try:
+    os.fsync(fd)
+    res = "OK"
+except OSError as e:
+    res = errno.errorcode[e.errno]
+print(res, int((time.monotonic() - t) * 1000))
+try:
+    os.close(fd)
+except OSError:
+    pass
+PYEOF
+}
+
+@test "C1: an fsync agentd works on past rpc_timeout succeeds while agentd answers other calls; once it answers nothing, EIO within about rpc_timeout" {
+	STALL=$BATS_TEST_TMPDIR/stall
+	local calm=$BATS_TEST_TMPDIR/calm res ms
+	: >"$calm"
+	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL" --stall-on Fsync
+	wsfs_start -o rpc_timeout=1 -f "unix:$LIAR_SOCK"
+	# A pod whose disk takes 3 s for the fsync: 3 rpc_timeouts.
+	: >"$STALL"
+	(sleep 3 && rm -f "$STALL") 3>&- &
+	read -r res ms < <(fsync_timed "$MNT/slow")
+	assert_eq "$res" OK "fsync that took agentd 3 s"
+	((ms >= 2500)) || { echo "# it returned after $ms ms: not held?" >&3; false; }
+	run grep -c "unreachable" "$WSFS_ERR"
+	assert_eq "$output" 0 "wsfs took a slow agentd for gone"
+	assert_content "$ROOT/slow" x
+	# The same, and then agentd stops answering anything (SIGSTOP).
+	: >"$STALL"
+	(sleep 1 && kill -STOP "$LIAR_PID") 3>&- &
+	read -r res ms < <(fsync_timed "$MNT/slow2")
+	kill -CONT "$LIAR_PID"
+	rm -f "$STALL"
+	assert_eq "$res" EIO "fsync once agentd answers nothing"
+	((ms < 6000)) || { echo "# EIO came after $ms ms" >&3; false; }
+	# And it carries on once agentd answers again.
+	poll_until 10 bash -c '[ "$(cat "$1")" = x ] 2>/dev/null' _ "$MNT/slow"
+	read -r res ms < <(fsync_timed "$MNT/slow3")
+	assert_eq "$res" OK "fsync after agentd is back"
+}
+
 # d_threads PID: the threads of PID in uninterruptible sleep (state D), one
 # "TID:WCHAN" per line.
 d_threads() {

@@ -41,7 +41,9 @@ every ReadDir of a directory other than the root answers one entry named
 
 While the file named by --stall exists, every Read (unary or in an op
 stream) waits before it is forwarded: a READ the kernel sent stays in
-flight, its pages locked, for as long as a test needs.
+flight, its pages locked, for as long as a test needs. --stall-on names
+other methods to hold so instead (comma-separated, e.g. Fsync: agentd
+working long on one call while it answers the others).
 
 Each reply's lies come from a generator of its own, seeded with (seed,
 method, how many calls of that method came before), so a seed gives the same
@@ -49,7 +51,7 @@ lies to the same sequence of calls whatever threads run them.
 
 Usage: hostile_agentd.py --listen unix:PATH --upstream unix:PATH
                          --seed N [--rate P] [--calm FILE] [--lie KIND]
-                         [--stall FILE]
+                         [--stall FILE [--stall-on METHOD,...]]
 
 Runs until SIGTERM or SIGINT. Debian's /usr/bin/python3 with python3-grpcio;
 the generated stubs come from $WSB_PROTO (see wsbtest.py).
@@ -259,9 +261,11 @@ def main():
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--calm")
     ap.add_argument("--stall")
+    ap.add_argument("--stall-on", default="Read")
     ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle",
                                       "old-release"])
     a = ap.parse_args()
+    stall_on = set(a.stall_on.split(","))
     a.root_file = a.lie is not None
     root_stats = [0]
 
@@ -291,7 +295,7 @@ def main():
             call = up.unary_unary(path)
 
             def uu(req, context, call=call, cls=cls, name=meth.name):
-                while name == "Read" and a.stall and os.path.exists(a.stall):
+                while name in stall_on and a.stall and os.path.exists(a.stall):
                     time.sleep(0.02)
                 if a.lie == "old-release" and name == "Release":
                     q = pb.HandleRequest.FromString(req)
