@@ -3070,8 +3070,10 @@ int main(int argc, char **argv)
 
 			errno = 0;
 			sec = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(sec >= 0) || sec > 86400.0 * 365)
-				usage_error("--rpc-timeout wants seconds, not %s", q(optarg));
+			/* Milliseconds in a uint32_t (wsc_options): 49 days. */
+			if (errno || end == optarg || *end || !(sec >= 0) || sec > UINT32_MAX / 1000.0)
+				usage_error("--rpc-timeout wants seconds from 0 to %u, not %s",
+					    UINT32_MAX / 1000, q(optarg));
 			o.timeout_ms = (uint32_t)(sec * 1000.0);
 			break;
 		}

@@ -115,6 +115,10 @@ teardown() {
 	WSBRIDGE_ADDR=localhost run --separate-stderr "$WSCTL" health
 	assert_status 2
 	assert_contains "$stderr" "no port"
+	# Milliseconds past a uint32_t: refused, not wrapped round.
+	run --separate-stderr "$WSCTL" --rpc-timeout 4294968 health
+	assert_status 2
+	assert_contains "$stderr" "--rpc-timeout wants seconds from 0 to 4294967"
 	run --separate-stderr "$WSCTL" --help
 	assert_status 0
 	assert_contains "$output" "Usage: wsctl"
