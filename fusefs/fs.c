@@ -427,6 +427,125 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
 	return (ProtobufCBinaryData){ .len = len, .data = (uint8_t *)s };
 }
 
+/*
+ * Long calls. fsync(2) of a large file on a slow disk, copy_file_range(2)
+ * of a GiB, fallocate(2), the unlink, truncate or last close of a large
+ * file (freeing its blocks): agentd may work on one longer than
+ * rpc_timeout and be there all along, and failing it with EIO (and taking
+ * agentd for gone) would be a false error. Such a call has a
+ * deadline of WSFS_LONG_CALL_MS and ends sooner only when no call had an
+ * answer from agentd for rpc_timeout (client.c "Stalled links"). While one
+ * runs, the pinger thread asks agentd for the root's attributes every
+ * rpc_timeout / 4: an agentd that answers keeps the long call waiting, one
+ * that does not (stopped, unreachable) ends it within about rpc_timeout, as
+ * any other call, with EIO. The pinger starts with the first long call
+ * and sleeps while none runs; it wakes every rpc_timeout / 4 while some
+ * run (one Stat each time it finds one running).
+ */
+static void ping_once(struct wsfs *fs)
+{
+	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
+	Wsbridge__V1__StatReply *rep = NULL;
+
+	q.path = bin("", 0);
+	(void)rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
+	free_reply(rep);
+}
+
+static void *ping_main(void *arg)
+{
+	struct wsfs *fs = arg;
+	int64_t every_ms = fs->cfg.rpc_timeout_ms / 4, next_ns = 0;
+
+	if (every_ms < 20)
+		every_ms = 20;
+	pthread_mutex_lock(&fs->ping_lock);
+	while (!fs->ping_stop) {
+		int64_t now = wsb_mono_ns();
+
+		if (!fs->long_calls) {
+			next_ns = 0;
+			fs->ping_idle = true;
+			pthread_cond_wait(&fs->ping_cond, &fs->ping_lock);
+			fs->ping_idle = false;
+			continue;
+		}
+		/* Not before every_ms: a short call costs nothing. */
+		if (!next_ns)
+			next_ns = now + every_ms * 1000000;
+		if (now < next_ns) {
+			struct timespec t = { (time_t)(next_ns / 1000000000),
+					      (long)(next_ns % 1000000000) };
+
+			(void)pthread_cond_timedwait(&fs->ping_cond, &fs->ping_lock, &t);
+			continue;
+		}
+		next_ns = now + every_ms * 1000000;
+		pthread_mutex_unlock(&fs->ping_lock);
+		ping_once(fs);
+		pthread_mutex_lock(&fs->ping_lock);
+	}
+	pthread_mutex_unlock(&fs->ping_lock);
+	return NULL;
+}
+
+static void long_begin(struct wsfs *fs)
+{
+	pthread_mutex_lock(&fs->ping_lock);
+	/* Without the thread, a long call ends as soon as no other call has
+	 * an answer for rpc_timeout: no worse than a short one. */
+	if (!fs->ping_started && !fs->ping_stop)
+		fs->ping_started = pthread_create(&fs->ping_thread, NULL, ping_main, fs) == 0;
+	/* Only a pinger that sleeps for good is woken: calls that begin and
+	 * end in a row (rm -rf) must not cost it a wakeup each. */
+	if (fs->long_calls++ == 0 && fs->ping_idle)
+		pthread_cond_signal(&fs->ping_cond);
+	pthread_mutex_unlock(&fs->ping_lock);
+}
+
+static void long_end(struct wsfs *fs)
+{
+	pthread_mutex_lock(&fs->ping_lock);
+	fs->long_calls--;
+	pthread_mutex_unlock(&fs->ping_lock);
+}
+
+int wsfs_ping_stop(struct wsfs *fs, const struct timespec *until)
+{
+	bool started;
+
+	pthread_mutex_lock(&fs->ping_lock);
+	fs->ping_stop = true;
+	started = fs->ping_started;
+	pthread_cond_signal(&fs->ping_cond);
+	pthread_mutex_unlock(&fs->ping_lock);
+	if (!started)
+		return 0;
+	if (pthread_timedjoin_np(fs->ping_thread, NULL, until) == ETIMEDOUT)
+		return -ETIMEDOUT;
+	fs->ping_started = false;
+	return 0;
+}
+
+/* The deadline of a long call, ms: never shorter than any other's. */
+static uint32_t long_ms(const struct wsfs *fs)
+{
+	return fs->cfg.rpc_timeout_ms > WSFS_LONG_CALL_MS ? fs->cfg.rpc_timeout_ms
+							 : WSFS_LONG_CALL_MS;
+}
+
+/* rpc_ex() of a long call ("Long calls"). */
+static int rpc_long(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
+		    const ProtobufCMessageDescriptor *desc, void *ret_reply)
+{
+	int r;
+
+	long_begin(fs);
+	r = rpc_ex(fs, method, req, desc, ret_reply, long_ms(fs));
+	long_end(fs);
+	return r;
+}
+
 /* ---- write-behind ----
  *
  * A WRITE that goes on where its handle's last one ended, through the
@@ -867,7 +986,9 @@ static void release_send(struct wsfs *fs, const uint64_t *a, size_t n)
 		q.handle = a[i];
 		q.n_more = k - 1;
 		q.more = (uint64_t *)(uintptr_t)(a + i + 1);
-		r = rpc(fs, M("Release"), &q.base, &wsbridge__v1__release_reply__descriptor, &rep);
+		/* Freeing an unlinked large file's blocks may take long. */
+		r = rpc_long(fs, M("Release"), &q.base, &wsbridge__v1__release_reply__descriptor,
+			     &rep);
 		if (r == 0 && k > 1 && rep->released == 0) {
 			if (!atomic_exchange(&fs->rel_single, true))
 				wsb_notice("agentd releases one handle per call (it ignores "
@@ -1359,124 +1480,6 @@ struct hslot {
 	uint64_t *field;
 	bool write;
 };
-
-/*
- * Long calls. fsync(2) of a large file on a slow disk, copy_file_range(2)
- * of a GiB, fallocate(2), the unlink of a large file: agentd may work on one
- * longer than rpc_timeout and be there all along, and failing it with EIO
- * (and taking agentd for gone) would be a false error. Such a call has a
- * deadline of WSFS_LONG_CALL_MS and ends sooner only when no call had an
- * answer from agentd for rpc_timeout (client.c "Stalled links"). While one
- * runs, the pinger thread asks agentd for the root's attributes every
- * rpc_timeout / 4: an agentd that answers keeps the long call waiting, one
- * that does not (stopped, unreachable) ends it within about rpc_timeout, as
- * any other call, with EIO. The pinger starts with the first long call
- * and sleeps while none runs; it wakes every rpc_timeout / 4 while some
- * run (one Stat each time it finds one running).
- */
-static void ping_once(struct wsfs *fs)
-{
-	Wsbridge__V1__StatRequest q = WSBRIDGE__V1__STAT_REQUEST__INIT;
-	Wsbridge__V1__StatReply *rep = NULL;
-
-	q.path = bin("", 0);
-	(void)rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
-	free_reply(rep);
-}
-
-static void *ping_main(void *arg)
-{
-	struct wsfs *fs = arg;
-	int64_t every_ms = fs->cfg.rpc_timeout_ms / 4, next_ns = 0;
-
-	if (every_ms < 20)
-		every_ms = 20;
-	pthread_mutex_lock(&fs->ping_lock);
-	while (!fs->ping_stop) {
-		int64_t now = wsb_mono_ns();
-
-		if (!fs->long_calls) {
-			next_ns = 0;
-			fs->ping_idle = true;
-			pthread_cond_wait(&fs->ping_cond, &fs->ping_lock);
-			fs->ping_idle = false;
-			continue;
-		}
-		/* Not before every_ms: a short call costs nothing. */
-		if (!next_ns)
-			next_ns = now + every_ms * 1000000;
-		if (now < next_ns) {
-			struct timespec t = { (time_t)(next_ns / 1000000000),
-					      (long)(next_ns % 1000000000) };
-
-			(void)pthread_cond_timedwait(&fs->ping_cond, &fs->ping_lock, &t);
-			continue;
-		}
-		next_ns = now + every_ms * 1000000;
-		pthread_mutex_unlock(&fs->ping_lock);
-		ping_once(fs);
-		pthread_mutex_lock(&fs->ping_lock);
-	}
-	pthread_mutex_unlock(&fs->ping_lock);
-	return NULL;
-}
-
-static void long_begin(struct wsfs *fs)
-{
-	pthread_mutex_lock(&fs->ping_lock);
-	/* Without the thread, a long call ends as soon as no other call has
-	 * an answer for rpc_timeout: no worse than a short one. */
-	if (!fs->ping_started && !fs->ping_stop)
-		fs->ping_started = pthread_create(&fs->ping_thread, NULL, ping_main, fs) == 0;
-	/* Only a pinger that sleeps for good is woken: calls that begin and
-	 * end in a row (rm -rf) must not cost it a wakeup each. */
-	if (fs->long_calls++ == 0 && fs->ping_idle)
-		pthread_cond_signal(&fs->ping_cond);
-	pthread_mutex_unlock(&fs->ping_lock);
-}
-
-static void long_end(struct wsfs *fs)
-{
-	pthread_mutex_lock(&fs->ping_lock);
-	fs->long_calls--;
-	pthread_mutex_unlock(&fs->ping_lock);
-}
-
-int wsfs_ping_stop(struct wsfs *fs, const struct timespec *until)
-{
-	bool started;
-
-	pthread_mutex_lock(&fs->ping_lock);
-	fs->ping_stop = true;
-	started = fs->ping_started;
-	pthread_cond_signal(&fs->ping_cond);
-	pthread_mutex_unlock(&fs->ping_lock);
-	if (!started)
-		return 0;
-	if (pthread_timedjoin_np(fs->ping_thread, NULL, until) == ETIMEDOUT)
-		return -ETIMEDOUT;
-	fs->ping_started = false;
-	return 0;
-}
-
-/* The deadline of a long call, ms: never shorter than any other's. */
-static uint32_t long_ms(const struct wsfs *fs)
-{
-	return fs->cfg.rpc_timeout_ms > WSFS_LONG_CALL_MS ? fs->cfg.rpc_timeout_ms
-							 : WSFS_LONG_CALL_MS;
-}
-
-/* rpc_ex() of a long call ("Long calls"). */
-static int rpc_long(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
-		    const ProtobufCMessageDescriptor *desc, void *ret_reply)
-{
-	int r;
-
-	long_begin(fs);
-	r = rpc_ex(fs, method, req, desc, ret_reply, long_ms(fs));
-	long_end(fs);
-	return r;
-}
 
 /*
  * A call on one or two open files' handles: fills each slot's handle field,
@@ -2961,8 +2964,13 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 
 		if (path_of(fs, ino, &path, &len) == 0)
 			wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-		r = file_rpc(fs, &s, 1, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
-			     &rep);
+		/* A truncate frees blocks: a long call. */
+		if (s.write)
+			r = file_rpc_long(fs, &s, 1, M("SetAttr"), &q.base,
+					  &wsbridge__v1__attr_reply__descriptor, &rep);
+		else
+			r = file_rpc(fs, &s, 1, M("SetAttr"), &q.base,
+				     &wsbridge__v1__attr_reply__descriptor, &rep);
 		if ((r == -EIO || r == -EBADF || r == -EACCES) && !(fi && fi->fh) && info.attached &&
 		    path && path_holds_node(fs, path, len, &info)) {
 			/* The handle failed (agentd lost it and could not
@@ -2987,7 +2995,12 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			goto out;
 		q.path = bin(path, len);
 		wsfs_self_begin(fs, path, len, WSFS_SELF_CHANGED);
-		r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+		if (q.valid & WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE)
+			r = rpc_long(fs, M("SetAttr"), &q.base,
+				     &wsbridge__v1__attr_reply__descriptor, &rep);
+		else
+			r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
+				&rep);
 	}
 	gen = mutated(fs);
 	if (to_set & FUSE_SET_ATTR_SIZE)
