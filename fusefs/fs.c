@@ -430,17 +430,17 @@ static ProtobufCBinaryData bin(const char *s, size_t len)
 /*
  * Long calls. fsync(2) of a large file on a slow disk, copy_file_range(2)
  * of a GiB, fallocate(2), the unlink, truncate or last close of a large
- * file (freeing its blocks): agentd may work on one longer than
- * rpc_timeout and be there all along, and failing it with EIO (and taking
- * agentd for gone) would be a false error. Such a call has a
- * deadline of WSFS_LONG_CALL_MS and ends sooner only when no call had an
- * answer from agentd for rpc_timeout (client.c "Stalled links"). While one
- * runs, the pinger thread asks agentd for the root's attributes every
+ * file (freeing its blocks): agentd may work on one longer than rpc_timeout
+ * and be there all along, and failing it with EIO (and taking agentd for
+ * gone) would be a false error. Such a call has a deadline of
+ * WSFS_LONG_CALL_MS (ms) and ends sooner only when no call had an answer
+ * from agentd for rpc_timeout (client.c "Stalled links"). While one runs,
+ * the pinger thread asks agentd for the root's attributes every
  * rpc_timeout / 4: an agentd that answers keeps the long call waiting, one
- * that does not (stopped, unreachable) ends it within about rpc_timeout, as
- * any other call, with EIO. The pinger starts with the first long call
+ * that does not (stopped, unreachable) ends it within about rpc_timeout,
+ * as any other call, with EIO. The pinger starts with the first long call
  * and sleeps while none runs; it wakes every rpc_timeout / 4 while some
- * run (one Stat each time it finds one running).
+ * run (one Stat each time it finds one running). Any FUSE worker thread.
  */
 static void ping_once(struct wsfs *fs)
 {
