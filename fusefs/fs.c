@@ -3932,6 +3932,15 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (r == 0)
 		r = node_lookup(fs->nodes, NODE_OWN, parent, name, strlen(name), e.attr.st_ino,
 				st_ident(&e.attr), e.attr.st_mode, (uint32_t)e.attr.st_nlink, &id);
+	if (r == -ESTALE)
+		/* The pod renamed the directory (or one above it) after the
+		 * file was made or opened there: the table lost its name, but
+		 * the call is done and open(2) must not fail (after O_EXCL a
+		 * lock file nobody owns would stay; O_TRUNC has emptied the
+		 * file). Its node has no name; the kernel's dentry under the
+		 * directory it holds is right. */
+		r = node_new_detached(fs->nodes, e.attr.st_ino, st_ident(&e.attr), e.attr.st_mode,
+				      &id);
 	if (r < 0) {
 		release_handle(fs, rep->handle);
 		if (r == -ESTALE)

@@ -875,6 +875,26 @@ out:
 	return r;
 }
 
+int node_new_detached(struct node_table *t, uint64_t ino, uint64_t ident, uint32_t mode,
+		      uint64_t *ret_id)
+{
+	struct node *n = calloc(1, sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	pthread_mutex_lock(&t->lock);
+	n->id = t->next_id++;
+	n->ino = ino;
+	n->ident = ident;
+	n->mode = mode & S_IFMT;
+	id_insert(t, n); /* not by_ino: never merged with a name (link_remove()) */
+	n->nlookup = 1;
+	n->bound_ns = wsb_mono_ns();
+	*ret_id = n->id;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
 uint64_t node_forget(struct node_table *t, uint64_t id, uint64_t nlookup)
 {
 	struct node *n;

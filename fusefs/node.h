@@ -178,6 +178,18 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 		size_t len, uint64_t ino, uint64_t ident, uint32_t mode, uint32_t nlink,
 		uint64_t *ret_id);
 
+/**
+ * A node without a name for the server file with inode @p ino, identity
+ * @p ident and type @p mode, looked up once: for a file this mount has just
+ * made in a directory that lost its name in the table meanwhile (the pod
+ * renamed it), whose create must still succeed, as on a local disk, and
+ * give the kernel a nodeid. It is reached through its open files only, as
+ * a node whose last name went. @p ret_id: the nodeid. Returns 0 or -ENOMEM.
+ * Any thread.
+ */
+int node_new_detached(struct node_table *t, uint64_t ino, uint64_t ident, uint32_t mode,
+		      uint64_t *ret_id);
+
 /* One half of node_ident(): @p x hashed to 32 bits, 0 only for 0. */
 static inline uint32_t node_ident_half(uint64_t x)
 {

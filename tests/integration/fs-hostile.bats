@@ -341,6 +341,38 @@ PYEOF
 	assert_eq "$res" OK "fsync after agentd is back"
 }
 
+@test "an O_EXCL create whose directory the POD moves away before the reply comes succeeds; the file is where the directory went" {
+	STALL=$BATS_TEST_TMPDIR/stall
+	local calm=$BATS_TEST_TMPDIR/calm out=$BATS_TEST_TMPDIR/create.out pid
+	: >"$calm"
+	mkdir -p "$ROOT/a/b" "$ROOT/z"
+	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL" --stall-on Open --stall-reply
+	wsfs_start -f "unix:$LIAR_SOCK"
+	ls "$MNT/a/b" >/dev/null # the mount knows a and b, not z
+	sleep 0.5 # past WSFS_EVENT_LATENCY_NS: the event may unbind a
+	: >"$STALL"
+	"$PY" -c '
+import errno, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, b"mine\n")
+    os.close(fd)
+    print("OK")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+' "$MNT/a/b/lock" >"$out" 3>&- &
+	pid=$!
+	# agentd made the file; its reply is held. The pod moves the directory
+	# into one the mount never saw: the mount's table loses its name.
+	poll_until 10 test -e "$ROOT/a/b/lock"
+	mv "$ROOT/a/b" "$ROOT/z/"
+	sleep 1
+	rm -f "$STALL"
+	wait "$pid"
+	assert_eq "$(cat "$out")" OK "the create's result"
+	assert_content "$ROOT/z/b/lock" $'mine\n'
+}
+
 # d_threads PID: the threads of PID in uninterruptible sleep (state D), one
 # "TID:WCHAN" per line.
 d_threads() {

@@ -43,7 +43,9 @@ While the file named by --stall exists, every Read (unary or in an op
 stream) waits before it is forwarded: a READ the kernel sent stays in
 flight, its pages locked, for as long as a test needs. --stall-on names
 other methods to hold so instead (comma-separated, e.g. Fsync: agentd
-working long on one call while it answers the others).
+working long on one call while it answers the others); with --stall-reply
+the call is forwarded at once and its reply held (agentd has done it; the
+client hears of it late).
 
 Each reply's lies come from a generator of its own, seeded with (seed,
 method, how many calls of that method came before), so a seed gives the same
@@ -51,7 +53,7 @@ lies to the same sequence of calls whatever threads run them.
 
 Usage: hostile_agentd.py --listen unix:PATH --upstream unix:PATH
                          --seed N [--rate P] [--calm FILE] [--lie KIND]
-                         [--stall FILE [--stall-on METHOD,...]]
+                         [--stall FILE [--stall-on METHOD,...] [--stall-reply]]
 
 Runs until SIGTERM or SIGINT. Debian's /usr/bin/python3 with python3-grpcio;
 the generated stubs come from $WSB_PROTO (see wsbtest.py).
@@ -262,6 +264,7 @@ def main():
     ap.add_argument("--calm")
     ap.add_argument("--stall")
     ap.add_argument("--stall-on", default="Read")
+    ap.add_argument("--stall-reply", action="store_true")
     ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle",
                                       "old-release"])
     a = ap.parse_args()
@@ -294,9 +297,13 @@ def main():
         if not cs and not ss:
             call = up.unary_unary(path)
 
-            def uu(req, context, call=call, cls=cls, name=meth.name):
+            def hold(name):
                 while name in stall_on and a.stall and os.path.exists(a.stall):
                     time.sleep(0.02)
+
+            def uu(req, context, call=call, cls=cls, name=meth.name):
+                if not a.stall_reply:
+                    hold(name)
                 if a.lie == "old-release" and name == "Release":
                     q = pb.HandleRequest.FromString(req)
                     del q.more[:]
@@ -308,6 +315,8 @@ def main():
                     if liar and liar.roll(liar.rate):
                         liar.fail(context)
                     relay_error(e, context)
+                if a.stall_reply:
+                    hold(name)
                 if a.lie == "old-release":
                     return pb.ReleaseReply().SerializeToString() if name == "Release" else data
                 if a.lie == "readdir-cycle":

@@ -412,6 +412,36 @@ static void test_unlink_and_open_files(void **state)
 	assert_int_equal(node_count(t), 1);
 }
 
+/* A node made without a name (a create whose directory lost its name):
+ * reached by its id and open files only; freed by its forget and close. */
+static void test_new_detached(void **state)
+{
+	struct node_table *t = *state;
+	struct node_fh fh;
+	struct node_info info;
+	uint64_t f, ids[4];
+	char *path;
+	size_t len;
+
+	add(t, NODE_ROOT_ID, "named", 70, REG);
+	assert_int_equal(node_new_detached(t, 70, 0, REG | 0644, &f), 0);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_false(info.attached);
+	assert_int_equal(info.nlookup, 1);
+	assert_int_equal(info.mode, REG);
+	assert_int_equal(info.names, 0);
+	assert_int_equal(node_path(t, f, &path, &len), -ESTALE);
+	/* Not found by inode: never merged with a name of the same file. */
+	assert_int_equal(node_ids_by_ino(t, 70, 0, ids, 4), 1);
+	assert_true(ids[0] != f);
+	assert_int_equal(node_fh_add(t, f, &fh), 0);
+	node_forget(t, f, 1);
+	assert_int_equal(node_info(t, f, &info), 0);
+	assert_true(node_fh_put(t, &fh));
+	assert_int_equal(node_info(t, f, &info), -ESTALE);
+	assert_int_equal(node_count(t), 2);
+}
+
 static void test_hard_links(void **state)
 {
 	struct node_table *t = *state;
@@ -1077,6 +1107,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kept, setup, teardown),
 		cmocka_unit_test(test_link_inside),
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_new_detached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own, setup, teardown),
