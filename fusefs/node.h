@@ -181,9 +181,9 @@ int node_lookup(struct node_table *t, uint64_t since, uint64_t parent, const cha
 /**
  * A node without a name for the server file with inode @p ino, identity
  * @p ident and type @p mode, looked up once: for a file this mount has just
- * made in a directory that lost its name in the table meanwhile (the pod
- * renamed it), whose create must still succeed, as on a local disk, and
- * give the kernel a nodeid. It is reached through its open files only, as
+ * made (or opened, O_CREAT) in a directory that lost its name in the table
+ * meanwhile (the pod renamed it), whose create must still succeed, as on a
+ * local disk, and give the kernel a nodeid. It is reached through its open files only, as
  * a node whose last name went. @p ret_id: the nodeid. Returns 0 or -ENOMEM.
  * Any thread.
  */
