@@ -2515,7 +2515,7 @@ static int cmd_ls(int argc, char **argv)
 	dir = S_ISDIR(sr->attr->mode);
 	/* ls(1): a symlink named on the command line is followed, save by
 	 * -l unless it ends in '/'. */
-	if (S_ISLNK(sr->attr->mode) && (!lng || path[strlen(path) - 1] == '/')) {
+	if (S_ISLNK(sr->attr->mode) && (!lng || (path[0] && path[strlen(path) - 1] == '/'))) {
 		r = remote_is_dir(path, &st);
 		dir = r > 0;
 	}
