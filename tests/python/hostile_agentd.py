@@ -289,6 +289,11 @@ def main():
             pass
         context.abort(e.code(), e.details() or "")
 
+    def hold(name):
+        """While the --stall file exists, hold a call of a --stall-on method."""
+        while name in stall_on and a.stall and os.path.exists(a.stall):
+            time.sleep(0.02)
+
     for meth in svc.methods:
         path = "/%s/%s" % (SERVICE, meth.name)
         cls = getattr(pb, meth.output_type.name)
@@ -296,10 +301,6 @@ def main():
 
         if not cs and not ss:
             call = up.unary_unary(path)
-
-            def hold(name):
-                while name in stall_on and a.stall and os.path.exists(a.stall):
-                    time.sleep(0.02)
 
             def uu(req, context, call=call, cls=cls, name=meth.name):
                 if not a.stall_reply:
