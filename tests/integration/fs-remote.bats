@@ -2383,7 +2383,7 @@ while todo:
 	os.close(fd)
 	print("open after close: ok")
 	EOF
-	echo "# $output" >&3
+	echo "# ${output//$'\n'/$'\n'# }" >&3 # each line a TAP comment
 	assert_status 0
 	assert_contains "$output" ": ENFILE"
 	assert_contains "$output" "open after close: ok"
