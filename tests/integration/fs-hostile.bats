@@ -349,7 +349,7 @@ PYEOF
 	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL" --stall-on Open --stall-reply
 	wsfs_start -f "unix:$LIAR_SOCK"
 	ls "$MNT/a/b" >/dev/null # the mount knows a and b, not z
-	sleep 0.5 # past WSFS_EVENT_LATENCY_NS: the event may unbind a
+	sleep 0.5 # past WSFS_EVENT_LATENCY_NS: the event may unbind b
 	: >"$STALL"
 	"$PY" -c '
 import errno, os, sys
