@@ -341,6 +341,32 @@ PYEOF
 	assert_eq "$res" OK "fsync after agentd is back"
 }
 
+@test "C1: an unlink and a truncate agentd works on past rpc_timeout (a large file's blocks) succeed while agentd answers other calls" {
+	STALL=$BATS_TEST_TMPDIR/stall
+	local calm=$BATS_TEST_TMPDIR/calm t0 ms
+	: >"$calm"
+	echo data >"$ROOT/big1"
+	echo data >"$ROOT/big2"
+	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL" --stall-on Unlink,SetAttr
+	wsfs_start -o rpc_timeout=1 -f "unix:$LIAR_SOCK"
+	stat "$MNT/big1" "$MNT/big2" >/dev/null
+	: >"$STALL"
+	(sleep 3 && rm -f "$STALL") 3>&- &
+	t0=$(now_ms)
+	run truncate -s 0 "$MNT/big1"
+	ms=$(($(now_ms) - t0))
+	assert_status 0
+	((ms >= 2500)) || { echo "# truncate returned after $ms ms: not held?" >&3; false; }
+	: >"$STALL"
+	(sleep 3 && rm -f "$STALL") 3>&- &
+	run rm "$MNT/big2"
+	assert_status 0
+	assert_eq "$(stat -c %s "$ROOT/big1")" 0 "POD size after truncate"
+	[ ! -e "$ROOT/big2" ]
+	run grep -c "unreachable" "$WSFS_ERR"
+	assert_eq "$output" 0 "wsfs took a slow agentd for gone"
+}
+
 @test "an O_EXCL create whose directory the POD moves away before the reply comes succeeds; the file is where the directory went" {
 	STALL=$BATS_TEST_TMPDIR/stall
 	local calm=$BATS_TEST_TMPDIR/calm out=$BATS_TEST_TMPDIR/create.out pid
