@@ -55,6 +55,8 @@
  * watch thread blocks in the kernel's page invalidation behind the very
  * writes that wait). A slow link that still answers keeps such calls
  * going; a stalled one ends every call within about the default timeout.
+ * Once wsc_cut_long() was called (the client is about to go), a call with
+ * a longer deadline waits the default timeout from then at most.
  *
  * Op streams (wsc_options.op_streams). A unary Workspace call costs gRPC a
  * call's set-up and tear-down: HEADERS both ways, trailers, a request slot
@@ -196,6 +198,7 @@ struct wsc {
 	size_t n_md;
 
 	atomic_int_fast64_t heard_ns; /* CLOCK_MONOTONIC: a call last had its answer */
+	atomic_int_fast64_t cut_ns;   /* wsc_cut_long()'s CLOCK_MONOTONIC; 0: none */
 
 	bool ops;                     /* op_streams */
 	atomic_bool ops_unsupported;  /* agentd has no Ops: unary calls only */
@@ -940,7 +943,9 @@ static void heard(struct wsc *c, int64_t now_ns)
  * (CLOCK_MONOTONIC) with a deadline of @timeout_ms: when that is longer than
  * the client's default, the wait also ends once the call has waited the
  * default and no call had an answer for as long ("Stalled links"):
- * a GRPC_QUEUE_TIMEOUT event with *@stalled set.
+ * a GRPC_QUEUE_TIMEOUT event with *@stalled set. After wsc_cut_long(), it
+ * ends the default after that (or after @start_ns, if later) at most: a
+ * GRPC_QUEUE_TIMEOUT event with *@stalled clear.
  */
 static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 			    gpr_timespec until, int64_t start_ns, int64_t timeout_ms, bool *stalled)
@@ -953,16 +958,20 @@ static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 		return cq_wait_until(c, cq, tag, true, until);
 	for (;;) {
 		int64_t last = atomic_load_explicit(&c->heard_ns, memory_order_relaxed);
+		int64_t cut = atomic_load_explicit(&c->cut_ns, memory_order_relaxed);
 		int64_t now = wsb_mono_ns();
 		int64_t stall = (last > start_ns ? last : start_ns) + quiet_ns;
+		int64_t end = cut ? (cut > start_ns ? cut : start_ns) + quiet_ns : INT64_MAX;
 		gpr_timespec w;
 
-		if (stall <= now) {
-			*stalled = true;
+		if (stall <= now || end <= now) {
+			*stalled = stall <= now;
 			memset(&ev, 0, sizeof(ev));
 			ev.type = GRPC_QUEUE_TIMEOUT;
 			return ev;
 		}
+		if (end < stall)
+			stall = end;
 		w = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
 				 gpr_time_from_nanos(stall - now, GPR_TIMESPAN));
 		if (gpr_time_cmp(w, until) >= 0)
@@ -971,6 +980,11 @@ static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 		if (ev.type != GRPC_QUEUE_TIMEOUT)
 			return ev;
 	}
+}
+
+void wsc_cut_long(struct wsc *c)
+{
+	atomic_store_explicit(&c->cut_ns, wsb_mono_ns(), memory_order_relaxed);
 }
 
 /* Wait for @tag on @cq for as long as it takes (a stream's; the call's

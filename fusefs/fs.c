@@ -4914,6 +4914,11 @@ int wsfs_gather_start(struct wsfs *fs)
 
 void wsfs_send_behind(struct wsfs *fs)
 {
+	/* The mount is gone: a long call (a Release of the gathering thread,
+	 * say) that agentd has not answered must not hold the exit for an
+	 * hour; what the session holds, agentd frees when it ends. */
+	if (fs->client)
+		wsc_cut_long(fs->client);
 	pthread_mutex_lock(&fs->gb_lock);
 	fs->gb_stop = true;
 	pthread_cond_broadcast(&fs->gb_cond);

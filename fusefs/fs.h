@@ -438,7 +438,8 @@ int wsfs_gather_start(struct wsfs *fs);
  * (no FLUSH came): their write(2)s and chmod(2)s returned. Once no request
  * thread is left (the session loop returned), before wsfs_monitor_stop()
  * (a failure may queue wsfs_inval_pages_later()); wsfs_free() does it too.
- * Again later: nothing.
+ * Long calls then wait rpc_timeout at most (wsc_cut_long()). Again later:
+ * nothing.
  */
 void wsfs_send_behind(struct wsfs *fs);
 
