@@ -533,6 +533,28 @@ int fsops_reopen(struct fsops_handles *h, uint64_t owner, uint64_t id, int flags
 	return 0;
 }
 
+int fsops_pin(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
+	      const void *path, size_t len, uint64_t *ret_handle, struct stat *ret_st,
+	      struct fsops_ident *ret_ident)
+{
+	struct fsops_handle *e = NULL;
+	int fd;
+
+	*ret_handle = 0;
+	if (handle_reserve(h, &e) < 0)
+		e = NULL; /* table full (or no memory): a stat only */
+	fd = fstat_ident_or_close(root, resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0),
+				  ret_st, ret_ident);
+	if (fd >= 0 && e && S_ISREG(ret_st->st_mode))
+		return handle_enter(h, e, fd, O_PATH, owner, ret_handle);
+	if (fd >= 0)
+		close(fd);
+	if (e)
+		(void)handle_enter(h, e, -EBADF, 0, owner, ret_handle); /* the slot back */
+	*ret_handle = 0;
+	return fd < 0 ? fd : 0;
+}
+
 ssize_t fsops_read(struct fsops_handles *h, uint64_t id, uint64_t offset, void *buf, size_t size)
 {
 	struct fsops_handle *e;

@@ -119,6 +119,22 @@ int fsops_reopen(struct fsops_handles *h, uint64_t owner, uint64_t id, int flags
 		 uint64_t *ret_handle, struct stat *ret_st);
 
 /**
+ * lstat(2) of @p path (@p len bytes) as fsops_stat() does, and for a
+ * regular file keep the O_PATH descriptor that stat was taken through as
+ * a handle (owner @p owner, 0: none), whose id goes to *ret_handle (0 for
+ * any other kind of file, or when the table is full: -EMFILE is no error
+ * here): fsops_reopen() of it later opens the very file the stat
+ * described, whatever the name holds by then (a local file system's
+ * dentry pins its inode the same way, path_openat(): the inode a lookup
+ * found is the one opened). The handle holds the file (and its blocks,
+ * unlinked) until fsops_release(); Read and Write of it fail -EBADF. Returns 0
+ * or -errno as fsops_stat(). Any thread.
+ */
+int fsops_pin(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
+	      const void *path, size_t len, uint64_t *ret_handle, struct stat *ret_st,
+	      struct fsops_ident *ret_ident);
+
+/**
  * Remove handle @p id from the table and close its fd once no call is using
  * it any more (a Read in flight finishes first). Returns 0, or -EBADF for an
  * unknown id.

@@ -188,6 +188,10 @@ static struct agentd *AD(void *data)
 	return data;
 }
 
+static int session_hold(struct rpc_call *call, struct agentd *ad, const char *what,
+			uint64_t *ret_key);
+static void session_done(struct agentd *ad, uint64_t key);
+
 /* ---- unary methods ---- */
 
 static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -197,9 +201,18 @@ static void do_stat(struct rpc_call *call, const ProtobufCMessage *req, void *da
 	Wsbridge__V1__Attr a;
 	struct fsops_ident id;
 	struct stat st;
+	uint64_t owner;
 	int r;
 
-	r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st, &id);
+	if (q->pin && !q->follow) {
+		if (session_hold(call, AD(data), "stat", &owner) < 0)
+			return;
+		r = fsops_pin(&AD(data)->root, AD(data)->handles, owner, q->path.data, q->path.len,
+			      &rep.pin, &st, &id);
+		session_done(AD(data), owner);
+	} else {
+		r = fsops_stat(&AD(data)->root, q->path.data, q->path.len, q->follow, &st, &id);
+	}
 	if (r < 0)
 		return fail_path(call, r, "stat", &q->path);
 	attr_from_stat(&a, &st);

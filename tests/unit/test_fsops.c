@@ -318,6 +318,56 @@ static void test_reopen(void **state)
 	assert_int_equal(fsops_release(fx->h, id), 0);
 }
 
+/* fsops_pin: the stat of a regular file and a handle that reopens that very
+ * file after its name was replaced; nothing pinned for other kinds, a
+ * symlink not followed, a full table a stat only. */
+static void test_pin(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_handles *h;
+	uint64_t pin, ro, other;
+	struct stat st, st2;
+	struct fsops_ident id;
+	char buf[8], path[128];
+
+	assert_int_equal(fsops_handles_new(2, &h), 0);
+	write_at(fx->rootdir, "p", "two");
+	assert_int_equal(fsops_pin(&fx->root, h, 0, P("p"), &pin, &st, &id), 0);
+	assert_int_not_equal(pin, 0);
+	assert_int_equal(st.st_size, 3);
+	assert_true(S_ISREG(st.st_mode));
+	write_at(fx->rootdir, "p.new", "three");
+	assert_int_equal(fsops_rename(&fx->root, P("p.new"), P("p"), 0), 0);
+	assert_int_equal(fsops_read(h, pin, 0, buf, sizeof(buf)), -EBADF); /* O_PATH */
+	assert_int_equal(fsops_reopen(h, 0, pin, O_RDONLY, &ro, &st2), 0);
+	assert_int_equal(st2.st_ino, st.st_ino);
+	assert_int_equal(fsops_read(h, ro, 0, buf, sizeof(buf)), 3);
+	assert_memory_equal(buf, "two", 3);
+	/* The table is full (2): a stat, no handle. */
+	assert_int_equal(fsops_pin(&fx->root, h, 0, P("p"), &other, &st2, NULL), 0);
+	assert_int_equal(other, 0);
+	assert_int_equal(st2.st_size, 5);
+	assert_int_equal(fsops_handles_count(h), 2);
+	assert_int_equal(fsops_release(h, ro), 0);
+	assert_int_equal(fsops_release(h, pin), 0);
+	/* A directory and a symlink (not followed): stat only; a missing
+	 * name fails as lstat(2). */
+	snprintf(path, sizeof(path), "%s/pd", fx->rootdir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	assert_int_equal(fsops_pin(&fx->root, h, 0, P("pd"), &other, &st2, NULL), 0);
+	assert_int_equal(other, 0);
+	assert_true(S_ISDIR(st2.st_mode));
+	snprintf(path, sizeof(path), "%s/pl", fx->rootdir);
+	assert_int_equal(symlink("p", path), 0);
+	assert_int_equal(fsops_pin(&fx->root, h, 0, P("pl"), &other, &st2, NULL), 0);
+	assert_int_equal(other, 0);
+	assert_true(S_ISLNK(st2.st_mode));
+	assert_int_equal(fsops_pin(&fx->root, h, 0, P("nope"), &other, &st2, NULL), -ENOENT);
+	assert_int_equal(other, 0);
+	assert_int_equal(fsops_handles_count(h), 0);
+	fsops_handles_free(h);
+}
+
 /* fsops_rename_keep: the replaced regular file stays open as an O_PATH
  * handle while the table is under three quarters full. */
 static void test_rename_keep(void **state)
@@ -1365,6 +1415,7 @@ int main(void)
 		BOTH(test_handles),
 		BOTH(test_release_owner),
 		BOTH(test_reopen),
+		BOTH(test_pin),
 		BOTH(test_rename_keep),
 		BOTH(test_handles_concurrent_release),
 		BOTH(test_rename_flags),
