@@ -796,6 +796,8 @@ static uint64_t reply_node(fuse_req_t req, struct wsfs *fs, uint64_t id, const s
 	e.attr = *st;
 	e.attr_timeout = t.attr;
 	e.entry_timeout = t.entry;
+	if (S_ISREG(st->st_mode))
+		(void)node_ksize_told(fs->nodes, id, st->st_size);
 	if (empty)
 		known_begin(fs, id, seq0);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
@@ -1912,6 +1914,18 @@ static bool lookup_keep(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent, cons
 	return true;
 }
 
+static uint64_t stale_path(const char *path, size_t len);
+static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path);
+
+/*
+ * LOOKUP. The VFS's repeat of an open told ESTALE (stale_told(): the name
+ * held another file by the time the OPEN came) asks agentd to pin the
+ * file it finds (StatRequest.pin): the node keeps the handle
+ * (node_keep()) and the OPEN that follows opens that very file
+ * (ws_open()), as a local file system opens the inode its lookup found;
+ * a pod that replaces the name in a loop would otherwise beat the
+ * repeat too, and the new file would be opened on the old kernel inode.
+ */
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct wsfs *fs = FS(req);
@@ -1946,12 +1960,24 @@ again:
 	if (r < 0)
 		goto out;
 	q.path = bin(path, len);
+	q.pin = stale_pending(fs, fuse_req_ctx(req)->pid, stale_path(path, len));
 	r = rpc(fs, M("Stat"), &q.base, &wsbridge__v1__stat_reply__descriptor, &rep);
+	if (r == 0 && !q.pin)
+		rep->pin = 0; /* not asked for: not ours to keep or release */
 	if (r == 0)
 		r = attr_to_stat(rep->attr, &st);
 	if (r == 0) {
 		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st_ident(&st),
 				st.st_mode, (uint32_t)st.st_nlink, &id);
+		if (r == 0 && rep->pin && S_ISREG(st.st_mode)) {
+			/* A pin of an earlier repeat that no OPEN took goes. */
+			uint64_t old = node_unkeep_named(fs->nodes, id);
+
+			if (old)
+				release_handle(fs, old);
+			if (node_keep(fs->nodes, id, st.st_ino, st_ident(&st), rep->pin) == 0)
+				rep->pin = 0;
+		}
 		if (r == -ESTALE) {
 			reply_err(req, -ENOENT); /* the parent went */
 			goto done;
@@ -1959,6 +1985,10 @@ again:
 	} else if (r == -ENOENT && node_unlink_since(fs->nodes, gen, parent, name,
 						      strlen(name)) == -EAGAIN) {
 		r = -EAGAIN;
+	}
+	if (rep && rep->pin) {
+		release_handle(fs, rep->pin); /* not kept */
+		rep->pin = 0;
 	}
 	if (r == -EAGAIN) {
 		free_reply(rep);
@@ -2006,6 +2036,8 @@ out:
 		reply_err(req, r);
 	}
 done:
+	if (rep && rep->pin)
+		release_handle(fs, rep->pin); /* not kept */
 	free(path);
 	free_reply(rep);
 }
@@ -2271,8 +2303,10 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 {
 	struct wsfs_file *f = NULL;
 	int64_t t1 = wsfs_now_ns(), at;
-	bool wrote = false;
+	bool wrote = false, grew = false;
 
+	if (S_ISREG(st->st_mode))
+		grew = node_ksize_told(fs->nodes, ino, st->st_size) < st->st_size;
 	if (S_ISREG(st->st_mode) && st->st_size > 0 && fs->se) {
 		/* A reference: RELEASE may free @fi's file once it has the reply. */
 		if (fi && fi->fh) {
@@ -2288,7 +2322,7 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 		f = NULL;
 		at = 0;
 	}
-	if (at && at >= t0_ns - WSFS_CROSS_NS)
+	if (f && (grew || (at && at >= t0_ns - WSFS_CROSS_NS)))
 		isize_cover(fs, ino, f, st->st_size);
 	fuse_reply_attr(req, st, ttl);
 	if (f) {
@@ -3518,6 +3552,29 @@ static bool stale_retry(struct wsfs *fs, pid_t tid, uint64_t path)
 }
 
 /*
+ * Whether thread @tid was told ESTALE (stale_told()) for the path of hash
+ * @path within WSFS_STALE_NS, so that its next LOOKUP of that path is the
+ * VFS's repeat of the open: stale_retry() without forgetting. Any thread.
+ */
+static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path)
+{
+	int64_t now = wsfs_now_ns();
+	bool r = false;
+
+	if (tid == 0 || !path)
+		return false;
+	pthread_mutex_lock(&fs->stale_lock);
+	for (size_t k = 0; k < WSFS_STALE_MAX; k++) {
+		if (fs->stale[k].tid == tid) {
+			r = now - fs->stale[k].at_ns < WSFS_STALE_NS && path == fs->stale[k].path;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fs->stale_lock);
+	return r;
+}
+
+/*
  * The answer to an OPEN whose name the pod removed (or replaced, and the
  * node lost its name) since the kernel looked it up: ESTALE, which makes the
  * VFS look the name up again and open once more (stale_told() marks the
@@ -3554,7 +3611,8 @@ static int stale_gone(struct wsfs *fs, fuse_req_t req, bool retry, int flags, ui
  * back since ws_open() dropped them all (a reader faulting it in within
  * those microseconds would see one byte of the new file). Best effort: a
  * failed Read or store leaves i_size as it was; nothing for a file @f
- * cannot read (O_WRONLY: no mmap(2) of it reads). Costs one Read; FUSE
+ * cannot read (O_WRONLY: no mmap(2) of it reads). A store raises the
+ * node's lower bound of i_size (node_ksize_covered()). Costs one Read; FUSE
  * worker thread.
  */
 static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, off_t size)
@@ -3574,7 +3632,8 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
 	if (r == 0 && rep->data.len == 1) {
 		bv.buf[0].mem = rep->data.data;
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, size - 1, 1);
-		(void)fuse_lowlevel_notify_store(fs->se, ino, size - 1, &bv, 0);
+		if (fuse_lowlevel_notify_store(fs->se, ino, size - 1, &bv, 0) == 0)
+			node_ksize_covered(fs->nodes, ino, size);
 	}
 	read_mark(fs);
 	free_reply(rep);
@@ -3671,12 +3730,16 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool retry = false, asked = false;
 	pthread_mutex_t *ol = &fs->open_locks[ino % WSFS_OPEN_LOCKS];
 	uint64_t spath = 0; /* stale_path() of the name opened */
+	uint64_t pin;
 
 	wb_wait(fs);
 	/* Opens of one inode one at a time (open_own()): a retry that finds no
 	 * descriptor of the inode's own file must not cross an open that is
 	 * about to make one, or the inode gets two files' sizes. */
 	pthread_mutex_lock(ol);
+	/* The file the VFS's repeat of this open looked up (ws_lookup()), for
+	 * this OPEN only. */
+	pin = node_unkeep_named(fs->nodes, ino);
 again:
 	ngen = node_names_gen(fs->nodes, 0);
 	r = node_info(fs->nodes, ino, &info);
@@ -3688,6 +3751,10 @@ again:
 		asked = true;
 		spath = stale_path(r == 0 ? path : NULL, len);
 		retry = stale_retry(fs, fuse_req_ctx(req)->pid, spath);
+		if (pin && !retry) {
+			release_handle(fs, pin); /* a repeat that never came */
+			pin = 0;
+		}
 	}
 	if (detached) {
 		/*
@@ -3710,6 +3777,8 @@ again:
 			r = q.reopen ? 0 : stale_gone(fs, req, retry, fi->flags, 0);
 		}
 	}
+	if (r == 0 && !detached && pin)
+		q.reopen = pin; /* the file found by name just now, whatever it holds now */
 	if (r < 0)
 		goto out;
 	/* With reopen, agentd uses no path; one that names nothing (a NUL
@@ -3738,6 +3807,18 @@ again:
 		mutated(fs);
 	if (q.truncate && path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
+	if (r < 0 && pin && q.reopen == pin && !q.truncate) {
+		/* agentd no longer has it (or cannot open it so): by name. */
+		release_handle(fs, pin);
+		pin = 0;
+		q.reopen = 0;
+		free(path);
+		path = NULL;
+		len = 0;
+		free_reply(rep);
+		rep = NULL;
+		goto again;
+	}
 	if (r == -ENOENT && !q.reopen && ++tries < 3 && !node_names_still(fs->nodes, 0, ngen)) {
 		/* The path was the node's before an own rename (of a
 		 * directory above it) that crossed the Open: by the path the
@@ -3884,6 +3965,8 @@ out:
 		/* open(2) was interrupted: nobody will release this. */
 		file_put(fs, file_of(fi));
 	}
+	if (pin)
+		release_handle(fs, pin);
 	free(path);
 	free_reply(rep);
 }
@@ -3987,8 +4070,8 @@ out:
  * The bytes are dropped once read to their end, or when stale. Returns
  * true when it replied.
  */
-static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req, size_t size,
-			   off_t off)
+static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req, fuse_ino_t ino,
+			   size_t size, off_t off)
 {
 	char *buf = NULL, *own = NULL;
 	bool hit = false, drop = false;
@@ -4009,6 +4092,13 @@ static bool read_from_open(struct wsfs *fs, struct wsfs_file *f, fuse_req_t req,
 		n = (uint64_t)off < f->ra_len ? f->ra_len - (size_t)off : 0;
 	else
 		goto out; /* beyond what Open read: ask agentd */
+	if (n < size && node_ksize(fs->nodes, ino) > off + (off_t)n) {
+		/* The file grew since Open read it (the pod wrote the file it
+		 * found empty, say) and the kernel was told so: an end here
+		 * would cut i_size under a mmap(2) of that size (SIGBUS). */
+		drop = true;
+		goto out;
+	}
 	hit = true;
 	drop = (uint64_t)off + n >= f->ra_len;
 	if (!n) {
@@ -4033,6 +4123,8 @@ out:
 	pthread_mutex_unlock(&f->lock);
 	/* Not under f->lock, nor touching @f: once the kernel has the reply
 	 * to its last request on the file, RELEASE may free @f at once. */
+	if (hit && n < size)
+		node_ksize_lower(fs->nodes, ino, off + (off_t)n);
 	if (hit)
 		fuse_reply_buf(req, buf, n);
 	free(own);
@@ -4246,7 +4338,7 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (f && read_from_open(fs, f, req, size, off))
+	if (f && read_from_open(fs, f, req, ino, size, off))
 		return;
 	aver0 = node_attr_ver(fs->nodes, ino);
 	at0 = wsfs_now_ns();
@@ -4282,6 +4374,8 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		attr_keep(fs, ino, aver0, at0, rep->attr);
 		skip = (size_t)((uint64_t)off - coff);
 		n = rep->data.len > skip ? rep->data.len - skip : 0;
+		if (n < size) /* the kernel cuts i_size there */
+			node_ksize_lower(fs->nodes, ino, off + (off_t)n);
 		fuse_reply_buf(req, (const char *)rep->data.data + skip, n < size ? n : size);
 		if (chunk && rep->data.len > size) {
 			struct wsfs_store *st = calloc(1, sizeof(*st));
@@ -4330,10 +4424,13 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			break;
 	}
 	read_mark(fs);
-	if (r < 0 && got == 0)
+	if (r < 0 && got == 0) {
 		reply_err(req, r);
-	else
+	} else {
+		if (got < size)
+			node_ksize_lower(fs->nodes, ino, off + (off_t)got);
 		fuse_reply_buf(req, buf, got);
+	}
 	free_reply(rep);
 	free(buf);
 }
@@ -5757,6 +5854,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					e.attr_timeout = t.attr;
 					e.entry_timeout = t.entry;
 					ids[n_ids++] = id;
+					if (S_ISREG(st->st_mode))
+						(void)node_ksize_told(fs->nodes, id, st->st_size);
 				}
 			}
 			fuse_add_direntry_plus(req, buf + used, size - used, name, &e,

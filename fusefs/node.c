@@ -46,6 +46,8 @@ struct node {
 	uint64_t ident; /* node_ident(), 0 unknown: node_same_ident() */
 	int64_t inval_ns; /* node_note() */
 	bool wrote;       /* node_note() */
+	int64_t ksize;    /* node_ksize_told()'s bound, bytes, when ksize_known */
+	bool ksize_known;
 	uint32_t mode; /* S_IFMT bits */
 	bool in_ino;   /* in by_ino: a named non-directory */
 	struct node_seen seen;
@@ -1419,6 +1421,60 @@ void node_note(struct node_table *t, uint64_t id, int64_t inval_ns, bool wrote)
 		n->inval_ns = inval_ns;
 	if (n && wrote)
 		n->wrote = true;
+	pthread_mutex_unlock(&t->lock);
+}
+
+int64_t node_ksize_told(struct node_table *t, uint64_t id, int64_t size)
+{
+	struct node *n;
+	int64_t k = -1;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		if (!n->ksize_known || size < n->ksize)
+			n->ksize = size;
+		n->ksize_known = true;
+		k = n->ksize;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return k;
+}
+
+void node_ksize_covered(struct node_table *t, uint64_t id, int64_t size)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && (!n->ksize_known || n->ksize < size)) {
+		n->ksize = size;
+		n->ksize_known = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+int64_t node_ksize(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+	int64_t k = -1;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->ksize_known)
+		k = n->ksize;
+	pthread_mutex_unlock(&t->lock);
+	return k;
+}
+
+void node_ksize_lower(struct node_table *t, uint64_t id, int64_t size)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->ksize_known && size < n->ksize)
+		n->ksize = size;
 	pthread_mutex_unlock(&t->lock);
 }
 

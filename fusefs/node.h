@@ -540,6 +540,34 @@ bool node_own_get(struct node_table *t, uint64_t id, uint64_t gen, uint64_t seq,
 void node_note(struct node_table *t, uint64_t id, int64_t inval_ns, bool wrote);
 int64_t node_noted(struct node_table *t, uint64_t id, bool *ret_wrote);
 
+/*
+ * The kernel's i_size of a node's file, bounded from below (bytes), for
+ * fs.c getattr_reply() and read_from_open(): the kernel takes the
+ * attributes of a reply only when nothing changed the inode's attributes
+ * while it was on its way (fs/fuse/inode.c fuse_change_attributes(),
+ * attr_version), so the size of any reply may be dropped, while a reply
+ * that creates the kernel's inode is always taken, a store extends i_size
+ * (fuse_notify_store()) and a short READ cuts it (fuse_short_read()).
+ * Each call takes the table's lock; any thread.
+ */
+
+/**
+ * Note that an entry or attribute reply gives node @p id's file @p size
+ * bytes: the bound becomes @p size when there was none (the reply makes
+ * the kernel's inode) or when @p size is smaller (the kernel may take it).
+ * Returns the bound now; -1 for an unknown @p id.
+ */
+int64_t node_ksize_told(struct node_table *t, uint64_t id, int64_t size);
+
+/** Note a short READ that ended at @p size bytes: the bound is at most that. */
+void node_ksize_lower(struct node_table *t, uint64_t id, int64_t size);
+
+/** Note a store that extended i_size to @p size bytes: the bound is at least that. */
+void node_ksize_covered(struct node_table *t, uint64_t id, int64_t size);
+
+/** The bound for node @p id; -1 if none. */
+int64_t node_ksize(struct node_table *t, uint64_t id);
+
 /** The version a put for @p id must match; UINT64_MAX for an unknown id. */
 uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 

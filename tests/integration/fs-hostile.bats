@@ -399,6 +399,45 @@ except OSError as e:
 	assert_content "$ROOT/z/b/lock" $'mine\n'
 }
 
+@test "R2: an open told to look again (the POD replaced the name) opens the file that lookup found, though the POD replaces the name again before the open reaches agentd" {
+	# As on a local disk, where a path walk holds the inode it found:
+	# before, the retried open took what the name held by then ("three")
+	# and put it on the kernel inode of the file looked up ("two"), whose
+	# size the kernel kept: with pods that replace a file in a loop, reads
+	# cut short and mmap(2) dying of SIGBUS.
+	STALL=$BATS_TEST_TMPDIR/stall
+	local calm=$BATS_TEST_TMPDIR/calm out=$BATS_TEST_TMPDIR/open.out pid
+	: >"$calm"
+	printf 'one\n' >"$ROOT/f"
+	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL" --stall-on Open --stall-skip 1
+	# No watch: the kernel keeps its entry of f (file "one") when the pod
+	# replaces it, and the next open's first try finds another file.
+	wsfs_start -f -o no_watch,entry_timeout=60,attr_timeout=60 "unix:$LIAR_SOCK"
+	assert_content "$MNT/f" $'one\n'
+	printf 'two two\n' >"$ROOT/f.tmp"
+	mv "$ROOT/f.tmp" "$ROOT/f"
+	: >"$STALL"
+	"$PY" -c '
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+data = os.read(fd, 100)
+m = mmap.mmap(fd, size, mmap.MAP_PRIVATE, mmap.PROT_READ)
+print(size, data.decode().strip(), "|", m[:].decode().strip())
+' "$MNT/f" >"$out" 2>&1 3>&- &
+	pid=$!
+	# The first Open found "two" where the kernel had "one" (ESTALE); the
+	# VFS looked the name up again ("two"), and its Open is held here while
+	# the pod replaces the name once more.
+	poll_until 10 test -e "$STALL.held"
+	printf 'three three three\n' >"$ROOT/f.tmp"
+	mv "$ROOT/f.tmp" "$ROOT/f"
+	rm -f "$STALL"
+	wait "$pid"
+	assert_eq "$(cat "$out")" "8 two two | two two" "fstat size, read and mmap"
+	assert_content "$MNT/f" $'three three three\n'
+}
+
 # d_threads PID: the threads of PID in uninterruptible sleep (state D), one
 # "TID:WCHAN" per line.
 d_threads() {

@@ -45,7 +45,8 @@ flight, its pages locked, for as long as a test needs. --stall-on names
 other methods to hold so instead (comma-separated, e.g. Fsync: agentd
 working long on one call while it answers the others); with --stall-reply
 the call is forwarded at once and its reply held (agentd has done it; the
-client hears of it late).
+client hears of it late). With --stall-skip N the first N such calls after
+FILE appears pass (counted per method); FILE.held appears once one is held.
 
 Each reply's lies come from a generator of its own, seeded with (seed,
 method, how many calls of that method came before), so a seed gives the same
@@ -53,7 +54,8 @@ lies to the same sequence of calls whatever threads run them.
 
 Usage: hostile_agentd.py --listen unix:PATH --upstream unix:PATH
                          --seed N [--rate P] [--calm FILE] [--lie KIND]
-                         [--stall FILE [--stall-on METHOD,...] [--stall-reply]]
+                         [--stall FILE [--stall-on METHOD,...] [--stall-reply]
+                          [--stall-skip N]]
 
 Runs until SIGTERM or SIGINT. Debian's /usr/bin/python3 with python3-grpcio;
 the generated stubs come from $WSB_PROTO (see wsbtest.py).
@@ -265,6 +267,7 @@ def main():
     ap.add_argument("--stall")
     ap.add_argument("--stall-on", default="Read")
     ap.add_argument("--stall-reply", action="store_true")
+    ap.add_argument("--stall-skip", type=int, default=0)
     ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle",
                                       "old-release"])
     a = ap.parse_args()
@@ -289,9 +292,21 @@ def main():
             pass
         context.abort(e.code(), e.details() or "")
 
+    passed = {}
+    passed_lock = threading.Lock()
+
     def hold(name):
-        """While the --stall file exists, hold a call of a --stall-on method."""
-        while name in stall_on and a.stall and os.path.exists(a.stall):
+        """While the --stall file exists, hold a call of a --stall-on method
+        (but the first --stall-skip of them); FILE.held tells the test."""
+        if name not in stall_on or not a.stall or not os.path.exists(a.stall):
+            return
+        with passed_lock:
+            passed[name] = passed.get(name, 0) + 1
+            if passed[name] <= a.stall_skip:
+                return
+        with open(a.stall + ".held", "w"):
+            pass
+        while os.path.exists(a.stall):
             time.sleep(0.02)
 
     for meth in svc.methods:

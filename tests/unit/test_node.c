@@ -442,6 +442,34 @@ static void test_new_detached(void **state)
 	assert_int_equal(node_count(t), 2);
 }
 
+/* The lower bound of the kernel's i_size (node_ksize_told() and kin): the
+ * first reply sets it, a smaller one lowers it, a larger one does not
+ * raise it (the kernel may drop that reply) until a store covers it. */
+static void test_ksize(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t f = add(t, NODE_ROOT_ID, "k", 71, REG);
+
+	assert_int_equal(node_ksize(t, f), -1);
+	assert_int_equal(node_ksize_told(t, f, 0), 0); /* LOOKUP of it, empty */
+	assert_int_equal(node_ksize_told(t, f, 16000), 0); /* may be dropped */
+	node_ksize_covered(t, f, 16000);                   /* a store */
+	assert_int_equal(node_ksize(t, f), 16000);
+	assert_int_equal(node_ksize_told(t, f, 16000), 16000);
+	node_ksize_covered(t, f, 100); /* never lowers */
+	assert_int_equal(node_ksize(t, f), 16000);
+	node_ksize_lower(t, f, 12288); /* a short READ */
+	assert_int_equal(node_ksize(t, f), 12288);
+	node_ksize_lower(t, f, 20000); /* never raises */
+	assert_int_equal(node_ksize(t, f), 12288);
+	assert_int_equal(node_ksize_told(t, f, 3000), 3000); /* shrunk */
+	/* An unknown node: nothing kept, nothing known. */
+	node_ksize_covered(t, 999999, 5);
+	node_ksize_lower(t, 999999, 5);
+	assert_int_equal(node_ksize_told(t, 999999, 5), -1);
+	assert_int_equal(node_ksize(t, 999999), -1);
+}
+
 static void test_hard_links(void **state)
 {
 	struct node_table *t = *state;
@@ -1108,6 +1136,7 @@ int main(void)
 		cmocka_unit_test(test_link_inside),
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_new_detached, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ksize, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own, setup, teardown),
