@@ -541,12 +541,25 @@ int fsops_pin(const struct resolve_root *root, struct fsops_handles *h, uint64_t
 	int fd;
 
 	*ret_handle = 0;
-	if (handle_reserve(h, &e) < 0)
-		e = NULL; /* table full (or no memory): a stat only */
+	/* Only while the table stays at most three quarters full with it (the
+	 * rest stays for opens), as fsops_rename_keep(). */
+	if (4 * ((size_t)fsops_handles_count(h) + 1) > 3 * (size_t)h->max ||
+	    handle_reserve(h, &e) < 0)
+		e = NULL; /* a stat only */
 	fd = fstat_ident_or_close(root, resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0),
 				  ret_st, ret_ident);
-	if (fd >= 0 && e && S_ISREG(ret_st->st_mode))
+	if (fd >= 0 && e && S_ISREG(ret_st->st_mode)) {
+		/* Read-only where agentd may read it: gVisor cannot open an
+		 * O_PATH descriptor's file again once it has no name (EINVAL;
+		 * docs/gvisor.md), the very case a pin is for. */
+		int rfd = reopen_fd(fd, O_RDONLY | O_NONBLOCK);
+
+		if (rfd >= 0) {
+			close(fd);
+			fd = rfd;
+		}
 		return handle_enter(h, e, fd, O_PATH, owner, ret_handle);
+	}
 	if (fd >= 0)
 		close(fd);
 	if (e)

@@ -121,14 +121,15 @@ int fsops_reopen(struct fsops_handles *h, uint64_t owner, uint64_t id, int flags
 /**
  * lstat(2) of @p path (@p len bytes) as fsops_stat() does, and for a
  * regular file keep the O_PATH descriptor that stat was taken through as
- * a handle (owner @p owner, 0: none), whose id goes to *ret_handle (0 for
- * any other kind of file, or when the table is full: -EMFILE is no error
- * here): fsops_reopen() of it later opens the very file the stat
- * described, whatever the name holds by then (a local file system's
- * dentry pins its inode the same way, path_openat(): the inode a lookup
- * found is the one opened). The handle holds the file (and its blocks,
- * unlinked) until fsops_release(); Read and Write of it fail -EBADF. Returns 0
- * or -errno as fsops_stat(). Any thread.
+ * a handle (owner @p owner, 0: none), read-only where agentd may read the
+ * file (gVisor reopens no O_PATH descriptor of a file without a name),
+ * whose id goes to *ret_handle (0 for any other kind of file, or past
+ * three quarters of the table, as fsops_rename_keep(): no error here):
+ * fsops_reopen() of it later opens the very file the stat described,
+ * whatever the name holds by then (a local path walk opens the inode
+ * its lookup found, path_openat()). The handle holds the file (and its
+ * blocks, unlinked) until fsops_release(); Write of it fails -EBADF.
+ * Returns 0 or -errno as fsops_stat(). Any thread.
  */
 int fsops_pin(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
 	      const void *path, size_t len, uint64_t *ret_handle, struct stat *ret_st,
