@@ -1921,7 +1921,7 @@ static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path);
  * LOOKUP. The VFS's repeat of an open told ESTALE (stale_told(): the name
  * held another file by the time the OPEN came) asks agentd to pin the
  * file it finds (StatRequest.pin): the node keeps the handle
- * (node_keep()) and the OPEN that follows opens that very file
+ * (node_pin_set()) and the OPEN that follows opens that very file
  * (ws_open()), as a local file system opens the inode its lookup found;
  * a pod that replaces the name in a loop would otherwise beat the
  * repeat too, and the new file would be opened on the old kernel inode.
@@ -1970,13 +1970,13 @@ again:
 		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st_ident(&st),
 				st.st_mode, (uint32_t)st.st_nlink, &id);
 		if (r == 0 && rep->pin && S_ISREG(st.st_mode)) {
-			/* A pin of an earlier repeat that no OPEN took goes. */
-			uint64_t old = node_unkeep_named(fs->nodes, id);
+			/* One of an earlier repeat that no OPEN took goes. */
+			uint64_t old = node_pin_set(fs->nodes, id, st.st_ino, st_ident(&st),
+						    rep->pin);
 
+			rep->pin = 0;
 			if (old)
 				release_handle(fs, old);
-			if (node_keep(fs->nodes, id, st.st_ino, st_ident(&st), rep->pin) == 0)
-				rep->pin = 0;
 		}
 		if (r == -ESTALE) {
 			reply_err(req, -ENOENT); /* the parent went */
@@ -2292,7 +2292,10 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
  * not have), with
  * an invalidation noted (node_note()) at or after @t0_ns -
  * WSFS_CROSS_NS (the kernel may have sent the request a while before wsfs
- * read it), i_size is made to cover @st's size before the reply
+ * read it), or a size above the least the kernel may hold
+ * (node_ksize_told(): anything else that moved attr_version, a LOOKUP's
+ * reply, a store, a short READ, drops a reply too), i_size is made to
+ * cover @st's size before the reply
  * (isize_cover(): one Read; a store only ever grows i_size), and once
  * more after it for one noted while the reply was on its way. For answers
  * from agentd (a Stat, or Open's reply); an own change's attributes are
@@ -3039,6 +3042,8 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	gen = mutated(fs);
 	if (to_set & FUSE_SET_ATTR_SIZE)
 		store_barrier(fs); /* "Chunk reads": before the kernel truncates */
+	if (r == 0 && (to_set & FUSE_SET_ATTR_SIZE))
+		node_ksize_lower(fs->nodes, ino, attr->st_size); /* the kernel's i_size */
 	if (path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if (r == 0)
@@ -3730,16 +3735,14 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool retry = false, asked = false;
 	pthread_mutex_t *ol = &fs->open_locks[ino % WSFS_OPEN_LOCKS];
 	uint64_t spath = 0; /* stale_path() of the name opened */
-	uint64_t pin;
+	uint64_t pin = 0;   /* the file the VFS's repeat looked up (ws_lookup()) */
+	int64_t pin_age = 0;
 
 	wb_wait(fs);
 	/* Opens of one inode one at a time (open_own()): a retry that finds no
 	 * descriptor of the inode's own file must not cross an open that is
 	 * about to make one, or the inode gets two files' sizes. */
 	pthread_mutex_lock(ol);
-	/* The file the VFS's repeat of this open looked up (ws_lookup()), for
-	 * this OPEN only. */
-	pin = node_unkeep_named(fs->nodes, ino);
 again:
 	ngen = node_names_gen(fs->nodes, 0);
 	r = node_info(fs->nodes, ino, &info);
@@ -3751,8 +3754,10 @@ again:
 		asked = true;
 		spath = stale_path(r == 0 ? path : NULL, len);
 		retry = stale_retry(fs, fuse_req_ctx(req)->pid, spath);
-		if (pin && !retry) {
-			release_handle(fs, pin); /* a repeat that never came */
+		if (retry)
+			pin = node_pin_take(fs->nodes, ino, &pin_age);
+		if (pin && pin_age >= WSFS_STALE_NS) {
+			release_handle(fs, pin); /* a repeat's that never came */
 			pin = 0;
 		}
 	}
@@ -3766,9 +3771,12 @@ again:
 		 * when this mount's rename replaced it (node_keep()), opens
 		 * the same file again, as on a local file system.
 		 */
-		struct node_fh *link = node_fh_get(fs->nodes, ino);
+		struct node_fh *link = pin ? NULL : node_fh_get(fs->nodes, ino);
 
-		if (link) {
+		if (pin) {
+			q.reopen = pin; /* the name went since the lookup found it */
+			r = 0;
+		} else if (link) {
 			r = file_handle((struct wsfs_file *)link, &q.reopen);
 			file_put(fs, (struct wsfs_file *)link);
 		} else {
@@ -3807,7 +3815,7 @@ again:
 		mutated(fs);
 	if (q.truncate && path)
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
-	if (r < 0 && pin && q.reopen == pin && !q.truncate) {
+	if ((r == -EBADF || r == -EINVAL) && pin && q.reopen == pin && !q.truncate && !detached) {
 		/* agentd no longer has it (or cannot open it so): by name. */
 		release_handle(fs, pin);
 		pin = 0;
@@ -3897,6 +3905,8 @@ again:
 		release_handle(fs, rep->handle);
 	if (r == 0 && !replaced)
 		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
+	if (r == 0 && q.truncate)
+		node_ksize_lower(fs->nodes, ino, 0); /* the kernel's i_size (atomic_o_trunc) */
 	if (r == 0 && replaced && fs->se) {
 		/*
 		 * The kernel's inode is the old file's, which the pod has just
@@ -4042,6 +4052,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		own_keep(fs, id, &e.attr, gen0, atomic_load(&fs->mgen), oseq0);
 	file_of(fi)->created = !rep->existed;
 	file_of(fi)->owner = (uint32_t)e.attr.st_uid;
+	(void)node_ksize_told(fs->nodes, id, e.attr.st_size);
 	{
 		struct ttl t = ttl_for(fs, seq0, &e.attr);
 

@@ -63,6 +63,10 @@ struct node {
 	/* agentd's handle of the file, kept when a rename through this mount
 	 * replaced its last name (node_keep()); 0 = none. */
 	uint64_t kept;
+	/* agentd's handle of the file a LOOKUP found, pinned for the OPEN that
+	 * follows (node_pin_set()); 0 = none; pin_ns when it was set. */
+	uint64_t pin;
+	int64_t pin_ns;
 	/* As a directory: own changes of its names made (ngen) and in flight
 	 * (nbusy); node_names_gen(). */
 	uint64_t ngen;
@@ -521,9 +525,9 @@ static void kname_add(struct node_table *t, struct node *dir, const char *name, 
 
 /* @n is being freed: its kept handle goes to the drain list (lost if
  * that cannot grow: agentd then holds it until it exits). */
-static void kept_free(struct node_table *t, struct node *n)
+static void kept_free_one(struct node_table *t, uint64_t *h)
 {
-	if (!n->kept)
+	if (!*h)
 		return;
 	if (t->n_kept_freed == t->cap_kept_freed) {
 		size_t cap = t->cap_kept_freed ? t->cap_kept_freed * 2 : 16;
@@ -534,8 +538,15 @@ static void kept_free(struct node_table *t, struct node *n)
 		t->kept_freed = a;
 		t->cap_kept_freed = cap;
 	}
-	t->kept_freed[t->n_kept_freed++] = n->kept;
-	n->kept = 0;
+	t->kept_freed[t->n_kept_freed++] = *h;
+	*h = 0;
+}
+
+/* ... and so does its pin (node_pin_set()). */
+static void kept_free(struct node_table *t, struct node *n)
+{
+	kept_free_one(t, &n->kept);
+	kept_free_one(t, &n->pin);
 }
 
 /* Free @n, and then its parents, while nothing holds them. */
@@ -1147,6 +1158,40 @@ uint64_t node_unkeep_named(struct node_table *t, uint64_t id)
 	return h;
 }
 
+uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t ident,
+		      uint64_t handle)
+{
+	struct node *n;
+	uint64_t old = handle;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n != t->root && S_ISREG(n->mode) && n->ino == ino &&
+	    node_same_ident(n->ident, ident)) {
+		old = n->pin;
+		n->pin = handle;
+		n->pin_ns = wsb_mono_ns();
+	}
+	pthread_mutex_unlock(&t->lock);
+	return old;
+}
+
+uint64_t node_pin_take(struct node_table *t, uint64_t id, int64_t *ret_age_ns)
+{
+	struct node *n;
+	uint64_t h = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->pin) {
+		h = n->pin;
+		n->pin = 0;
+		*ret_age_ns = wsb_mono_ns() - n->pin_ns;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return h;
+}
+
 size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all)
 {
 	size_t n = 0;
@@ -1158,6 +1203,10 @@ size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all
 				if (m->kept) {
 					ids[n++] = m->kept;
 					m->kept = 0;
+				}
+				if (m->pin && n < max) {
+					ids[n++] = m->pin;
+					m->pin = 0;
 				}
 			}
 		}

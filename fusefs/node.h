@@ -366,9 +366,28 @@ uint64_t node_kept(struct node_table *t, uint64_t id);
 uint64_t node_unkeep_named(struct node_table *t, uint64_t id);
 
 /**
- * Take up to @p max kept handles whose nodes were freed into @p ids (all
- * nodes' when @p all: at unmount); the caller releases them with agentd.
- * Returns how many.
+ * Pin @p handle (nonzero: agentd's StatReply.pin) on the regular file node
+ * @p id of server inode @p ino and identity @p ident, for the OPEN that
+ * follows the LOOKUP that found it (fs.c ws_lookup()): the table owns it
+ * from then on (node_pin_take(); freed with the node: node_kept_drain()).
+ * Apart from node_keep()'s handle, which GETATTR and opens of a nameless
+ * node use. Returns the handle the caller is to release with agentd: the
+ * one pinned before (0: none), or @p handle itself when @p id is no such
+ * node.
+ */
+uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t ident,
+		      uint64_t handle);
+
+/**
+ * Take node @p id's pin (0: none), for the caller to use and release; its
+ * age, ns, in *@p ret_age_ns.
+ */
+uint64_t node_pin_take(struct node_table *t, uint64_t id, int64_t *ret_age_ns);
+
+/**
+ * Take up to @p max kept (and pinned) handles whose nodes were freed into
+ * @p ids (all nodes' when @p all: at unmount); the caller releases them
+ * with agentd. Returns how many.
  */
 size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all);
 
