@@ -984,7 +984,10 @@ static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 
 void wsc_cut_long(struct wsc *c)
 {
-	atomic_store_explicit(&c->cut_ns, wsb_mono_ns(), memory_order_relaxed);
+	int_fast64_t none = 0;
+
+	/* The first cut counts: a second must not push the end later. */
+	(void)atomic_compare_exchange_strong(&c->cut_ns, &none, wsb_mono_ns());
 }
 
 /* Wait for @tag on @cq for as long as it takes (a stream's; the call's

@@ -183,9 +183,9 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		 int64_t timeout_ms, struct wsc_status *st);
 
 /**
- * From now on, a call given a deadline longer than the client's default
- * (wsc_unary_ex()) waits the default from now at most, those already
- * waiting included; the wait ends as the deadline's does (-ETIMEDOUT). For
+ * From now on (the first call counts), a call given a deadline longer than
+ * the client's default (wsc_unary_ex()) waits the default from now at
+ * most, those already waiting included; the wait ends as the deadline's does (-ETIMEDOUT). For
  * a client about to go: agentd frees what its session holds anyway.
  * Thread safety: any thread; the waits notice it within the default.
  */

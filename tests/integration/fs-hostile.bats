@@ -438,6 +438,25 @@ print(size, data.decode().strip(), "|", m[:].decode().strip())
 	assert_content "$MNT/f" $'three three three\n'
 }
 
+@test "C1: a Release agentd never answers (while it answers the rest) holds wsfs's exit after an unmount rpc_timeout at most, not a long call's hour" {
+	STALL=$BATS_TEST_TMPDIR/stall
+	local calm=$BATS_TEST_TMPDIR/calm t0
+	: >"$calm"
+	liar_start 1 --rate 0 --calm "$calm" --stall "$STALL" --stall-on Release
+	wsfs_start -f -o rpc_timeout=1 "unix:$LIAR_SOCK"
+	: >"$STALL"
+	echo one >"$MNT/f" # its handle goes back in a Release, held for good
+	poll_until 10 test -e "$STALL.held"
+	t0=$(now_ms)
+	umount_wsfs
+	# Before, wsfs waited for that Release as for a long call: an hour,
+	# while the pinger's Stats were answered.
+	wsfs_wait_exit 8
+	echo "# wsfs exited $(($(now_ms) - t0)) ms after the unmount began" >&3
+	assert_eq "$WSFS_STATUS" 0 "wsfs's exit status"
+	rm -f "$STALL"
+}
+
 # d_threads PID: the threads of PID in uninterruptible sleep (state D), one
 # "TID:WCHAN" per line.
 d_threads() {
