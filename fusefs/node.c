@@ -1473,7 +1473,11 @@ void node_note(struct node_table *t, uint64_t id, int64_t inval_ns, bool wrote)
 	pthread_mutex_unlock(&t->lock);
 }
 
-int64_t node_ksize_told(struct node_table *t, uint64_t id, int64_t size)
+enum ksize_op { KSIZE_GET, KSIZE_TOLD, KSIZE_COVERED, KSIZE_LOWER };
+
+/* The bound of node @id after @op with @size (node.h, "The kernel's i_size");
+ * -1 when none is known or @id is unknown. */
+static int64_t ksize_op(struct node_table *t, uint64_t id, enum ksize_op op, int64_t size)
 {
 	struct node *n;
 	int64_t k = -1;
@@ -1481,50 +1485,39 @@ int64_t node_ksize_told(struct node_table *t, uint64_t id, int64_t size)
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
 	if (n) {
-		if (!n->ksize_known || size < n->ksize)
+		bool known = n->ksize_known;
+
+		if ((op == KSIZE_TOLD && (!known || size < n->ksize)) ||
+		    (op == KSIZE_COVERED && (!known || size > n->ksize)) ||
+		    (op == KSIZE_LOWER && known && size < n->ksize)) {
 			n->ksize = size;
-		n->ksize_known = true;
-		k = n->ksize;
+			n->ksize_known = true;
+		}
+		if (n->ksize_known)
+			k = n->ksize;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return k;
+}
+
+int64_t node_ksize_told(struct node_table *t, uint64_t id, int64_t size)
+{
+	return ksize_op(t, id, KSIZE_TOLD, size);
 }
 
 void node_ksize_covered(struct node_table *t, uint64_t id, int64_t size)
 {
-	struct node *n;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	if (n && (!n->ksize_known || n->ksize < size)) {
-		n->ksize = size;
-		n->ksize_known = true;
-	}
-	pthread_mutex_unlock(&t->lock);
+	(void)ksize_op(t, id, KSIZE_COVERED, size);
 }
 
 int64_t node_ksize(struct node_table *t, uint64_t id)
 {
-	struct node *n;
-	int64_t k = -1;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	if (n && n->ksize_known)
-		k = n->ksize;
-	pthread_mutex_unlock(&t->lock);
-	return k;
+	return ksize_op(t, id, KSIZE_GET, 0);
 }
 
 void node_ksize_lower(struct node_table *t, uint64_t id, int64_t size)
 {
-	struct node *n;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	if (n && n->ksize_known && size < n->ksize)
-		n->ksize = size;
-	pthread_mutex_unlock(&t->lock);
+	(void)ksize_op(t, id, KSIZE_LOWER, size);
 }
 
 int64_t node_noted(struct node_table *t, uint64_t id, bool *ret_wrote)
