@@ -3558,8 +3558,9 @@ static bool stale_retry(struct wsfs *fs, pid_t tid, uint64_t path)
 
 /*
  * Whether thread @tid was told ESTALE (stale_told()) for the path of hash
- * @path within WSFS_STALE_NS, so that its next LOOKUP of that path is the
- * VFS's repeat of the open: stale_retry() without forgetting. Any thread.
+ * @path (or for a node that had lost its name) within WSFS_STALE_NS, so
+ * that its next LOOKUP of that path is the VFS's repeat of the open:
+ * stale_retry() without forgetting. Any thread.
  */
 static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path)
 {
@@ -3571,7 +3572,10 @@ static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path)
 	pthread_mutex_lock(&fs->stale_lock);
 	for (size_t k = 0; k < WSFS_STALE_MAX; k++) {
 		if (fs->stale[k].tid == tid) {
-			r = now - fs->stale[k].at_ns < WSFS_STALE_NS && path == fs->stale[k].path;
+			/* A record without a path (the node had lost its name
+			 * when its OPEN came) is of this repeat too. */
+			r = now - fs->stale[k].at_ns < WSFS_STALE_NS &&
+			    (!fs->stale[k].path || path == fs->stale[k].path);
 			break;
 		}
 	}
@@ -3651,6 +3655,12 @@ static bool fh_is_file(const struct node_fh *link, void *arg)
 	const struct node_info *info = arg;
 
 	return f->ino == info->ino && node_same_ident(f->ident, info->ident);
+}
+
+/* node_fh_find() match: an open file of another file than @arg's. */
+static bool fh_not_file(const struct node_fh *link, void *arg)
+{
+	return !fh_is_file(link, arg);
 }
 
 /*
@@ -3737,6 +3747,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	uint64_t spath = 0; /* stale_path() of the name opened */
 	uint64_t pin = 0;   /* the file the VFS's repeat looked up (ws_lookup()) */
 	int64_t pin_age = 0;
+	struct node_fh *other;
 
 	wb_wait(fs);
 	/* Opens of one inode one at a time (open_own()): a retry that finds no
@@ -3748,6 +3759,8 @@ again:
 	r = node_info(fs->nodes, ino, &info);
 	if (r == 0) {
 		r = path_of(fs, ino, &path, &len);
+		if (r == -ESTALE && info.attached)
+			(void)node_info(fs->nodes, ino, &info); /* it lost its name just now */
 		detached = r == -ESTALE && !info.attached;
 	}
 	if (!asked) {
@@ -3758,6 +3771,18 @@ again:
 			pin = node_pin_take(fs->nodes, ino, &pin_age);
 		if (pin && pin_age >= WSFS_STALE_NS) {
 			release_handle(fs, pin); /* a repeat's that never came */
+			pin = 0;
+		}
+		if (pin && (r == 0 || detached) &&
+		    (other = node_fh_find(fs->nodes, ino, fh_not_file, &info))) {
+			/* Another file is open on this inode already (an open
+			 * whose repeat lost found no descriptor of its own file:
+			 * open_own()): its readers go by that file's size, and
+			 * the pinned file would be one more. As without a pin,
+			 * then: by name, where open_own() picks the inode's
+			 * file, or (no name left) that descriptor's file. */
+			file_put(fs, (struct wsfs_file *)other);
+			release_handle(fs, pin);
 			pin = 0;
 		}
 	}
