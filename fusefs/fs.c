@@ -1151,7 +1151,8 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 }
 
 /* Release the handles kept for renamed-over files (node_keep()) whose
- * nodes are gone; @all: every one (unmount). */
+ * nodes are gone, and pins older than WSFS_STALE_NS that no OPEN took
+ * (node_pins_expire()); @all: every one (unmount). */
 static void kept_release(struct wsfs *fs, bool all)
 {
 	uint64_t ids[64];
@@ -1161,6 +1162,11 @@ static void kept_release(struct wsfs *fs, bool all)
 		for (size_t i = 0; i < n; i++)
 			release_handle(fs, ids[i]);
 	}
+	if (all)
+		return;
+	n = node_pins_expire(fs->nodes, WSFS_STALE_NS, ids, 64);
+	for (size_t i = 0; i < n; i++)
+		release_handle(fs, ids[i]);
 }
 
 /* Drop one reference; the last one releases the handle. Takes
@@ -1925,6 +1931,10 @@ static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path);
  * (ws_open()), as a local file system opens the inode its lookup found;
  * a pod that replaces the name in a loop would otherwise beat the
  * repeat too, and the new file would be opened on the old kernel inode.
+ * The pin serves every repeat that comes to the node within
+ * WSFS_STALE_NS (threads of several processes may be told ESTALE at
+ * once), and is released after that (node_pins_expire()), or when the
+ * next one replaces it, or with the node.
  */
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
@@ -3745,8 +3755,10 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool retry = false, asked = false;
 	pthread_mutex_t *ol = &fs->open_locks[ino % WSFS_OPEN_LOCKS];
 	uint64_t spath = 0; /* stale_path() of the name opened */
-	uint64_t pin = 0;   /* the file the VFS's repeat looked up (ws_lookup()) */
-	int64_t pin_age = 0;
+	/* The file the VFS's repeat looked up (ws_lookup()): the node's pin,
+	 * which every repeat of an open of it within WSFS_STALE_NS uses (the
+	 * table keeps it: node_pin_get()). */
+	uint64_t pin = 0, pin_old = 0;
 	struct node_fh *other;
 
 	wb_wait(fs);
@@ -3759,31 +3771,30 @@ again:
 	r = node_info(fs->nodes, ino, &info);
 	if (r == 0) {
 		r = path_of(fs, ino, &path, &len);
-		if (r == -ESTALE && info.attached)
-			(void)node_info(fs->nodes, ino, &info); /* it lost its name just now */
-		detached = r == -ESTALE && !info.attached;
+		/* No path (no name left, or none above it): an open
+		 * descriptor, the kept handle or the pin opens the file. */
+		detached = r == -ESTALE;
 	}
 	if (!asked) {
 		asked = true;
 		spath = stale_path(r == 0 ? path : NULL, len);
 		retry = stale_retry(fs, fuse_req_ctx(req)->pid, spath);
 		if (retry)
-			pin = node_pin_take(fs->nodes, ino, &pin_age);
-		if (pin && pin_age >= WSFS_STALE_NS) {
-			release_handle(fs, pin); /* a repeat's that never came */
-			pin = 0;
-		}
-		if (pin && (r == 0 || detached) &&
+			pin = node_pin_get(fs->nodes, ino, WSFS_STALE_NS, &pin_old);
+		if (pin_old)
+			release_handle(fs, pin_old); /* a repeat's that never came */
+		if (pin && (r == 0 || detached) && !(fi->flags & O_TRUNC) &&
 		    (other = node_fh_find(fs->nodes, ino, fh_not_file, &info))) {
 			/* Another file is open on this inode already (an open
 			 * whose repeat lost found no descriptor of its own file:
 			 * open_own()): its readers go by that file's size, and
 			 * the pinned file would be one more. As without a pin,
 			 * then: by name, where open_own() picks the inode's
-			 * file, or (no name left) that descriptor's file. */
+			 * file, or (no name left) that descriptor's file. Not
+			 * with O_TRUNC, which open_own() does not reopen: the
+			 * name's newer file would be truncated instead. */
 			file_put(fs, (struct wsfs_file *)other);
-			release_handle(fs, pin);
-			pin = 0;
+			pin = 0; /* the node's still */
 		}
 	}
 	if (detached) {
@@ -3842,7 +3853,8 @@ again:
 		self_end_attr(fs, path, len, r, rep ? rep->attr : NULL);
 	if ((r == -EBADF || r == -EINVAL) && pin && q.reopen == pin && !q.truncate && !detached) {
 		/* agentd no longer has it (or cannot open it so): by name. */
-		release_handle(fs, pin);
+		if (node_pin_drop(fs->nodes, ino, pin))
+			release_handle(fs, pin);
 		pin = 0;
 		q.reopen = 0;
 		free(path);
@@ -4000,8 +4012,6 @@ out:
 		/* open(2) was interrupted: nobody will release this. */
 		file_put(fs, file_of(fi));
 	}
-	if (pin)
-		release_handle(fs, pin);
 	free(path);
 	free_reply(rep);
 }

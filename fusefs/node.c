@@ -63,8 +63,8 @@ struct node {
 	/* agentd's handle of the file, kept when a rename through this mount
 	 * replaced its last name (node_keep()); 0 = none. */
 	uint64_t kept;
-	/* agentd's handle of the file a LOOKUP found, pinned for the OPEN that
-	 * follows (node_pin_set()); 0 = none; pin_ns when it was set. */
+	/* agentd's handle of the file a LOOKUP found, pinned for the OPENs
+	 * that follow (node_pin_set()); 0 = none; pin_ns when it was set. */
 	uint64_t pin;
 	int64_t pin_ns;
 	/* As a directory: own changes of its names made (ngen) and in flight
@@ -130,6 +130,10 @@ struct node_table {
 	/* Kept handles of nodes freed since the last node_kept_drain(). */
 	uint64_t *kept_freed;
 	size_t n_kept_freed, cap_kept_freed;
+	/* Nodes with a pin, and when node_pins_expire() may walk next
+	 * (CLOCK_MONOTONIC ns). */
+	size_t n_pins;
+	int64_t pins_walk_ns;
 };
 
 /* ---- hashing ---- */
@@ -546,6 +550,8 @@ static void kept_free_one(struct node_table *t, uint64_t *h)
 static void kept_free(struct node_table *t, struct node *n)
 {
 	kept_free_one(t, &n->kept);
+	if (n->pin)
+		t->n_pins--;
 	kept_free_one(t, &n->pin);
 }
 
@@ -1169,6 +1175,8 @@ uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t 
 	if (n && n != t->root && S_ISREG(n->mode) && n->ino == ino &&
 	    node_same_ident(n->ident, ident)) {
 		old = n->pin;
+		if (!old)
+			t->n_pins++;
 		n->pin = handle;
 		n->pin_ns = wsb_mono_ns();
 	}
@@ -1176,20 +1184,61 @@ uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t 
 	return old;
 }
 
-uint64_t node_pin_take(struct node_table *t, uint64_t id, int64_t *ret_age_ns)
+uint64_t node_pin_get(struct node_table *t, uint64_t id, int64_t max_age_ns, uint64_t *ret_old)
 {
 	struct node *n;
 	uint64_t h = 0;
 
+	*ret_old = 0;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->pin) {
+	if (n && n->pin && wsb_mono_ns() - n->pin_ns < max_age_ns) {
 		h = n->pin;
+	} else if (n && n->pin) {
+		*ret_old = n->pin;
 		n->pin = 0;
-		*ret_age_ns = wsb_mono_ns() - n->pin_ns;
+		t->n_pins--;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return h;
+}
+
+bool node_pin_drop(struct node_table *t, uint64_t id, uint64_t handle)
+{
+	struct node *n;
+	bool r = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && handle && n->pin == handle) {
+		n->pin = 0;
+		t->n_pins--;
+		r = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
+}
+
+size_t node_pins_expire(struct node_table *t, int64_t max_age_ns, uint64_t *ids, size_t max)
+{
+	int64_t now = wsb_mono_ns();
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->n_pins && now >= t->pins_walk_ns) {
+		t->pins_walk_ns = now + max_age_ns / 2;
+		for (size_t i = 0; i < t->id_cap && n < max; i++) {
+			for (struct node *m = t->by_id[i]; m && n < max; m = m->id_next) {
+				if (m->pin && now - m->pin_ns >= max_age_ns) {
+					ids[n++] = m->pin;
+					m->pin = 0;
+					t->n_pins--;
+				}
+			}
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }
 
 size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all)
@@ -1207,6 +1256,7 @@ size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all
 				if (m->pin && n < max) {
 					ids[n++] = m->pin;
 					m->pin = 0;
+					t->n_pins--;
 				}
 			}
 		}

@@ -367,9 +367,10 @@ uint64_t node_unkeep_named(struct node_table *t, uint64_t id);
 
 /**
  * Pin @p handle (nonzero: agentd's StatReply.pin) on the regular file node
- * @p id of server inode @p ino and identity @p ident, for the OPEN that
- * follows the LOOKUP that found it (fs.c ws_lookup()): the table owns it
- * from then on (node_pin_take(); freed with the node: node_kept_drain()).
+ * @p id of server inode @p ino and identity @p ident, for the OPENs that
+ * follow the LOOKUP that found it (fs.c ws_lookup()): the table owns it
+ * from then on (node_pin_get(); freed with the node: node_kept_drain();
+ * or once old: node_pins_expire()).
  * Apart from node_keep()'s handle, which GETATTR and opens of a nameless
  * node use. Returns the handle the caller is to release with agentd: the
  * one pinned before (0: none), or @p handle itself when @p id is no such
@@ -379,10 +380,29 @@ uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t 
 		      uint64_t handle);
 
 /**
- * Take node @p id's pin (0: none), for the caller to use and release; its
- * age, ns, in *@p ret_age_ns.
+ * Node @p id's pin when it is younger than @p max_age_ns (0: none), for
+ * the caller to use; it stays the table's (every repeat of an open of the
+ * node within that age may use it), so a call with it may find it
+ * released meanwhile (EBADF: node_pin_drop()). An older one is taken out
+ * into *@p ret_old (else 0) for the caller to release with agentd.
  */
-uint64_t node_pin_take(struct node_table *t, uint64_t id, int64_t *ret_age_ns);
+uint64_t node_pin_get(struct node_table *t, uint64_t id, int64_t max_age_ns, uint64_t *ret_old);
+
+/**
+ * Take node @p id's pin out if it is still @p handle: true when it was,
+ * and the caller is to release it with agentd.
+ */
+bool node_pin_drop(struct node_table *t, uint64_t id, uint64_t handle);
+
+/**
+ * Take up to @p max pins (node_pin_set()) at least @p max_age_ns old into
+ * @p ids, for the caller to release with agentd: past that age no repeat
+ * of an open uses it (node_pin_get()), and it would only hold the file,
+ * perhaps unlinked, in agentd. Walks the table at most once per
+ * @p max_age_ns / 2, and only while some node has a pin, so callers may
+ * call it often. Returns how many. Any thread.
+ */
+size_t node_pins_expire(struct node_table *t, int64_t max_age_ns, uint64_t *ids, size_t max);
 
 /**
  * Take up to @p max kept (and pinned) handles whose nodes were freed into

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -468,6 +469,52 @@ static void test_ksize(void **state)
 	node_ksize_lower(t, 999999, 5);
 	assert_int_equal(node_ksize_told(t, 999999, 5), -1);
 	assert_int_equal(node_ksize(t, 999999), -1);
+}
+
+static void test_pins(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t f = add(t, NODE_ROOT_ID, "p", 81, REG);
+	uint64_t g = add(t, NODE_ROOT_ID, "q", 82, REG);
+	uint64_t d = add(t, NODE_ROOT_ID, "dp", 83, DIR_);
+	uint64_t ids[8], old = 1;
+
+	/* Only on the regular file node of that very file. */
+	assert_int_equal(node_pin_set(t, f, 99, 0, 500), 500);
+	assert_int_equal(node_pin_set(t, d, 83, 0, 501), 501);
+	assert_int_equal(node_pin_set(t, f, 81, 0, 502), 0);
+	assert_int_equal(node_pin_set(t, f, 81, 0, 503), 502); /* one each */
+	/* Every repeat within the age uses it; then it comes out, once. */
+	assert_int_equal(node_pin_get(t, f, 1000000000LL, &old), 503);
+	assert_int_equal(old, 0);
+	assert_int_equal(node_pin_get(t, f, 1000000000LL, &old), 503);
+	assert_int_equal(node_pin_get(t, f, 0, &old), 0);
+	assert_int_equal(old, 503);
+	assert_int_equal(node_pin_get(t, f, 1000000000LL, &old), 0);
+	assert_int_equal(old, 0);
+	/* Dropped only while it is still that one. */
+	assert_int_equal(node_pin_set(t, f, 81, 0, 507), 0);
+	assert_false(node_pin_drop(t, f, 503));
+	assert_true(node_pin_drop(t, f, 507));
+	assert_false(node_pin_drop(t, f, 507));
+	assert_int_equal(node_pin_get(t, f, 1000000000LL, &old), 0);
+	/* Young pins stay; old ones come out, each once; a walk at most
+	 * every max_age / 2 (1 s: 0.5 s). */
+	assert_int_equal(node_pin_set(t, f, 81, 0, 504), 0);
+	assert_int_equal(node_pin_set(t, g, 82, 0, 505), 0);
+	assert_int_equal(node_pins_expire(t, 1000000000LL, ids, 8), 0);
+	assert_int_equal(node_pins_expire(t, 0, ids, 8), 0); /* walked just now */
+	assert_true(node_pin_drop(t, g, 505));
+	usleep(600000);
+	assert_int_equal(node_pins_expire(t, 500000000LL, ids, 8), 1);
+	assert_int_equal(ids[0], 504);
+	assert_int_equal(node_pin_get(t, f, 1000000000LL, &old), 0);
+	assert_int_equal(old, 0);
+	/* A forgotten node's pin goes with it. */
+	assert_int_equal(node_pin_set(t, g, 82, 0, 506), 0);
+	node_forget(t, g, 1);
+	assert_int_equal(node_kept_drain(t, ids, 8, false), 1);
+	assert_int_equal(ids[0], 506);
 }
 
 static void test_hard_links(void **state)
@@ -1137,6 +1184,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_new_detached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ksize, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hard_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_seen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own, setup, teardown),
