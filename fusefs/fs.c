@@ -1151,8 +1151,8 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 }
 
 /* Release the handles kept for renamed-over files (node_keep()) whose
- * nodes are gone, and pins older than WSFS_STALE_NS that no OPEN took
- * (node_pins_expire()); @all: every one (unmount). */
+ * nodes are gone, and pins twice as old as a repeat of an open uses
+ * (node_pins_expire(); ws_open()); @all: every one (unmount). */
 static void kept_release(struct wsfs *fs, bool all)
 {
 	uint64_t ids[64];
@@ -1164,7 +1164,7 @@ static void kept_release(struct wsfs *fs, bool all)
 	}
 	if (all)
 		return;
-	n = node_pins_expire(fs->nodes, WSFS_STALE_NS, ids, 64);
+	n = node_pins_expire(fs->nodes, 2 * WSFS_STALE_NS, ids, 64);
 	for (size_t i = 0; i < n; i++)
 		release_handle(fs, ids[i]);
 }
@@ -1932,9 +1932,9 @@ static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path);
  * a pod that replaces the name in a loop would otherwise beat the
  * repeat too, and the new file would be opened on the old kernel inode.
  * The pin serves every repeat that comes to the node within
- * WSFS_STALE_NS (threads of several processes may be told ESTALE at
- * once), and is released after that (node_pins_expire()), or when the
- * next one replaces it, or with the node.
+ * WSFS_STALE_NS of the last lookup that asked for one (threads of several
+ * processes may be told ESTALE at once), and is released at the first
+ * close or FORGET after twice that (node_pins_expire()), or with the node.
  */
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
@@ -1980,13 +1980,13 @@ again:
 		r = node_lookup(fs->nodes, gen, parent, name, strlen(name), st.st_ino, st_ident(&st),
 				st.st_mode, (uint32_t)st.st_nlink, &id);
 		if (r == 0 && rep->pin && S_ISREG(st.st_mode)) {
-			/* One of an earlier repeat that no OPEN took goes. */
-			uint64_t old = node_pin_set(fs->nodes, id, st.st_ino, st_ident(&st),
-						    rep->pin);
+			/* Not kept when the node has one already. */
+			uint64_t spare = node_pin_set(fs->nodes, id, st.st_ino, st_ident(&st),
+						      rep->pin);
 
 			rep->pin = 0;
-			if (old)
-				release_handle(fs, old);
+			if (spare)
+				release_handle(fs, spare);
 		}
 		if (r == -ESTALE) {
 			reply_err(req, -ENOENT); /* the parent went */
@@ -3758,7 +3758,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* The file the VFS's repeat looked up (ws_lookup()): the node's pin,
 	 * which every repeat of an open of it within WSFS_STALE_NS uses (the
 	 * table keeps it: node_pin_get()). */
-	uint64_t pin = 0, pin_old = 0;
+	uint64_t pin = 0;
 	struct node_fh *other;
 
 	wb_wait(fs);
@@ -3780,9 +3780,7 @@ again:
 		spath = stale_path(r == 0 ? path : NULL, len);
 		retry = stale_retry(fs, fuse_req_ctx(req)->pid, spath);
 		if (retry)
-			pin = node_pin_get(fs->nodes, ino, WSFS_STALE_NS, &pin_old);
-		if (pin_old)
-			release_handle(fs, pin_old); /* a repeat's that never came */
+			pin = node_pin_get(fs->nodes, ino, WSFS_STALE_NS);
 		if (pin && (r == 0 || detached) && !(fi->flags & O_TRUNC) &&
 		    (other = node_fh_find(fs->nodes, ino, fh_not_file, &info))) {
 			/* Another file is open on this inode already (an open

@@ -1168,37 +1168,32 @@ uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t 
 		      uint64_t handle)
 {
 	struct node *n;
-	uint64_t old = handle;
+	uint64_t spare = handle;
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
 	if (n && n != t->root && S_ISREG(n->mode) && n->ino == ino &&
 	    node_same_ident(n->ident, ident)) {
-		old = n->pin;
-		if (!old)
+		if (!n->pin) {
+			n->pin = handle;
 			t->n_pins++;
-		n->pin = handle;
+			spare = 0;
+		}
 		n->pin_ns = wsb_mono_ns();
 	}
 	pthread_mutex_unlock(&t->lock);
-	return old;
+	return spare;
 }
 
-uint64_t node_pin_get(struct node_table *t, uint64_t id, int64_t max_age_ns, uint64_t *ret_old)
+uint64_t node_pin_get(struct node_table *t, uint64_t id, int64_t max_age_ns)
 {
 	struct node *n;
 	uint64_t h = 0;
 
-	*ret_old = 0;
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->pin && wsb_mono_ns() - n->pin_ns < max_age_ns) {
+	if (n && n->pin && wsb_mono_ns() - n->pin_ns < max_age_ns)
 		h = n->pin;
-	} else if (n && n->pin) {
-		*ret_old = n->pin;
-		n->pin = 0;
-		t->n_pins--;
-	}
 	pthread_mutex_unlock(&t->lock);
 	return h;
 }

@@ -372,9 +372,10 @@ uint64_t node_unkeep_named(struct node_table *t, uint64_t id);
  * from then on (node_pin_get(); freed with the node: node_kept_drain();
  * or once old: node_pins_expire()).
  * Apart from node_keep()'s handle, which GETATTR and opens of a nameless
- * node use. Returns the handle the caller is to release with agentd: the
- * one pinned before (0: none), or @p handle itself when @p id is no such
- * node.
+ * node use. A node keeps one pin: with one already (of the same file), it
+ * stays, its age starting again, so that an open in flight with it does
+ * not lose it. Returns 0 when @p handle was pinned, else @p handle, which
+ * the caller is to release with agentd.
  */
 uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t ident,
 		      uint64_t handle);
@@ -382,11 +383,11 @@ uint64_t node_pin_set(struct node_table *t, uint64_t id, uint64_t ino, uint64_t 
 /**
  * Node @p id's pin when it is younger than @p max_age_ns (0: none), for
  * the caller to use; it stays the table's (every repeat of an open of the
- * node within that age may use it), so a call with it may find it
- * released meanwhile (EBADF: node_pin_drop()). An older one is taken out
- * into *@p ret_old (else 0) for the caller to release with agentd.
+ * node within that age may use it) until node_pins_expire() at a greater
+ * age, so a call with it finds it released only when the call took that
+ * much longer, or agentd lost it (EBADF: node_pin_drop()).
  */
-uint64_t node_pin_get(struct node_table *t, uint64_t id, int64_t max_age_ns, uint64_t *ret_old);
+uint64_t node_pin_get(struct node_table *t, uint64_t id, int64_t max_age_ns);
 
 /**
  * Take node @p id's pin out if it is still @p handle: true when it was,
