@@ -84,9 +84,9 @@ static void attr_from_stat(Wsbridge__V1__Attr *a, const struct stat *st)
 	a->size = (uint64_t)st->st_size;
 	a->blocks = (uint64_t)st->st_blocks;
 	a->blksize = (uint32_t)st->st_blksize;
-	a->atime_ns = wsb_ns_of_ts(&st->st_atim);
-	a->mtime_ns = wsb_ns_of_ts(&st->st_mtim);
-	a->ctime_ns = wsb_ns_of_ts(&st->st_ctim);
+	wsb_time_to_wire(&st->st_atim, &a->atime_ns, &a->atime_s, &a->atime_nsec);
+	wsb_time_to_wire(&st->st_mtim, &a->mtime_ns, &a->mtime_s, &a->mtime_nsec);
+	wsb_time_to_wire(&st->st_ctim, &a->ctime_ns, &a->ctime_s, &a->ctime_nsec);
 }
 
 /* Is this wire path the root itself ("", ".", "/", "//")? */
@@ -674,8 +674,9 @@ static struct timespec timespec_from_proto(const Wsbridge__V1__TimeSpec *t);
 
 /*
  * @q's change as fsops_setattr() takes it, into *@sa. Returns 0, or
- * -EINVAL with *@why set when valid names a bit agentd does not know, or
- * (@no_size) SIZE.
+ * -EINVAL with *@why set (what is wrong, a phrase) when valid names a bit
+ * agentd does not know, or (@no_size) SIZE, or when a time's nsec is 10^9
+ * or more (proto/wsbridge.proto TimeSpec).
  */
 static int setattr_from_proto(const Wsbridge__V1__SetAttrRequest *q, bool no_size,
 			      struct fsops_setattr *sa, const char **why)
@@ -685,7 +686,13 @@ static int setattr_from_proto(const Wsbridge__V1__SetAttrRequest *q, bool no_siz
 	if (!no_size)
 		known |= FSOPS_SET_SIZE;
 	if (q->valid & ~known) {
-		*why = no_size && (q->valid & FSOPS_SET_SIZE) ? "a size" : "unknown bits";
+		*why = no_size && (q->valid & FSOPS_SET_SIZE) ? "a size in valid"
+							      : "unknown bits in valid";
+		return -EINVAL;
+	}
+	if ((q->atime && !wsb_time_wire_ok(q->atime->nsec)) ||
+	    (q->mtime && !wsb_time_wire_ok(q->mtime->nsec))) {
+		*why = "a time whose nsec is 10^9 or more";
 		return -EINVAL;
 	}
 	*sa = (struct fsops_setattr){
@@ -720,7 +727,7 @@ static void do_write(struct rpc_call *call, const ProtobufCMessage *req, void *d
 	}
 	if (q->setattr_after && setattr_from_proto(q->setattr_after, true, &sa, &why) < 0) {
 		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
-			   "write: setattr_after names %s in valid (%#x); nothing written", why,
+			   "write: setattr_after has %s (valid %#x); nothing written", why,
 			   q->setattr_after->valid);
 		return;
 	}
@@ -795,7 +802,7 @@ static struct timespec timespec_from_proto(const Wsbridge__V1__TimeSpec *t)
 		if (t->now)
 			ts.tv_nsec = UTIME_NOW;
 	} else if (t->how_case == WSBRIDGE__V1__TIME_SPEC__HOW_NS) {
-		ts = wsb_ts_of_ns(t->ns);
+		ts = wsb_time_of_wire(t->ns, t->s, t->nsec);
 	}
 	return ts;
 }
@@ -810,7 +817,7 @@ static void do_setattr(struct rpc_call *call, const ProtobufCMessage *req, void 
 	int r;
 
 	if (setattr_from_proto(q, false, &sa, &why) < 0) {
-		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "setattr: unknown bits in valid: %#x",
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "setattr: %s (valid %#x)", why,
 			   q->valid);
 		return;
 	}

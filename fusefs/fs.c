@@ -323,9 +323,9 @@ static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 	st->st_size = a->size > INT64_MAX ? INT64_MAX : (off_t)a->size;
 	st->st_blocks = a->blocks > INT64_MAX ? INT64_MAX : (blkcnt_t)a->blocks;
 	st->st_blksize = a->blksize ? a->blksize : 4096;
-	st->st_atim = wsb_ts_of_ns(a->atime_ns);
-	st->st_mtim = wsb_ts_of_ns(a->mtime_ns);
-	st->st_ctim = wsb_ts_of_ns(a->ctime_ns);
+	st->st_atim = wsb_time_of_wire(a->atime_ns, a->atime_s, a->atime_nsec);
+	st->st_mtim = wsb_time_of_wire(a->mtime_ns, a->mtime_s, a->mtime_nsec);
+	st->st_ctim = wsb_time_of_wire(a->ctime_ns, a->ctime_s, a->ctime_nsec);
 	st->st_dev = (dev_t)wsfs_attr_ident(a);
 	return 0;
 }
@@ -2491,7 +2491,7 @@ static void sab_pick(struct node_fh *h, void *arg)
 	p->f = f;
 }
 
-/* A time the wire carries as it is (wsb_ns_of_ts() saturates past 2262). */
+/* A time the wire's nanoseconds hold (setattr-behind keeps no more). */
 static bool sab_time_fits(const struct timespec *ts)
 {
 	return ts->tv_sec > -9000000000LL && ts->tv_sec < 9000000000LL;
@@ -2830,9 +2830,10 @@ static void sab_closing(struct wsfs *fs, struct wsfs_file *f)
 /* ---- setattr ---- */
 
 /*
- * A SetAttr time: UTIME_NOW, or @ts in nanoseconds, saturated past 2262 and
- * before 1677 (the wire's int64; the kernel too clamps a time to what a file
- * system keeps, timestamp_truncate() in fs/inode.c).
+ * A SetAttr time: UTIME_NOW, or @ts in nanoseconds, and exactly where they
+ * cannot hold it (before 1677, after 2262: proto/wsbridge.proto "Times"; the
+ * file system in the pod then keeps what it can, timestamp_truncate() in
+ * fs/inode.c).
  */
 static void set_time(Wsbridge__V1__TimeSpec *t, bool now, const struct timespec *ts)
 {
@@ -2841,7 +2842,7 @@ static void set_time(Wsbridge__V1__TimeSpec *t, bool now, const struct timespec 
 		t->now = true;
 	} else {
 		t->how_case = WSBRIDGE__V1__TIME_SPEC__HOW_NS;
-		t->ns = wsb_ns_of_ts(ts);
+		wsb_time_to_wire(ts, &t->ns, &t->s, &t->nsec);
 	}
 }
 

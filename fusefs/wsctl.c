@@ -2386,9 +2386,9 @@ static const char *type_name(uint32_t mode)
 }
 
 /* ls -l date: "Mon DD HH:MM" within six months, else "Mon DD  YYYY". */
-static void ls_time(int64_t ns, char *buf, size_t len)
+static void ls_time(struct timespec ts, char *buf, size_t len)
 {
-	time_t t = (time_t)(ns / 1000000000), now = time(NULL);
+	time_t t = ts.tv_sec, now = time(NULL);
 	struct tm tm;
 
 	if (!localtime_r(&t, &tm)) {
@@ -2458,7 +2458,8 @@ static void ls_long(const char *dir, const struct entry *e, size_t n)
 			printf("?????????? %*s %*s %*s %*s %12s ", wl, "?", wu, "?", wg, "?", ws, "?", "?");
 		} else {
 			mode_string(a->mode, mode);
-			ls_time(a->mtime_ns, when, sizeof(when));
+			ls_time(wsb_time_of_wire(a->mtime_ns, a->mtime_s, a->mtime_nsec), when,
+				sizeof(when));
 			printf("%s %*" PRIu32 " %*" PRIu32 " %*" PRIu32 " %*" PRIu64 " %s ", mode, wl,
 			       a->nlink, wu, a->uid, wg, a->gid, ws, a->size, when);
 		}
@@ -2550,24 +2551,18 @@ static int cmd_ls(int argc, char **argv)
 	return 0;
 }
 
-static void print_time(const char *label, int64_t ns)
+static void print_time(const char *label, struct timespec ts)
 {
-	time_t t = (time_t)(ns / 1000000000);
-	long frac = (long)(ns % 1000000000);
 	char buf[64], zone[16];
 	struct tm tm;
 
-	if (frac < 0) {
-		frac += 1000000000;
-		t--;
-	}
-	if (!localtime_r(&t, &tm)) {
-		printf("%s: %" PRId64 " ns\n", label, ns);
+	if (!localtime_r(&ts.tv_sec, &tm)) {
+		printf("%s: %lld.%09ld s\n", label, (long long)ts.tv_sec, ts.tv_nsec);
 		return;
 	}
 	strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
 	strftime(zone, sizeof(zone), "%z", &tm);
-	printf("%s: %s.%09ld %s\n", label, buf, frac, zone);
+	printf("%s: %s.%09ld %s\n", label, buf, ts.tv_nsec, zone);
 }
 
 static int cmd_stat(int argc, char **argv)
@@ -2614,11 +2609,11 @@ static int cmd_stat(int argc, char **argv)
 		printf("   Uid: %" PRIu32 "\n", a->uid);
 		printf("   Gid: %" PRIu32 "\n", a->gid);
 		printf("  Rdev: %" PRIu64 " (%u:%u)\n", a->rdev, major(a->rdev), minor(a->rdev));
-		print_time("Access", a->atime_ns);
-		print_time("Modify", a->mtime_ns);
-		print_time("Change", a->ctime_ns);
+		print_time("Access", wsb_time_of_wire(a->atime_ns, a->atime_s, a->atime_nsec));
+		print_time("Modify", wsb_time_of_wire(a->mtime_ns, a->mtime_s, a->mtime_nsec));
+		print_time("Change", wsb_time_of_wire(a->ctime_ns, a->ctime_s, a->ctime_nsec));
 		if (a->btime_ns)
-			print_time(" Birth", a->btime_ns);
+			print_time(" Birth", wsb_ts_of_ns(a->btime_ns));
 		else
 			puts(" Birth: -"); /* as stat(1): the file system keeps none */
 		out_flush();

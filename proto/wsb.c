@@ -385,6 +385,35 @@ struct timespec wsb_ts_of_ns(int64_t ns)
 	return ts;
 }
 
+void wsb_time_to_wire(const struct timespec *ts, int64_t *ns, int64_t *s, uint32_t *nsec)
+{
+	int64_t sec = (int64_t)ts->tv_sec, n = (int64_t)ts->tv_nsec;
+
+	*ns = wsb_ns_of_ts(ts);
+	*s = 0;
+	*nsec = 0;
+	if (*ns != INT64_MIN && *ns != INT64_MAX)
+		return;
+	if (n < 0 || n >= 1000000000) {
+		int64_t carry = n / 1000000000 - (n % 1000000000 < 0);
+
+		if (__builtin_add_overflow(sec, carry, &sec)) {
+			*s = carry < 0 ? INT64_MIN : INT64_MAX;
+			return;
+		}
+		n -= carry * 1000000000;
+	}
+	*s = sec;
+	*nsec = (uint32_t)n;
+}
+
+struct timespec wsb_time_of_wire(int64_t ns, int64_t s, uint32_t nsec)
+{
+	if ((s || nsec) && nsec < 1000000000)
+		return (struct timespec){ .tv_sec = (time_t)s, .tv_nsec = (long)nsec };
+	return wsb_ts_of_ns(ns);
+}
+
 void wsb_malloc_tune(void)
 {
 	(void)mallopt(M_MMAP_THRESHOLD, 4 << 20);

@@ -161,6 +161,29 @@ int64_t wsb_ns_of_ts(const struct timespec *ts);
 struct timespec wsb_ts_of_ns(int64_t ns);
 
 /**
+ * The wire's three fields for time @p ts (proto/wsbridge.proto "Times"):
+ * *@p ns as wsb_ns_of_ts() gives it, and where that saturates, the time
+ * exactly in *@p s (seconds since the epoch) and *@p nsec (0 to 10^9 - 1),
+ * else 0 and 0. @p ts->tv_nsec may lie outside [0, 10^9). Pure; any thread.
+ */
+void wsb_time_to_wire(const struct timespec *ts, int64_t *ns, int64_t *s, uint32_t *nsec);
+
+/**
+ * The time that the wire's fields @p ns, @p s and @p nsec carry
+ * (proto/wsbridge.proto "Times"): (@p s, @p nsec) unless both are 0, else
+ * wsb_ts_of_ns(@p ns). A peer's @p nsec of 10^9 or more is not a time: the
+ * pair is ignored (a server refuses it first, wsb_time_wire_ok()). Pure;
+ * any thread.
+ */
+struct timespec wsb_time_of_wire(int64_t ns, int64_t s, uint32_t nsec);
+
+/** Whether a peer's @p nsec can be a time's nanoseconds (below 10^9). */
+static inline bool wsb_time_wire_ok(uint32_t nsec)
+{
+	return nsec < 1000000000;
+}
+
+/**
  * pthread_cond_init(3) of @p cond with CLOCK_MONOTONIC for its timed waits
  * (pthread_condattr_setclock(3)), so that their absolute deadlines are
  * wsb_mono_ns() values and a change of the wall clock does not move them.

@@ -799,6 +799,41 @@ made_then_run() {
 	[ "$(stat -c %Y "$ROOT/f")" -ge $((before - 1)) ]
 }
 
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
+@test "M1: times past 2262 and before 1970 (beyond int64 nanoseconds) are set and shown as on a local directory" {
+	local t out d="$BATS_TEST_TMPDIR/local" # the workspace's file system: it clamps alike
+	mkdir "$d"
+	: >"$MNT/f"
+	: >"$d/f"
+	ln -s f "$MNT/l"
+	ln -s f "$d/l"
+	for t in '2262-04-11 23:47:16.854775807' '2262-04-11 23:47:16.854775808' \
+		'2300-01-01 00:00:00.123456789' '2446-05-10 22:38:55' '1969-12-31 23:59:59.5' \
+		'1901-12-13 20:45:52' '1600-01-01 00:00:00.25'; do
+		touch -d "$t UTC" "$MNT/f" "$d/f"
+		assert_eq "$(stat -c '%x|%y' "$MNT/f")" "$(stat -c '%x|%y' "$d/f")" "touch -d '$t' of f"
+		assert_eq "$(stat -c '%x|%y' "$ROOT/f")" "$(stat -c '%x|%y' "$d/f")" "POD f after '$t'"
+		touch -h -m -d "$t UTC" "$MNT/l" "$d/l"
+		assert_eq "$(stat -c %y "$MNT/l")" "$(stat -c %y "$d/l")" "touch -h -d '$t' of l"
+	done
+	# The pod's own touch -d, and a remount (nothing cached), show alike.
+	touch -d '2400-02-29 12:00:00.5 UTC' "$ROOT/f"
+	touch -d '2400-02-29 12:00:00.5 UTC' "$d/f"
+	umount_wsfs
+	wsfs_wait_exit
+	mount_wsfs
+	assert_eq "$(stat -c '%x|%y' "$MNT/f")" "$(stat -c '%x|%y' "$d/f")" "the pod's touch -d, remounted"
+	out=$(TZ=UTC "$WSB_BUILD/fusefs/wsctl" -a "$ADDR" stat f)
+	assert_contains "$out" "Modify: 2400-02-29 12:00:00.500000000 +0000" "wsctl stat"
+	# tar -p restores such a time, through the same SETATTR.
+	touch -d '2300-06-01 00:00:00 UTC' "$d/f"
+	tar -C "$d" -cf "$BATS_TEST_TMPDIR/t.tar" f
+	rm "$MNT/f"
+	tar -C "$MNT" -xpf "$BATS_TEST_TMPDIR/t.tar"
+	assert_eq "$(stat -c %y "$MNT/f")" "$(stat -c %y "$d/f")" "tar -xp of a 2300 mtime"
+	assert_eq "$(stat -c %y "$ROOT/f")" "$(stat -c %y "$d/f")" "POD after tar -xp"
+}
+
 # make_tree DIR: a tree with directories, modes (incl. setuid/setgid, 0555
 # and 0700 dirs), empty and binary files, odd names, a hard link, symlinks
 # (relative, dangling, absolute), a FIFO, and a distinct mtime (with

@@ -525,6 +525,32 @@ class Behaviour(Base):
         self.assertEqual((a.size, stat.S_IMODE(a.mode), a.mtime_ns),
                          (4, 0o600, 1_234_567_890_123_456_789))
 
+    def test_setattr_time_past_int64_ns(self):
+        """A time int64 nanoseconds cannot hold (2300-01-01) goes exactly
+        in TimeSpec's s and nsec and comes back in Attr's pair, with the
+        nanoseconds at their nearest end; an nsec of 10^9 is refused and
+        changes nothing."""
+        with open(rp("wide"), "w"):
+            pass
+        os.chmod(rp("wide"), 0o640)
+        S, N, MAX = 10_413_792_000, 123_456_789, 2**63 - 1
+        V = pb.SetAttrRequest
+        a = self.ws.SetAttr(V(path=b"wide", mtime=pb.TimeSpec(ns=MAX, s=S, nsec=N)),
+                            timeout=TIMEOUT).attr
+        self.assertEqual(os.stat(rp("wide")).st_mtime_ns, S * 10**9 + N)
+        self.assertEqual((a.mtime_ns, a.mtime_s, a.mtime_nsec), (MAX, S, N))
+        self.assertEqual((a.ctime_s, a.ctime_nsec), (0, 0))  # a time that fits: no pair
+        a = self.ws.Stat(pb.StatRequest(path=b"wide"), timeout=TIMEOUT).attr
+        self.assertEqual((a.mtime_ns, a.mtime_s, a.mtime_nsec), (MAX, S, N))
+        e = self.fails(SC.INVALID_ARGUMENT, "EINVAL",
+                       lambda: self.ws.SetAttr(V(path=b"wide", valid=V.MODE, mode=0o600,
+                                                 atime=pb.TimeSpec(ns=MAX, s=S, nsec=10**9)),
+                                               timeout=TIMEOUT),
+                       "SetAttr with a time's nsec of 10^9")
+        self.assertIn("nsec", e.details())
+        st = os.stat(rp("wide"))
+        self.assertEqual((st.st_mtime_ns, stat.S_IMODE(st.st_mode)), (S * 10**9 + N, 0o640))
+
     def test_write_setattr_after(self):
         """Write with setattr_after: the change follows the write in one
         call (its mtime wins over the write's); one naming a size is

@@ -320,6 +320,67 @@ static void test_time_ns(void **state)
 	assert_int_equal(wsb_ns_of_ts(&ts), INT64_MAX);
 }
 
+/* The wire's three fields of a time (proto/wsbridge.proto "Times"): the
+ * pair only where the nanoseconds saturate, and every time comes back
+ * exact through an Attr packed and unpacked; a peer with no pair, or a bad
+ * one, gives the nanoseconds. */
+static void test_time_wire(void **state)
+{
+	static const struct {
+		struct timespec ts;
+		bool pair;
+	} c[] = {
+		{ { 1612325106, 123456789 }, false },
+		{ { -1, 500000000 }, false },			/* 1969-12-31 23:59:59.5 */
+		{ { 0, 0 }, false },				/* the epoch */
+		{ { 9223372036, 854775806 }, false },		/* INT64_MAX - 1 ns */
+		{ { 9223372036, 854775808 }, true },		/* 1 ns past */
+		{ { 10413792000, 123456789 }, true },		/* 2300-01-01 */
+		{ { 15032385535, 999999999 }, true },		/* ext4's last, 2446 */
+		{ { -9223372037, 145224193 }, false },		/* INT64_MIN + 1 ns */
+		{ { -9223372037, 145224191 }, true },		/* 1 ns before INT64_MIN */
+		{ { -11676096000, 250000000 }, true },		/* 1600-01-01 00:00:00.25 */
+		{ { INT64_MAX, 999999999 }, true },
+		{ { INT64_MIN, 0 }, true },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		Wsbridge__V1__Attr a = WSBRIDGE__V1__ATTR__INIT, *b;
+		uint8_t buf[128];
+		struct timespec got;
+		size_t n;
+
+		wsb_time_to_wire(&c[i].ts, &a.mtime_ns, &a.mtime_s, &a.mtime_nsec);
+		assert_int_equal(a.mtime_ns, wsb_ns_of_ts(&c[i].ts));
+		assert_int_equal(a.mtime_s != 0 || a.mtime_nsec != 0, c[i].pair);
+		n = wsbridge__v1__attr__pack(&a, buf);
+		b = wsbridge__v1__attr__unpack(NULL, n, buf);
+		assert_non_null(b);
+		got = wsb_time_of_wire(b->mtime_ns, b->mtime_s, b->mtime_nsec);
+		assert_int_equal(got.tv_sec, c[i].ts.tv_sec);
+		assert_int_equal(got.tv_nsec, c[i].ts.tv_nsec);
+		wsbridge__v1__attr__free_unpacked(b, NULL);
+	}
+	/* Not normalized: 2300-01-01 as 10413791999 s + 1.5 s. */
+	{
+		struct timespec ts = { 10413791999, 1500000000 };
+		int64_t ns, s;
+		uint32_t nsec;
+
+		wsb_time_to_wire(&ts, &ns, &s, &nsec);
+		assert_int_equal(ns, INT64_MAX);
+		assert_int_equal(s, 10413792000);
+		assert_int_equal(nsec, 500000000);
+	}
+	/* An older peer's nanoseconds alone; a bad pair is no time. */
+	assert_int_equal(wsb_time_of_wire(INT64_MAX, 0, 0).tv_sec, 9223372036);
+	assert_int_equal(wsb_time_of_wire(INT64_MAX, 0, 0).tv_nsec, 854775807);
+	assert_int_equal(wsb_time_of_wire(5, 10413792000, 1000000000).tv_nsec, 5);
+	assert_int_equal(wsb_time_of_wire(5, 10413792000, 1000000000).tv_sec, 0);
+	assert_true(wsb_time_wire_ok(999999999));
+	assert_false(wsb_time_wire_ok(1000000000));
+}
+
 /* wsb_deadline: @ms from now on the clock given, tv_nsec normalized (a
  * deadline with tv_nsec >= 10^9 makes pthread_cond_timedwait EINVAL). */
 static int64_t clock_ns(clockid_t c)
@@ -644,6 +705,7 @@ int main(void)
 		cmocka_unit_test(test_addr_check),
 		cmocka_unit_test(test_session_id),
 		cmocka_unit_test(test_time_ns),
+		cmocka_unit_test(test_time_wire),
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_wire),
 		cmocka_unit_test(test_unpack_pieces),
