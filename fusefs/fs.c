@@ -284,9 +284,11 @@ static void free_reply(void *msg)
 /* ---- attributes ---- */
 
 /*
- * Convert a server Attr to a struct stat. -EIO for a missing Attr, a file
- * type the kernel would reject (it marks such an inode bad), or an owner or
- * group of (uint32_t)-1: no file has it (chown(2) reads it as "unchanged"),
+ * Convert a server Attr to a struct stat. -EIO for a missing Attr, an inode
+ * number of 0 (no file has it; node.h reads it as "not known", and
+ * readdir(3) callers skip such an entry as deleted), a file type the kernel
+ * would reject (it marks such an inode bad), or an owner or group of
+ * (uint32_t)-1: no file has it (chown(2) reads it as "unchanged"),
  * and the kernel maps it to INVALID_UID and then refuses every write to the
  * inode, creates in a directory too, with EACCES for as long as it keeps the
  * attributes (fs/namei.c inode_permission, HAS_UNMAPPED_ID).
@@ -300,7 +302,7 @@ static void free_reply(void *msg)
 static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	if (!a || a->uid == UINT32_MAX || a->gid == UINT32_MAX)
+	if (!a || !a->ino || a->uid == UINT32_MAX || a->gid == UINT32_MAX)
 		return -EIO;
 	switch (a->mode & S_IFMT) {
 	case S_IFREG:
@@ -322,7 +324,12 @@ static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 	st->st_rdev = a->rdev;
 	st->st_size = a->size > INT64_MAX ? INT64_MAX : (off_t)a->size;
 	st->st_blocks = a->blocks > INT64_MAX ? INT64_MAX : (blkcnt_t)a->blocks;
-	st->st_blksize = a->blksize ? a->blksize : 4096;
+	/* A power of two, 512 B to 64 MiB (the kernel takes its log2 for
+	 * i_blkbits, fs/fuse/inode.c); else a page. */
+	st->st_blksize = a->blksize >= 512 && a->blksize <= (64u << 20) &&
+				 !(a->blksize & (a->blksize - 1))
+				 ? a->blksize
+				 : 4096;
 	st->st_atim = wsb_time_of_wire(a->atime_ns, a->atime_s, a->atime_nsec);
 	st->st_mtim = wsb_time_of_wire(a->mtime_ns, a->mtime_s, a->mtime_nsec);
 	st->st_ctim = wsb_time_of_wire(a->ctime_ns, a->ctime_s, a->ctime_nsec);
@@ -807,15 +814,25 @@ static uint64_t reply_node(fuse_req_t req, struct wsfs *fs, uint64_t id, const s
 	return id;
 }
 
-/* Reply with an AttrReply that created @name in @parent; returns the new
- * nodeid, or 0. */
+/*
+ * Reply with an AttrReply that created @name in @parent, of file type @type
+ * (S_IFMT bits; 0: any but a directory, as a hard link is); returns the new
+ * nodeid, or 0. A reply of another type is EIO and binds nothing: the
+ * kernel would refuse the entry (fs/fuse/dir.c create_new_entry()) and
+ * never FORGET it.
+ */
 static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent,
 			      const char *name, Wsbridge__V1__AttrReply *rep, uint64_t seq0,
-			      bool empty)
+			      mode_t type, bool empty)
 {
 	struct stat st;
 	int r = attr_to_stat(rep->attr, &st);
 
+	if (r == 0 && (type ? (st.st_mode & S_IFMT) != type : S_ISDIR(st.st_mode))) {
+		wsb_warn("agentd made '%s' a file of type %#o, not %#o: EIO", name,
+			 (unsigned)(st.st_mode & S_IFMT), (unsigned)type);
+		r = -EIO;
+	}
 	if (r < 0) {
 		reply_err(req, r);
 		return 0;
@@ -1085,17 +1102,40 @@ static void release_handle(struct wsfs *fs, uint64_t sh)
  * Open (OpenRequest @q; *@rep as rpc()'s): when agentd's handle table is
  * full (ENFILE: --max-handles; EMFILE from an agentd before 2026-12-04)
  * while handles of closed files wait in the release queue, those go at
- * once and the Open is asked once more. Any FUSE request thread.
+ * once and the Open is asked once more. A reply agentd cannot mean is
+ * -EIO, its handle released. Any FUSE request thread.
  */
 static int open_rpc(struct wsfs *fs, Wsbridge__V1__OpenRequest *q, Wsbridge__V1__OpenReply **rep)
 {
 	int r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
+	const char *why;
 
 	if ((r == -ENFILE || r == -EMFILE) && fs->gb_started && !atomic_load(&fs->rel_single)) {
 		(void)release_flush(fs);
 		r = rpc(fs, M("Open"), &q->base, &wsbridge__v1__open_reply__descriptor, rep);
 	}
-	return r;
+	if (r < 0)
+		return r;
+	/* What agentd cannot mean: a handle of 0 (a SetAttr of it would name
+	 * the path, the root's for a handle's call), bytes not asked for (kept
+	 * until read), a file of another type (the kernel refuses a created
+	 * entry that is no regular file, fs/fuse/dir.c fuse_create_open(),
+	 * and never releases it). */
+	if (!(*rep)->handle)
+		why = "handle 0";
+	else if ((*rep)->data.len > q->read_ahead)
+		why = "more bytes than asked for";
+	else if ((*rep)->attr &&
+		 ((*rep)->attr->mode & S_IFMT) != (q->directory ? S_IFDIR : S_IFREG))
+		why = "a file of another type";
+	else
+		return 0;
+	wsb_warn("agentd's Open reply has %s: EIO", why);
+	if ((*rep)->handle)
+		release_handle(fs, (*rep)->handle);
+	free_reply(*rep);
+	*rep = NULL;
+	return -EIO;
 }
 
 void wsfs_release_pending(struct wsfs *fs)
@@ -3149,12 +3189,12 @@ out:
  * Make @name in @parent with @method (Mknod, Mkdir or Symlink), whose request
  * @q (its other fields set by the caller) has its path at @qpath, and reply
  * with the new entry (@dir: an empty directory, whose names are all known).
- * @self: what the pod's watch will report of it (wsfs_self_begin()). FUSE
- * worker thread.
+ * @self: what the pod's watch will report of it (wsfs_self_begin()); @type:
+ * the file type it makes (S_IFMT bits). FUSE worker thread.
  */
 static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, const char *method,
 		      const ProtobufCMessage *q, ProtobufCBinaryData *qpath, unsigned self,
-		      bool dir)
+		      mode_t type, bool dir)
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__AttrReply *rep = NULL;
@@ -3175,7 +3215,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, const
 	if (r < 0)
 		reply_err(req, r);
 	else
-		reply_created(req, fs, parent, name, rep, seq0, dir);
+		reply_created(req, fs, parent, name, rep, seq0, type, dir);
 	free(path);
 	free_reply(rep);
 }
@@ -3186,8 +3226,10 @@ static void ws_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 	(void)rdev; /* device nodes are refused by agentd (EPERM) */
 	q.mode = mode;
+	/* A type of 0 makes a regular file (mknod(2)). */
 	make_node(req, parent, name, M("Mknod"), &q.base, &q.path,
-		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, false);
+		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, mode & S_IFMT ? mode & S_IFMT : S_IFREG,
+		  false);
 }
 
 static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -3195,7 +3237,8 @@ static void ws_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	Wsbridge__V1__MkdirRequest q = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
 
 	q.mode = mode & 07777;
-	make_node(req, parent, name, M("Mkdir"), &q.base, &q.path, WSFS_SELF_CREATED, true);
+	make_node(req, parent, name, M("Mkdir"), &q.base, &q.path, WSFS_SELF_CREATED, S_IFDIR,
+		  true);
 }
 
 static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -3204,7 +3247,7 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 	q.target = bin(link, strlen(link));
 	make_node(req, parent, name, M("Symlink"), &q.base, &q.path,
-		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, false);
+		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, S_IFLNK, false);
 }
 
 /* Unlink (@dir false) or Rmdir (@dir true) of @name in @parent. */
@@ -3393,12 +3436,17 @@ static void ws_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	if (r < 0) {
 		fuse_reply_err(req, errno_out(r, true));
 	} else {
+		struct node_info info;
 		struct stat st;
 
 		/* Before the reply, whose node is not in the table yet. */
 		if (attr_to_stat(rep->attr, &st) == 0)
 			symlink_names_stale(fs, &st, 0);
-		reply_created(req, fs, newparent, newname, rep, seq0, false);
+		/* The linked file's type, if known (a hard link is never a
+		 * directory: reply_created() with 0). */
+		if (node_info(fs->nodes, ino, &info) < 0 || S_ISDIR(info.mode))
+			info.mode = 0;
+		reply_created(req, fs, newparent, newname, rep, seq0, info.mode & S_IFMT, false);
 	}
 	free(from);
 	free(to);
@@ -4410,6 +4458,13 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		r = file_rpc(fs, &s, 1, M("Read"), &q.base, &wsbridge__v1__read_reply__descriptor,
 			     &rep);
 		read_mark(fs);
+		if (r == 0 && rep->data.len > clen) {
+			/* More than asked: pages past the chunk would go to
+			 * the kernel (fuse_notify_store() grows i_size). */
+			wsb_warn("agentd's Read reply has %zu bytes, %zu asked for: EIO",
+				 rep->data.len, clen);
+			r = -EIO;
+		}
 		if (r < 0) {
 			reply_err(req, r);
 			free_reply(rep);
@@ -5410,7 +5465,8 @@ static void pf_free(struct wsfs_pf *p)
  * Keep listing @p (the table owns it from now on), fetched by a call begun
  * at @at_ns (CLOCK_MONOTONIC, ns: its age counts from then, as the
  * caches' do) at inval_seq @seq and mgen @mgen, in place of an older
- * listing of the same path, else of the oldest kept one.
+ * listing of the same path, else of the oldest kept one; and then the
+ * oldest others go while all hold over WSFS_PF_ENTS entries.
  */
 static void pf_keep(struct wsfs *fs, struct wsfs_pf *p, uint64_t seq, uint64_t mgen,
 		    int64_t at_ns)
@@ -5432,8 +5488,19 @@ static void pf_keep(struct wsfs *fs, struct wsfs_pf *p, uint64_t seq, uint64_t m
 	}
 	if (slot == fs->pf_next)
 		fs->pf_next = (fs->pf_next + 1) % WSFS_PF_DIRS;
+	if (fs->pf[slot])
+		fs->pf_ents -= fs->pf[slot]->n;
 	pf_free(fs->pf[slot]);
 	fs->pf[slot] = p;
+	fs->pf_ents += p->n;
+	for (size_t i = 0, k = fs->pf_next; fs->pf_ents > WSFS_PF_ENTS && i < WSFS_PF_DIRS;
+	     i++, k = (k + 1) % WSFS_PF_DIRS) {
+		if (k != slot && fs->pf[k]) {
+			fs->pf_ents -= fs->pf[k]->n;
+			pf_free(fs->pf[k]);
+			fs->pf[k] = NULL;
+		}
+	}
 	pthread_mutex_unlock(&fs->pf_lock);
 }
 
@@ -5483,16 +5550,26 @@ static int dirents_add(struct wsfs_dirent **ents, size_t *n, size_t *cap,
 /*
  * Keep the prefetched listings of @rep for the opendir that may follow;
  * fetched by a call begun at @at_ns at inval_seq @seq and mgen @mgen
- * (pf_keep()). Replaces an older listing of the same path, else the oldest
- * kept one.
+ * (pf_keep()), which asked for @max entries of them (ReadDirRequest
+ * prefetch). Replaces an older listing of the same path, else the oldest
+ * kept one. A reply with more than asked keeps none.
  */
-static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, uint64_t seq,
-		       uint64_t mgen, int64_t at_ns)
+static void pf_put_all(struct wsfs *fs, const Wsbridge__V1__ReadDirReply *rep, size_t max,
+		       uint64_t seq, uint64_t mgen, int64_t at_ns)
 {
+	size_t total = 0;
+
 	/* At most the server's cap per reply (several replies' worth stay:
 	 * WSFS_PF_DIRS listings, the oldest replaced first). */
 	if (rep->n_subdirs > 512)
 		return;
+	for (size_t i = 0; i < rep->n_subdirs; i++)
+		total += rep->subdirs[i] ? rep->subdirs[i]->n_entries : 0;
+	if (total > max) {
+		wsb_warn("agentd's ReadDir reply brings %zu entries of subdirectories, %zu asked "
+			 "for: none kept", total, max);
+		return;
+	}
 	for (size_t i = 0; i < rep->n_subdirs; i++) {
 		const Wsbridge__V1__DirListing *dl = rep->subdirs[i];
 		struct wsfs_pf *p;
@@ -5574,6 +5651,7 @@ static struct wsfs_pf *pf_take(struct wsfs *fs, const char *path, size_t len)
 
 		if (o && o->len == len && memcmp(o->path, path, len) == 0) {
 			fs->pf[k] = NULL;
+			fs->pf_ents -= o->n;
 			p = o;
 			break;
 		}
@@ -5698,8 +5776,8 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 		       S_ISDIR(self_st.st_mode);
 		r = dirents_add(&d->ents, &d->n, &d->cap, rep->entries, rep->n_entries, seq0, &all);
 		usable = usable && all;
-		if (r == 0 && live && cookie == 0)
-			pf_put_all(fs, rep, seq0, mgen0, at0);
+		if (r == 0 && live && cookie == 0 && q.prefetch)
+			pf_put_all(fs, rep, q.prefetch, seq0, mgen0, at0);
 		received += rep->n_entries;
 		if (rep->n_entries == 0 || rep->eof) {
 			eof = true;

@@ -189,6 +189,9 @@ struct wsfs_pf;
 
 /** Most directory listings ReadDir prefetched and kept for a later opendir. */
 #define WSFS_PF_DIRS 1024
+/** Most entries those listings hold in all (the oldest go first): 16 whole
+ * ReadDir pages at least, some 13 MB at 200 bytes an entry. */
+#define WSFS_PF_ENTS ((size_t)64 * 1024)
 
 /** The mounted filesystem. Fields are shared by fs.c and watch.c. */
 struct wsfs {
@@ -267,6 +270,7 @@ struct wsfs {
 	pthread_mutex_t pf_lock;
 	struct wsfs_pf *pf[WSFS_PF_DIRS];
 	size_t pf_next;
+	size_t pf_ents; /**< entries of pf[] in all, at most WSFS_PF_ENTS */
 	/** mgen at the last ReadDir that asked for a prefetch (fs.c dir_load). */
 	_Atomic uint64_t pf_mgen;
 

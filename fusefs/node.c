@@ -76,6 +76,7 @@ struct node {
 	int64_t bound_ns;
 	struct node *id_next;
 	struct node *ino_next;
+	uint64_t ino_h; /* ino_hash() of ino, while in_ino */
 };
 
 /* Attributes of an own write (node_own_set). */
@@ -240,8 +241,24 @@ static uint64_t id_key(const void *e)
 
 static uint64_t ino_key(const void *e)
 {
-	return mix64(((const struct node *)e)->ino);
+	return ((const struct node *)e)->ino_h;
 }
+
+/* The by_ino hash of server inode number @ino: keyed, as the name hash is,
+ * for agentd chooses the numbers (mix64() alone is a bijection anyone can
+ * invert, to fill one bucket). */
+static uint64_t ino_hash(const struct node_table *t, uint64_t ino)
+{
+	return mix64(ino ^ t->k0);
+}
+
+/* Nodes of one server inode number that by_ino holds at most: more than a
+ * reused number ever has at once (files gone whose nodes the kernel still
+ * holds). An agentd that gives one number to thousands of files would make
+ * every lookup walk them all under the table's lock; the ones past this are
+ * not found by number (a second name of such a file gets a node of its
+ * own). */
+#define NODE_INO_CHAIN_MAX 64
 
 static uint64_t name_key(const void *e)
 {
@@ -300,13 +317,18 @@ static void id_remove(struct node_table *t, struct node *n)
 
 static void ino_insert(struct node_table *t, struct node *n)
 {
+	unsigned same = 0;
 	size_t h;
 
 	if (n->in_ino || S_ISDIR(n->mode) || n->ino == 0)
 		return;
 	if (t->n_ino >= t->ino_cap)
 		grow((void ***)&t->by_ino, &t->ino_cap, offsetof(struct node, ino_next), ino_key);
-	h = mix64(n->ino) & (t->ino_cap - 1);
+	n->ino_h = ino_hash(t, n->ino);
+	h = n->ino_h & (t->ino_cap - 1);
+	for (struct node *m = t->by_ino[h]; m; m = m->ino_next)
+		if (m->ino == n->ino && ++same >= NODE_INO_CHAIN_MAX)
+			return;
 	n->ino_next = t->by_ino[h];
 	t->by_ino[h] = n;
 	t->n_ino++;
@@ -319,7 +341,7 @@ static void ino_remove(struct node_table *t, struct node *n)
 
 	if (!n->in_ino)
 		return;
-	pp = &t->by_ino[mix64(n->ino) & (t->ino_cap - 1)];
+	pp = &t->by_ino[n->ino_h & (t->ino_cap - 1)];
 	while (*pp && *pp != n)
 		pp = &(*pp)->ino_next;
 	if (*pp) {
@@ -333,7 +355,7 @@ static void ino_remove(struct node_table *t, struct node *n)
  * @mode. */
 static struct node *by_ino(struct node_table *t, uint64_t ino, uint64_t ident, uint32_t mode)
 {
-	struct node *n = t->by_ino[mix64(ino) & (t->ino_cap - 1)];
+	struct node *n = t->by_ino[ino_hash(t, ino) & (t->ino_cap - 1)];
 
 	while (n && !(n->ino == ino && n->mode == mode && node_same_ident(n->ident, ident)))
 		n = n->ino_next;
@@ -1448,7 +1470,7 @@ size_t node_ids_by_ino(struct node_table *t, uint64_t ino, uint64_t ident, uint6
 	size_t k = 0;
 
 	pthread_mutex_lock(&t->lock);
-	for (n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n && k < max; n = n->ino_next)
+	for (n = t->by_ino[ino_hash(t, ino) & (t->ino_cap - 1)]; n && k < max; n = n->ino_next)
 		if (n->ino == ino && node_same_ident(n->ident, ident))
 			ids[k++] = n->id;
 	pthread_mutex_unlock(&t->lock);
@@ -1655,7 +1677,7 @@ void node_attr_drop(struct node_table *t, uint64_t id)
 /* Drop what is kept for every node of server inode @ino (t->lock held). */
 static void attr_drop_ino(struct node_table *t, uint64_t ino)
 {
-	for (struct node *n = t->by_ino[mix64(ino) & (t->ino_cap - 1)]; n; n = n->ino_next)
+	for (struct node *n = t->by_ino[ino_hash(t, ino) & (t->ino_cap - 1)]; n; n = n->ino_next)
 		if (n->ino == ino)
 			attr_drop(t, n);
 }

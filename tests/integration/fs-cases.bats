@@ -27,17 +27,6 @@ teardown() {
 	fs_teardown
 }
 
-# pyerr STATEMENT ARGS...: run a Python statement (sys.argv[2:] are ARGS);
-# print OK, or the errno name of the OSError it raised.
-pyerr() {
-	"$PY" -c 'import errno, os, sys
-try:
-    exec(sys.argv[1])
-    print("OK")
-except OSError as e:
-    print(errno.errorcode.get(e.errno, e.errno))' "$@"
-}
-
 @test "A1: echo > then >> prints foo then bar, on MNT and POD" {
 	echo foo >"$MNT/t"
 	echo bar >>"$MNT/t"

@@ -258,6 +258,45 @@ down() {
 	assert_contains "$output" "cyc"
 }
 
+@test "replies agentd cannot mean (another file type, handle 0, inode 0, bytes not asked for) fail EIO, and the mount goes on" {
+	liar_start 7 --lie wrong-replies
+	head -c 300000 /dev/urandom >"$ROOT/big"
+	liar_mount
+	local what
+	for what in "create:lie-dir" "create:lie-h0" "mkdir:lie-d" "symlink:lie-s" "mkfifo:lie-p"; do
+		run pyerr "
+p = sys.argv[2]
+op = sys.argv[3]
+if op == 'create': os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+elif op == 'mkdir': os.mkdir(p)
+elif op == 'symlink': os.symlink('t', p)
+else: os.mkfifo(p)" "$MNT/${what#*:}" "${what%%:*}"
+		assert_eq "$output" EIO "$what"
+	done
+	# A writable open of lie-data brings 100,000 bytes it did not ask for.
+	: >"$ROOT/lie-data"
+	run pyerr 'os.close(os.open(sys.argv[2], os.O_WRONLY))' "$MNT/lie-data"
+	assert_eq "$output" EIO "a writable open that brings bytes"
+	: >"$ROOT/lie-ino0"
+	run pyerr 'os.stat(sys.argv[2])' "$MNT/lie-ino0"
+	assert_eq "$output" EIO "a stat that says inode 0"
+	# Every Read brings 4,096 bytes more than asked: past the Open's
+	# first 128 KiB, the read fails; the pages never grow the file.
+	run sh -c 'cat "$1" >/dev/null' sh "$MNT/big"
+	assert_status 1
+	assert_contains "$output" "Input/output error"
+	assert_eq "$(stat -c %s "$MNT/big")" 300000 "size after the reads"
+	# The mount goes on: an honest name works (every read lies), a
+	# listing shows it.
+	printf 'ok\n' >"$MNT/fine"
+	assert_content "$ROOT/fine" $'ok\n'
+	assert_eq "$(stat -c %s "$MNT/fine")" 3 "size of an honest file"
+	run ls "$MNT"
+	assert_status 0
+	assert_contains "$output" "fine"
+	proc_alive "$WSFS_PID"
+}
+
 @test "a root owned by uid -1 (no one) is refused, so the kernel never stops writes to it" {
 	liar_start 7 --lie root-owner
 	liar_mount

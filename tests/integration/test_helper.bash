@@ -304,6 +304,17 @@ assert_status() {
 	fi
 }
 
+# pyerr STATEMENT ARGS...: run a Python statement (sys.argv[2:] are ARGS);
+# print OK, or the errno name of the OSError it raised.
+pyerr() {
+	"$PY" -c 'import errno, os, sys
+try:
+    exec(sys.argv[1])
+    print("OK")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))' "$@"
+}
+
 # assert_contains HAYSTACK NEEDLE [WHAT]
 assert_contains() {
 	if [[ "$1" != *"$2"* ]]; then

@@ -37,7 +37,12 @@ plays an agentd from before HandleRequest.more, which releases the first
 handle of a Release only and replies released 0; "readdir-cycle":
 every ReadDir of a directory other than the root answers one entry named
 "." (which wsfs drops) and not the end, with offsets 1, 2, 1, 2, ...
-(a listing that would go on for ever).
+(a listing that would go on for ever); "wrong-replies": replies that
+agentd cannot mean, by the name they are for: an Open of "lie-dir" says
+a directory, of "lie-h0" handle 0, of "lie-data" without read_ahead
+brings 100,000 bytes; a Mkdir, Symlink or Mknod of a name starting with
+"lie-" says another file type; a Stat of "lie-ino0" says inode 0; and
+every Read brings 4,096 bytes more than it asked for.
 
 While the file named by --stall exists, every Read (unary or in an op
 stream) waits before it is forwarded: a READ the kernel sent stays in
@@ -269,7 +274,7 @@ def main():
     ap.add_argument("--stall-reply", action="store_true")
     ap.add_argument("--stall-skip", type=int, default=0)
     ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle",
-                                      "old-release"])
+                                      "old-release", "wrong-replies"])
     a = ap.parse_args()
     stall_on = set(a.stall_on.split(","))
     a.root_file = a.lie is not None
@@ -294,6 +299,39 @@ def main():
 
     passed = {}
     passed_lock = threading.Lock()
+
+    def base_of(path):
+        return path.rsplit(b"/", 1)[-1]
+
+    def wrong_reply(name, req, data):
+        """--lie wrong-replies: @data, the reply to @name's @req, made one
+        agentd cannot mean where the name asks for it."""
+        if name == "Open":
+            q, m = pb.OpenRequest.FromString(req), pb.OpenReply.FromString(data)
+            base = base_of(q.path)
+            if base == b"lie-dir":
+                m.attr.mode = 0o040755
+            elif base == b"lie-h0":
+                m.handle = 0
+            elif base == b"lie-data" and q.read_ahead == 0:
+                m.data = b"x" * 100000
+            return m.SerializeToString()
+        if name in ("Mkdir", "Symlink", "Mknod"):
+            q = getattr(pb, name + "Request").FromString(req)
+            m = pb.AttrReply.FromString(data)
+            if base_of(q.path).startswith(b"lie-"):
+                m.attr.mode = 0o100644 if name == "Mkdir" else 0o040755
+            return m.SerializeToString()
+        if name == "Stat":
+            q, m = pb.StatRequest.FromString(req), pb.StatReply.FromString(data)
+            if base_of(q.path) == b"lie-ino0":
+                m.attr.ino = 0
+            return m.SerializeToString()
+        if name == "Read":
+            q, m = pb.ReadRequest.FromString(req), pb.ReadReply.FromString(data)
+            m.data += b"Z" * (q.size - min(q.size, len(m.data)) + 4096)
+            return m.SerializeToString()
+        return data
 
     def hold(name):
         """While the --stall file exists, hold a call of a --stall-on method
@@ -335,6 +373,8 @@ def main():
                     hold(name)
                 if a.lie == "old-release":
                     return pb.ReleaseReply().SerializeToString() if name == "Release" else data
+                if a.lie == "wrong-replies":
+                    return wrong_reply(name, req, data)
                 if a.lie == "readdir-cycle":
                     if name != "ReadDir" or pb.ReadDirRequest.FromString(req).path == b"":
                         return data

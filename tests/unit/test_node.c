@@ -191,6 +191,39 @@ static void test_replaced_file_gets_new_node(void **state)
 	assert_int_equal(node_count(t), 2);
 }
 
+/* A server that gives one inode number to many files (nlink 2, another
+ * identity each): each gets a node and its name, but the table finds at most
+ * NODE_INO_CHAIN_MAX (64) of them by number, so a lookup walks no more. */
+static void test_one_ino_many_files(void **state)
+{
+	struct node_table *t = *state;
+	uint64_t ids[1000], id, first = 0, last = 0;
+	char name[16];
+
+	for (unsigned i = 0; i < 500; i++) {
+		snprintf(name, sizeof(name), "f%u", i);
+		id = 0;
+		assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, name, strlen(name), 7,
+					     node_ident(i + 1, 0), REG, 2, &id),
+				 0);
+		assert_true(id > NODE_ROOT_ID);
+		if (!first)
+			first = id;
+		last = id;
+	}
+	assert_int_equal(node_count(t), 501);
+	assert_path(t, first, "f0");
+	assert_path(t, last, "f499");
+	assert_int_equal(node_ids_by_ino(t, 7, node_ident(1, 0), ids, 1000), 1);
+	assert_int_equal(node_ids_by_ino(t, 7, node_ident(500, 0), ids, 1000), 0);
+	/* The same file again under a second name: found by number. */
+	id = 0;
+	assert_int_equal(node_lookup(t, NODE_OWN, NODE_ROOT_ID, "again", 5, 7, node_ident(1, 0),
+				     REG, 2, &id),
+			 0);
+	assert_int_equal(id, first);
+}
+
 static void test_rename(void **state)
 {
 	struct node_table *t = *state;
@@ -1177,6 +1210,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lookup_counts_and_forget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replaced_file_gets_new_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_one_ino_many_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rename, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kept, setup, teardown),
 		cmocka_unit_test(test_link_inside),
