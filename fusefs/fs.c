@@ -1190,9 +1190,20 @@ static void file_destroy(struct wsfs *fs, struct wsfs_file *f)
 	free(f);
 }
 
+/* Release the pins twice as old as a repeat of an open uses
+ * (node_pins_expire(); ws_open()). Any thread, no lock held. */
+static void pins_release(struct wsfs *fs)
+{
+	uint64_t ids[64];
+	size_t n = node_pins_expire(fs->nodes, 2 * WSFS_STALE_NS, ids, 64);
+
+	for (size_t i = 0; i < n; i++)
+		release_handle(fs, ids[i]);
+}
+
 /* Release the handles kept for renamed-over files (node_keep()) whose
- * nodes are gone, and pins twice as old as a repeat of an open uses
- * (node_pins_expire(); ws_open()); @all: every one (unmount). */
+ * nodes are gone, and old pins (pins_release()); @all: every one
+ * (unmount). */
 static void kept_release(struct wsfs *fs, bool all)
 {
 	uint64_t ids[64];
@@ -1204,9 +1215,7 @@ static void kept_release(struct wsfs *fs, bool all)
 	}
 	if (all)
 		return;
-	n = node_pins_expire(fs->nodes, 2 * WSFS_STALE_NS, ids, 64);
-	for (size_t i = 0; i < n; i++)
-		release_handle(fs, ids[i]);
+	pins_release(fs);
 }
 
 /* Drop one reference; the last one releases the handle. Takes
@@ -1973,8 +1982,9 @@ static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path);
  * repeat too, and the new file would be opened on the old kernel inode.
  * The pin serves every repeat that comes to the node within
  * WSFS_STALE_NS of the last lookup that asked for one (threads of several
- * processes may be told ESTALE at once), and is released at the first
- * close or FORGET after twice that (node_pins_expire()), or with the node.
+ * processes may be told ESTALE at once), and is released once twice that
+ * old (node_pins_expire(): by the gathering thread, gb_main(), within a
+ * second, and by any close or FORGET), or with the node.
  */
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
@@ -2027,6 +2037,8 @@ again:
 			rep->pin = 0;
 			if (spare)
 				release_handle(fs, spare);
+			else /* gb_main() lets it go once old */
+				gb_kick(fs, node_pins_due(fs->nodes));
 		}
 		if (r == -ESTALE) {
 			reply_err(req, -ENOENT); /* the parent went */
@@ -5032,6 +5044,7 @@ static void *gb_main(void *arg)
 		bool wait, held = false;
 		struct wsfs_gather *g = gb_pick(fs, UINT64_MAX, &wait), *o;
 		int64_t now = wsfs_now_ns(), wake = INT64_MAX, sab_due;
+		int64_t pins_due = node_pins_due(fs->nodes);
 		struct timespec until;
 
 		if (fs->rel_n && now - fs->rel_born_ns >= rel_ns(fs)) {
@@ -5056,6 +5069,15 @@ static void *gb_main(void *arg)
 		if (now >= sab_due) {
 			pthread_mutex_unlock(&fs->gb_lock);
 			sab_drain(fs);
+			pthread_mutex_lock(&fs->gb_lock);
+			continue;
+		}
+		/* Old pins go on an idle mount too (no close nor FORGET to
+		 * release them): each holds its file, maybe unlinked, open in
+		 * agentd. */
+		if (now >= pins_due) {
+			pthread_mutex_unlock(&fs->gb_lock);
+			pins_release(fs);
 			pthread_mutex_lock(&fs->gb_lock);
 			continue;
 		}
@@ -5085,6 +5107,8 @@ static void *gb_main(void *arg)
 			wake = fs->rel_born_ns + rel_ns(fs);
 		if (sab_due < wake)
 			wake = sab_due;
+		if (pins_due < wake)
+			wake = pins_due;
 		fs->gb_wake_ns = wake;
 		if (wake == INT64_MAX) {
 			pthread_cond_wait(&fs->gb_main_cond, &fs->gb_lock);

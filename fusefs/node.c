@@ -1258,6 +1258,16 @@ size_t node_pins_expire(struct node_table *t, int64_t max_age_ns, uint64_t *ids,
 	return n;
 }
 
+int64_t node_pins_due(struct node_table *t)
+{
+	int64_t due;
+
+	pthread_mutex_lock(&t->lock);
+	due = t->n_pins ? t->pins_walk_ns : INT64_MAX;
+	pthread_mutex_unlock(&t->lock);
+	return due;
+}
+
 size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all)
 {
 	size_t n = 0;

@@ -406,6 +406,14 @@ bool node_pin_drop(struct node_table *t, uint64_t id, uint64_t handle);
 size_t node_pins_expire(struct node_table *t, int64_t max_age_ns, uint64_t *ids, size_t max);
 
 /**
+ * When node_pins_expire() walks the table next (CLOCK_MONOTONIC ns, maybe
+ * past), or INT64_MAX while no node has a pin: a thread that sleeps until
+ * then (fs.c gb_main()) releases the pins of an idle mount in bounded time.
+ * Any thread.
+ */
+int64_t node_pins_due(struct node_table *t);
+
+/**
  * Take up to @p max kept (and pinned) handles whose nodes were freed into
  * @p ids (all nodes' when @p all: at unmount); the caller releases them
  * with agentd. Returns how many.

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "node.h"
+#include "wsb.h"
 
 #define REG S_IFREG
 #define DIR_ S_IFDIR
@@ -512,13 +513,16 @@ static void test_pins(void **state)
 	uint64_t d = add(t, NODE_ROOT_ID, "dp", 83, DIR_);
 	const int64_t sec = 1000000000LL;
 	uint64_t ids[8];
+	int64_t due;
 
 	/* Only on the regular file node of that very file; one each: the
-	 * one there stays (an open may be using it). */
+	 * one there stays (an open may be using it). No pin: never due. */
+	assert_int_equal(node_pins_due(t), INT64_MAX);
 	assert_int_equal(node_pin_set(t, f, 99, 0, 500), 500);
 	assert_int_equal(node_pin_set(t, d, 83, 0, 501), 501);
 	assert_int_equal(node_pin_get(t, d, sec), 0);
 	assert_int_equal(node_pin_set(t, f, 81, 0, 502), 0);
+	assert_true(node_pins_due(t) <= wsb_mono_ns()); /* never walked: at once */
 	assert_int_equal(node_pin_set(t, f, 81, 0, 503), 503);
 	/* Every repeat within the age uses it; it stays the table's. */
 	assert_int_equal(node_pin_get(t, f, sec), 502);
@@ -538,15 +542,19 @@ static void test_pins(void **state)
 	assert_int_equal(ids[0], 504);
 	assert_int_equal(node_pin_get(t, f, sec), 0);
 	assert_int_equal(node_pin_get(t, g, sec), 505);
-	/* A walk at most every max_age / 2 (here 5 s): not again at once. */
+	/* A walk at most every max_age / 2 (here 5 s): not again at once,
+	 * and due then. */
 	usleep(300000);
 	assert_int_equal(node_pins_expire(t, 10 * sec, ids, 8), 0);
+	due = node_pins_due(t);
+	assert_true(due > wsb_mono_ns() + 4 * sec && due <= wsb_mono_ns() + 5 * sec);
 	assert_int_equal(node_pins_expire(t, 0, ids, 8), 0);
 	assert_int_equal(node_pin_get(t, g, sec), 505);
-	/* A forgotten node's pin goes with it. */
+	/* A forgotten node's pin goes with it; then none is due. */
 	node_forget(t, g, 1);
 	assert_int_equal(node_kept_drain(t, ids, 8, false), 1);
 	assert_int_equal(ids[0], 505);
+	assert_int_equal(node_pins_due(t), INT64_MAX);
 }
 
 static void test_hard_links(void **state)
