@@ -471,7 +471,10 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_
 	bool created = false;
 	int fd, oflags, r;
 
-	if ((flags & ~allowed) || (flags & O_ACCMODE) == O_ACCMODE)
+	/* O_CREAT with O_DIRECTORY: EINVAL, as Linux 6.4 on gives (open(2));
+	 * before, and under gVisor, it could make or open a regular file. */
+	if ((flags & ~allowed) || (flags & O_ACCMODE) == O_ACCMODE ||
+	    (flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY))
 		return -EINVAL;
 	r = handle_reserve(h, &e);
 	if (r < 0)
@@ -1767,7 +1770,10 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 		if (opts->keep_mode && S_ISREG(st.st_mode))
 			u->mode = st.st_mode & 0777;
 	}
-	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 &&
+	/* A file system may say a block size of 0 (a FUSE daemon; a FUSE
+	 * mount agentd may not use answers zeros, fs/fuse/inode.c
+	 * fuse_statfs): then nothing is known of its room. */
+	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 && vfs.f_frsize &&
 	    opts->size_hint / vfs.f_frsize > vfs.f_bavail) {
 		r = -ENOSPC;
 		goto fail;

@@ -28,6 +28,7 @@
 #include "agentd.h"
 #include "devagent.pb-c.h"
 #include "exec.h"
+#include "fsops.h"
 #include "watch.h"
 #include "wsb.h"
 #include "wsbridge.pb-c.h"
@@ -1365,46 +1366,34 @@ static bool blank(const char *s, size_t n)
  */
 static int cmds_load(struct rpc_call *call, struct cmds_ctx *ctx, const char *app)
 {
-	size_t alen = strlen(app), cap = COMMANDS_FILE_MAX, len = 0, i, start, n;
+	size_t alen = strlen(app), len = 0, i, start, n;
 	char *path = malloc(alen + sizeof("/commands.txt"));
 	char *text = NULL;
-	struct stat st;
-	ssize_t got;
-	int fd = -1, r = 0;
+	int r = 0;
 
 	if (!path)
 		goto oom;
 	memcpy(path, app, alen);
 	strcpy(path + alen, "/commands.txt");
-	/* O_NONBLOCK: a FIFO named commands.txt must not block the loop. */
-	fd = resolve_open(&ctx->ad->root, path, strlen(path), O_RDONLY | O_NONBLOCK, 0);
-	if (fd < 0) {
-		cwd_failed(call, -fd, "commands file", path, strlen(path));
-		r = fd;
-		goto out;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	/* A regular file only, and known to be one before it is opened: a
+	 * FIFO would block the loop, a device would be opened (its side
+	 * effects; a terminal could become agentd's). */
+	r = fsops_read_file(&ctx->ad->root, path, strlen(path), COMMANDS_FILE_MAX, &text, &len);
+	if (r == -EISDIR || r == -EINVAL) {
 		rpc_finish(call, WSB_FAILED_PRECONDITION, EINVAL, "'%.200s' is not a regular file",
 			   path);
-		r = -EINVAL;
 		goto out;
 	}
-	text = malloc(cap + 1);
-	if (!text)
+	if (r == -EFBIG) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EFBIG, "'%.200s' is larger than %zu bytes",
+			   path, (size_t)COMMANDS_FILE_MAX);
+		goto out;
+	}
+	if (r == -ENOMEM)
 		goto oom;
-	while (len <= cap && (got = read(fd, text + len, cap + 1 - len)) != 0) {
-		if (got < 0) {
-			r = -errno;
-			rpc_fail_errno(call, -r, "cannot read '%.200s'", path);
-			goto out;
-		}
-		len += (size_t)got;
-		if (len > cap) {
-			rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EFBIG,
-				   "'%.200s' is larger than %zu bytes", path, cap);
-			r = -EFBIG;
-			goto out;
-		}
+	if (r < 0) {
+		cwd_failed(call, -r, "commands file", path, strlen(path));
+		goto out;
 	}
 	if (len && memchr(text, 0, len)) {
 		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "'%.200s' contains a NUL byte", path);
@@ -1432,8 +1421,6 @@ oom:
 	rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 	r = -ENOMEM;
 out:
-	if (fd >= 0)
-		close(fd);
 	free(text);
 	free(path);
 	return r;

@@ -297,6 +297,23 @@ else: os.mkfifo(p)" "$MNT/${what#*:}" "${what%%:*}"
 	proc_alive "$WSFS_PID"
 }
 
+@test "an upload into a FUSE mount in the workspace whose statfs says a block size of 0: agentd does not divide by it" {
+	liar_start 7 --lie statfs-zero
+	liar_mount
+	assert_eq "$(stat -f -c %S "$MNT")" 0 "the mount's fundamental block size"
+	# A second agentd, whose workspace holds that mount.
+	bg outer "$AGENTD" --root "$BATS_TEST_TMPDIR" --listen "unix:$BATS_TEST_TMPDIR/outer.sock"
+	local outer=$BG_PID
+	wait_listen "unix:$BATS_TEST_TMPDIR/outer.sock" "$outer" 10
+	printf 'data\n' >"$BATS_TEST_TMPDIR/up.txt"
+	run --separate-stderr "$WSCTL" -a "unix:$BATS_TEST_TMPDIR/outer.sock" put \
+		"$BATS_TEST_TMPDIR/up.txt" mnt/up.txt
+	assert_status 0
+	proc_alive "$outer"
+	assert_content "$ROOT/up.txt" $'data\n'
+	agentd_stop "$outer"
+}
+
 @test "a root owned by uid -1 (no one) is refused, so the kernel never stops writes to it" {
 	liar_start 7 --lie root-owner
 	liar_mount

@@ -42,7 +42,8 @@ agentd cannot mean, by the name they are for: an Open of "lie-dir" says
 a directory, of "lie-h0" handle 0, of "lie-data" without read_ahead
 brings 100,000 bytes; a Mkdir, Symlink or Mknod of a name starting with
 "lie-" says another file type; a Stat of "lie-ino0" says inode 0; and
-every Read brings 4,096 bytes more than it asked for.
+every Read brings 4,096 bytes more than it asked for; "statfs-zero":
+every StatFs says a block size of 0 (as a FUSE daemon may).
 
 While the file named by --stall exists, every Read (unary or in an op
 stream) waits before it is forwarded: a READ the kernel sent stays in
@@ -274,7 +275,7 @@ def main():
     ap.add_argument("--stall-reply", action="store_true")
     ap.add_argument("--stall-skip", type=int, default=0)
     ap.add_argument("--lie", choices=["root-file", "root-owner", "old-watch", "readdir-cycle",
-                                      "old-release", "wrong-replies"])
+                                      "old-release", "wrong-replies", "statfs-zero"])
     a = ap.parse_args()
     stall_on = set(a.stall_on.split(","))
     a.root_file = a.lie is not None
@@ -375,6 +376,12 @@ def main():
                     return pb.ReleaseReply().SerializeToString() if name == "Release" else data
                 if a.lie == "wrong-replies":
                     return wrong_reply(name, req, data)
+                if a.lie == "statfs-zero":
+                    if name != "StatFs":
+                        return data
+                    m = pb.StatFsReply.FromString(data)
+                    m.bsize = m.frsize = 0
+                    return m.SerializeToString()
                 if a.lie == "readdir-cycle":
                     if name != "ReadDir" or pb.ReadDirRequest.FromString(req).path == b"":
                         return data

@@ -15,6 +15,7 @@ over TCP and over a stdio tunnel (socat + agentd --stdio).
 """
 import os
 import re
+import stat
 import time
 import unittest
 
@@ -182,6 +183,34 @@ class DevAgent(unittest.TestCase):
         self.assertFails(grpc.StatusCode.NOT_FOUND,
                          lambda: self.execute([], "app9", load_from_file=True),
                          "load_from_file without commands.txt")
+
+    def test_execute_commands_load_from_file_not_regular(self):
+        """A commands.txt that is a FIFO, a directory or a device is
+        refused before it is opened (a FIFO would block agentd's loop, a
+        device be opened); one over 1 MiB too. Nothing runs."""
+        self.create(["x"], [""], "app9b")
+        path = os.path.join(ROOT, "app9b", "commands.txt")
+        kinds = [("directory", lambda: os.mkdir(path))]
+        # Made from the host: gVisor's gofer opens no FIFO or device the
+        # host puts in the sandbox's workspace (EPERM).
+        if not os.environ.get("WSB_RUNSC"):
+            kinds.append(("FIFO", lambda: os.mkfifo(path)))
+            if os.geteuid() == 0:
+                kinds.append(("device", lambda: os.mknod(path, 0o600 | stat.S_IFCHR,
+                                                          os.makedev(1, 3))))
+        for what, make in kinds:
+            make()
+            e = self.assertFails(grpc.StatusCode.FAILED_PRECONDITION,
+                                 lambda: self.execute([], "app9b", load_from_file=True),
+                                 "commands.txt a " + what)
+            self.assertIn("not a regular file", e.details())
+            (os.rmdir if what == "directory" else os.unlink)(path)
+        with open(path, "w") as f:
+            f.write("echo big\n" * 120000)
+        e = self.assertFails(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                             lambda: self.execute([], "app9b", load_from_file=True),
+                             "commands.txt over 1 MiB")
+        self.assertIn("larger than", e.details())
 
     # ViewFile
 

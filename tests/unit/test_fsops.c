@@ -195,6 +195,17 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_read(h, ids[1], 0, buf, 1), -EBADF);
 	assert_int_equal(fsops_read(h, 0, 0, buf, 1), -EBADF);
 	assert_int_equal(fsops_handles_count(h), 2);
+	/* O_CREAT with O_DIRECTORY is no open (Linux 6.4 on): nothing made */
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("cd"), O_RDONLY | O_CREAT | O_DIRECTORY,
+				    0644, &id, NULL, NULL, NULL),
+			 -EINVAL);
+	{
+		char p[160];
+
+		snprintf(p, sizeof(p), "%s/cd", fx->rootdir);
+		assert_int_equal(access(p, F_OK), -1);
+	}
+	assert_int_equal(fsops_handles_count(h), 2);
 	/* a freed slot can be used again, with a new id */
 	created = false;
 	assert_int_equal(fsops_open(&fx->root, h, 0, P("new"), O_RDWR | O_CREAT | O_EXCL, 0640, &id,
