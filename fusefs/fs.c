@@ -829,7 +829,7 @@ static uint64_t reply_created(fuse_req_t req, struct wsfs *fs, fuse_ino_t parent
 	int r = attr_to_stat(rep->attr, &st);
 
 	if (r == 0 && (type ? (st.st_mode & S_IFMT) != type : S_ISDIR(st.st_mode))) {
-		wsb_warn("agentd made '%s' a file of type %#o, not %#o: EIO", name,
+		wsb_warn("agentd's reply made a file of type %#o, not %#o: EIO",
 			 (unsigned)(st.st_mode & S_IFMT), (unsigned)type);
 		r = -EIO;
 	}

@@ -558,14 +558,16 @@ teardown() {
 	assert_eq "$stderr" "wsctl: ls 'nope': No such file or directory (NOT_FOUND)"
 }
 
-@test "a time past 2262 (ext4 keeps them) is reported as the latest the wire holds, 2262-04-11" {
+@test "a time past 2262 (ext4 keeps them; beyond int64 nanoseconds) is shown exactly by stat and ls -l" {
 	: >"$ROOT/future"
-	touch -d @10413792000 "$ROOT/future" # 2300-01-01 00:00:00 UTC
+	touch -d @10413792000.25 "$ROOT/future" # 2300-01-01 00:00:00.25 UTC
 	[ "$(stat -c %Y "$ROOT/future")" = 10413792000 ] || skip "this file system cannot keep the year 2300"
 	run --separate-stderr "$WSCTL" stat future
 	assert_status 0
-	# INT64_MAX nanoseconds: 9223372036.854775807 s.
-	assert_contains "$output" $'\n'"Modify: $(date -d @9223372036 '+%Y-%m-%d %H:%M:%S').854775807 "
+	assert_contains "$output" $'\n'"Modify: $(date -d @10413792000 '+%Y-%m-%d %H:%M:%S').250000000 "
+	run --separate-stderr "$WSCTL" ls -l future
+	assert_status 0
+	assert_contains "$output" " $(date -d @10413792000 '+%b %e  %Y') future"
 	run --separate-stderr "$WSCTL" health
 	assert_eq "$output" SERVING
 }
