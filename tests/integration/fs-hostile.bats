@@ -286,6 +286,21 @@ else: os.mkfifo(p)" "$MNT/${what#*:}" "${what%%:*}"
 	assert_status 1
 	assert_contains "$output" "Input/output error"
 	assert_eq "$(stat -c %s "$MNT/big")" 300000 "size after the reads"
+	# Subdirectory listings brought along with more entries than asked
+	# for are not kept: lie-pf/sub lists what the pod has. (The lie comes
+	# once the watch is live and wsfs asks for subdirectories: a change
+	# in the pod makes it list lie-pf again.)
+	mkdir -p "$ROOT/lie-pf/sub"
+	: >"$ROOT/lie-pf/sub/real"
+	local i
+	for ((i = 0; i < 30; i++)); do
+		: >"$ROOT/lie-pf/n$i"
+		sleep 0.2
+		ls "$MNT/lie-pf" >/dev/null
+		grep -q "prefetch lie" "$BATS_TEST_TMPDIR/liar.7.err" && break
+	done
+	grep -q "prefetch lie" "$BATS_TEST_TMPDIR/liar.7.err"
+	assert_eq "$(ls "$MNT/lie-pf/sub")" real "lie-pf/sub after a listing that lied"
 	# The mount goes on: an honest name works (every read lies), a
 	# listing shows it.
 	printf 'ok\n' >"$MNT/fine"

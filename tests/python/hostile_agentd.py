@@ -41,8 +41,10 @@ every ReadDir of a directory other than the root answers one entry named
 agentd cannot mean, by the name they are for: an Open of "lie-dir" says
 a directory, of "lie-h0" handle 0, of "lie-data" without read_ahead
 brings 100,000 bytes; a Mkdir, Symlink or Mknod of a name starting with
-"lie-" says another file type; a Stat of "lie-ino0" says inode 0; and
-every Read brings 4,096 bytes more than it asked for; "statfs-zero":
+"lie-" says another file type; a Stat of "lie-ino0" says inode 0; a
+ReadDir of "lie-pf" that asks for its subdirectories brings each made-up
+entries ("bogusN") past what it asked for, and says "prefetch lie" on
+stderr; and every Read brings 4,096 bytes more than it asked for; "statfs-zero":
 every StatFs says a block size of 0 (as a FUSE daemon may).
 
 While the file named by --stall exists, every Read (unary or in an op
@@ -327,6 +329,22 @@ def main():
             q, m = pb.StatRequest.FromString(req), pb.StatReply.FromString(data)
             if base_of(q.path) == b"lie-ino0":
                 m.attr.ino = 0
+            return m.SerializeToString()
+        if name == "ReadDir":
+            q, m = pb.ReadDirRequest.FromString(req), pb.ReadDirReply.FromString(data)
+            if base_of(q.path) != b"lie-pf" or not q.prefetch:
+                return data
+            for dl in m.subdirs:
+                if not dl.entries:
+                    continue
+                tmpl = pb.DirEntry()
+                tmpl.CopyFrom(dl.entries[0])
+                for i in range(q.prefetch + 1):
+                    e = dl.entries.add()
+                    e.CopyFrom(tmpl)
+                    e.name = b"bogus%d" % i
+                    e.attr.ino = 10**9 + i
+            print("prefetch lie", file=sys.stderr, flush=True)
             return m.SerializeToString()
         if name == "Read":
             q, m = pb.ReadRequest.FromString(req), pb.ReadReply.FromString(data)
