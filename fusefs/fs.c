@@ -324,12 +324,17 @@ static int attr_to_stat(const Wsbridge__V1__Attr *a, struct stat *st)
 	st->st_rdev = a->rdev;
 	st->st_size = a->size > INT64_MAX ? INT64_MAX : (off_t)a->size;
 	st->st_blocks = a->blocks > INT64_MAX ? INT64_MAX : (blkcnt_t)a->blocks;
-	/* A power of two, 512 B to 64 MiB (the kernel takes its log2 for
-	 * i_blkbits, fs/fuse/inode.c); else a page. */
-	st->st_blksize = a->blksize >= 512 && a->blksize <= (64u << 20) &&
-				 !(a->blksize & (a->blksize - 1))
-				 ? a->blksize
-				 : 4096;
+	/* The kernel takes its log2 for i_blkbits (fs/fuse/inode.c): the
+	 * power of two at or below it, 512 B to 64 MiB (an XFS stripe of
+	 * 192 KiB shows as 128 KiB, as the kernel would make it); 0: a page. */
+	if (!a->blksize)
+		st->st_blksize = 4096;
+	else if (a->blksize < 512)
+		st->st_blksize = 512;
+	else if (a->blksize > (64u << 20))
+		st->st_blksize = 64 << 20;
+	else
+		st->st_blksize = (blksize_t)1 << (31 - __builtin_clz(a->blksize));
 	st->st_atim = wsb_time_of_wire(a->atime_ns, a->atime_s, a->atime_nsec);
 	st->st_mtim = wsb_time_of_wire(a->mtime_ns, a->mtime_s, a->mtime_nsec);
 	st->st_ctim = wsb_time_of_wire(a->ctime_ns, a->ctime_s, a->ctime_nsec);
@@ -1118,14 +1123,16 @@ static int open_rpc(struct wsfs *fs, Wsbridge__V1__OpenRequest *q, Wsbridge__V1_
 		return r;
 	/* What agentd cannot mean: a handle of 0 (a SetAttr of it would name
 	 * the path, the root's for a handle's call), bytes not asked for (kept
-	 * until read), a file of another type (the kernel refuses a created
-	 * entry that is no regular file, fs/fuse/dir.c fuse_create_open(),
-	 * and never releases it). */
+	 * until read), a create or a directory's open of another file type
+	 * (the kernel refuses a created entry that is no regular file,
+	 * fs/fuse/dir.c fuse_create_open(), and never releases it). An open
+	 * of a name the pod made a directory or a FIFO meanwhile is the
+	 * callers' to tell (ws_open(): ESTALE, and the VFS looks again). */
 	if (!(*rep)->handle)
 		why = "handle 0";
 	else if ((*rep)->data.len > q->read_ahead)
 		why = "more bytes than asked for";
-	else if ((*rep)->attr &&
+	else if ((q->create || q->directory) && (*rep)->attr &&
 		 ((*rep)->attr->mode & S_IFMT) != (q->directory ? S_IFDIR : S_IFREG))
 		why = "a file of another type";
 	else
@@ -1984,7 +1991,7 @@ static bool stale_pending(struct wsfs *fs, pid_t tid, uint64_t path);
  * WSFS_STALE_NS of the last lookup that asked for one (threads of several
  * processes may be told ESTALE at once), and is released once twice that
  * old (node_pins_expire(): by the gathering thread, gb_main(), within a
- * second, and by any close or FORGET), or with the node.
+ * second, where it runs; and by any close or FORGET), or with the node.
  */
 static void ws_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
@@ -6688,8 +6695,11 @@ int wsfs_probe(struct wsfs *fs, char *msg, size_t size)
 	r = attr_to_stat(rep->attr, &sb);
 	if (r == 0 && !S_ISDIR(sb.st_mode))
 		r = -ENOTDIR;
-	if (r < 0)
+	if (r == -ENOTDIR)
 		snprintf(msg, size, "the workspace root is not a directory");
+	else if (r < 0)
+		snprintf(msg, size, "agentd's attributes of the workspace root are not usable "
+				    "(inode 0, an owner of -1 or an unknown file type)");
 	else
 		node_set_ino(fs->nodes, NODE_ROOT_ID, sb.st_ino, sb.st_mode);
 	free_reply(rep);

@@ -244,9 +244,10 @@ static uint64_t ino_key(const void *e)
 	return ((const struct node *)e)->ino_h;
 }
 
-/* The by_ino hash of server inode number @ino: keyed, as the name hash is,
- * for agentd chooses the numbers (mix64() alone is a bijection anyone can
- * invert, to fill one bucket). */
+/* The by_ino hash of server inode number @ino, keyed with the table's
+ * secret (a cheap mix, not the name hash's SipHash; agentd never sees a
+ * bucket): agentd chooses the numbers, and mix64() alone is a bijection
+ * anyone can invert, to fill one bucket. */
 static uint64_t ino_hash(const struct node_table *t, uint64_t ino)
 {
 	return mix64(ino ^ t->k0);

@@ -1511,6 +1511,32 @@ distinct inodes: True $ino"
 	assert_eq "$(stat -c %s "$MNT/b")" 4 "size of b"
 }
 
+@test "R1: an open of a name the POD made a directory or a FIFO after the mount looked it up fails as on the new file (EISDIR, or the FIFO opens), not EIO" {
+	agentd_unix
+	# No watch and long timeouts: the kernel keeps each name bound to the
+	# old regular file; its OPEN finds another type, wsfs says ESTALE, and
+	# the VFS looks the name up again.
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,no_watch,entry_timeout=60,attr_timeout=60"
+	printf a >"$ROOT/d"
+	printf b >"$ROOT/p"
+	assert_content "$MNT/d" a
+	assert_content "$MNT/p" b
+	rm "$ROOT/d" "$ROOT/p"
+	mkdir "$ROOT/d"
+	run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY))' "$MNT/d"
+	assert_eq "$output" OK "open(2) O_RDONLY of what is now a directory"
+	run pyerr 'open(sys.argv[2]).read()' "$MNT/d"
+	assert_eq "$output" EISDIR "read of what is now a directory"
+	[ -d "$MNT/d" ]
+	# gVisor's gofer opens no FIFO the host makes in the sandbox (EPERM).
+	if ! wsb_runsc; then
+		mkfifo "$ROOT/p"
+		run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK))' "$MNT/p"
+		assert_eq "$output" OK "O_NONBLOCK open of what is now a FIFO"
+		[ -p "$MNT/p" ]
+	fi
+}
+
 @test "R1: a file the POD rewrites (in place, by rename, append, truncate) shows at once" {
 	up
 	# Changes made in the pod (pod_run: inside agentd's sandbox under
