@@ -1772,8 +1772,10 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 	}
 	/* A file system may say a block size of 0 (a FUSE daemon; a FUSE
 	 * mount agentd may not use answers zeros, fs/fuse/inode.c
-	 * fuse_statfs): then nothing is known of its room. */
-	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 && vfs.f_frsize &&
+	 * fuse_statfs), or no blocks at all (ramfs, a tmpfs without a size:
+	 * simple_statfs(), shmem_statfs()): then nothing is known of its
+	 * room. */
+	if (opts->size_hint && fstatvfs(u->dirfd, &vfs) == 0 && vfs.f_frsize && vfs.f_blocks &&
 	    opts->size_hint / vfs.f_frsize > vfs.f_bavail) {
 		r = -ENOSPC;
 		goto fail;

@@ -1121,19 +1121,28 @@ static int open_rpc(struct wsfs *fs, Wsbridge__V1__OpenRequest *q, Wsbridge__V1_
 	}
 	if (r < 0)
 		return r;
+	/* An O_CREAT open that found a FIFO or a directory the pod made at
+	 * the name since the kernel looked it up: ESTALE, and the VFS looks
+	 * the name up again (LOOKUP_REVAL) and opens what is there, as a
+	 * local disk would (the kernel refuses a created entry that is no
+	 * regular file, fs/fuse/dir.c fuse_create_open(), and never releases
+	 * it). An open without O_CREAT of such a name is the callers' to tell
+	 * (ws_open(): ESTALE too). */
+	if (q->create && (*rep)->handle && (*rep)->attr &&
+	    ((*rep)->attr->mode & S_IFMT) != S_IFREG) {
+		release_handle(fs, (*rep)->handle);
+		free_reply(*rep);
+		*rep = NULL;
+		return -ESTALE;
+	}
 	/* What agentd cannot mean: a handle of 0 (a SetAttr of it would name
 	 * the path, the root's for a handle's call), bytes not asked for (kept
-	 * until read), a create or a directory's open of another file type
-	 * (the kernel refuses a created entry that is no regular file,
-	 * fs/fuse/dir.c fuse_create_open(), and never releases it). An open
-	 * of a name the pod made a directory or a FIFO meanwhile is the
-	 * callers' to tell (ws_open(): ESTALE, and the VFS looks again). */
+	 * until read), a directory's open of another file type. */
 	if (!(*rep)->handle)
 		why = "handle 0";
 	else if ((*rep)->data.len > q->read_ahead)
 		why = "more bytes than asked for";
-	else if ((q->create || q->directory) && (*rep)->attr &&
-		 ((*rep)->attr->mode & S_IFMT) != (q->directory ? S_IFDIR : S_IFREG))
+	else if (q->directory && (*rep)->attr && ((*rep)->attr->mode & S_IFMT) != S_IFDIR)
 		why = "a file of another type";
 	else
 		return 0;

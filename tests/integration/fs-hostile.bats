@@ -262,8 +262,14 @@ down() {
 	liar_start 7 --lie wrong-replies
 	head -c 300000 /dev/urandom >"$ROOT/big"
 	liar_mount
-	local what
-	for what in "create:lie-dir" "create:lie-h0" "mkdir:lie-d" "symlink:lie-s" "mkfifo:lie-p"; do
+	local what want
+	# A create answered with a directory is taken for one the pod made
+	# at the name meanwhile: ESTALE, the VFS looks the name up again and
+	# finds the file the create made (O_EXCL: EEXIST); the handle is let go.
+	for what in "create:lie-dir:EEXIST" "create:lie-h0:EIO" "mkdir:lie-d:EIO" \
+		"symlink:lie-s:EIO" "mkfifo:lie-p:EIO"; do
+		want=${what##*:}
+		what=${what%:*}
 		run pyerr "
 p = sys.argv[2]
 op = sys.argv[3]
@@ -271,8 +277,17 @@ if op == 'create': os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o6
 elif op == 'mkdir': os.mkdir(p)
 elif op == 'symlink': os.symlink('t', p)
 else: os.mkfifo(p)" "$MNT/${what#*:}" "${what%%:*}"
-		assert_eq "$output" EIO "$what"
+		assert_eq "$output" "$want" "$what"
 	done
+	# An O_CREAT open of a name a lookup said missing, where the pod has a
+	# FIFO: agentd opens the FIFO; wsfs says ESTALE, and the VFS looks the
+	# name up again (told the truth now) and opens the FIFO itself, as a
+	# local disk would (the build before gave EIO).
+	mkfifo "$ROOT/lie-gone"
+	run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK | os.O_CREAT, 0o644))' \
+		"$MNT/lie-gone"
+	assert_eq "$output" OK "O_CREAT open of a FIFO a lookup said missing"
+	[ -p "$MNT/lie-gone" ]
 	# A writable open of lie-data brings 100,000 bytes it did not ask for.
 	: >"$ROOT/lie-data"
 	run pyerr 'os.close(os.open(sys.argv[2], os.O_WRONLY))' "$MNT/lie-data"

@@ -1511,7 +1511,7 @@ distinct inodes: True $ino"
 	assert_eq "$(stat -c %s "$MNT/b")" 4 "size of b"
 }
 
-@test "R1: an open of a name the POD made a directory or a FIFO after the mount looked it up fails as on the new file (EISDIR, or the FIFO opens), not EIO" {
+@test "R1: an open, O_CREAT too, of a name the POD made a directory or a FIFO after the mount looked it up acts on the new file (EISDIR, or the FIFO opens), not EIO" {
 	agentd_unix
 	# No watch and long timeouts: the kernel keeps each name bound to the
 	# old regular file; its OPEN finds another type, wsfs says ESTALE, and
@@ -1528,12 +1528,28 @@ distinct inodes: True $ino"
 	run pyerr 'open(sys.argv[2]).read()' "$MNT/d"
 	assert_eq "$output" EISDIR "read of what is now a directory"
 	[ -d "$MNT/d" ]
+	# An O_CREAT open of a name a stat found missing, where the pod then
+	# made a directory (or, below, a FIFO): EISDIR, or the FIFO opens, as
+	# on a local disk. (fs-hostile makes the kernel send the CREATE.)
+	run pyerr 'os.stat(sys.argv[2])' "$MNT/cd"
+	assert_eq "$output" ENOENT "cd before the pod makes it"
+	mkdir "$ROOT/cd"
+	run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY | os.O_CREAT, 0o644))' "$MNT/cd"
+	assert_eq "$output" EISDIR "O_CREAT open of what is now a directory"
 	# gVisor's gofer opens no FIFO the host makes in the sandbox (EPERM).
 	if ! wsb_runsc; then
 		mkfifo "$ROOT/p"
 		run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK))' "$MNT/p"
 		assert_eq "$output" OK "O_NONBLOCK open of what is now a FIFO"
 		[ -p "$MNT/p" ]
+		run pyerr 'os.stat(sys.argv[2])' "$MNT/cp"
+		assert_eq "$output" ENOENT "cp before the pod makes it"
+		mkfifo "$ROOT/cp"
+		run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK | os.O_CREAT, 0o644))' \
+			"$MNT/cp"
+		assert_eq "$output" OK "O_CREAT open of what is now a FIFO"
+		[ -p "$MNT/cp" ]
+		[ -p "$ROOT/cp" ]
 	fi
 }
 

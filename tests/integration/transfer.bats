@@ -151,6 +151,23 @@ sparse_1g() {
 	[[ "$output" == n || "$output" == o || "$output" == $'n\no' ]] || { echo "# reader saw: $output" >&3; false; }
 }
 
+@test "put into a file system that keeps no count of its blocks (ramfs) is not refused for room" {
+	if wsb_runsc; then
+		skip "mounts ramfs on the host side of the sandbox's workspace"
+	fi
+	[ "$(id -u)" = 0 ] || skip "mounting ramfs needs root"
+	mkdir "$ROOT/r"
+	mount -t ramfs ramfs "$ROOT/r" || skip "cannot mount ramfs here"
+	agentd_unix
+	head -c 100000 /dev/urandom >"$L/f"
+	local same=no
+	run --separate-stderr "$WSCTL" put "$L/f" r/f
+	cmp -s "$L/f" "$ROOT/r/f" && same=yes
+	umount "$ROOT/r" # before any assertion: the test's directory goes after it
+	assert_status 0
+	assert_eq "$same" yes "the file put into ramfs"
+}
+
 @test "get writes into what LOCAL is, as cp does: a device, a FIFO, a symlink's target, a hard-linked file; a plain file keeps its mode" {
 	agentd_unix
 	echo remote >"$ROOT/s"

@@ -41,7 +41,8 @@ every ReadDir of a directory other than the root answers one entry named
 agentd cannot mean, by the name they are for: an Open of "lie-dir" says
 a directory, of "lie-h0" handle 0, of "lie-data" without read_ahead
 brings 100,000 bytes; a Mkdir, Symlink or Mknod of a name starting with
-"lie-" says another file type; a Stat of "lie-ino0" says inode 0; a
+"lie-" says another file type; a Stat of "lie-ino0" says inode 0; the
+first Stat of "lie-gone" says it is not there (whatever is); a
 ReadDir of "lie-pf" that asks for its subdirectories brings each made-up
 entries ("bogusN") past what it asked for, and says "prefetch lie" on
 stderr; and every Read brings 4,096 bytes more than it asked for; "statfs-zero":
@@ -241,6 +242,10 @@ class Liars:
         return Liar(random.Random("%d/%s/%d" % (self.seed, method, n)), self.rate)
 
 
+class GoneLie(Exception):
+    """A made-up NOT_FOUND (--lie wrong-replies, lie-gone)."""
+
+
 class OpAbort(Exception):
     def __init__(self, code, details, md):
         super().__init__(details)
@@ -306,6 +311,8 @@ def main():
     def base_of(path):
         return path.rsplit(b"/", 1)[-1]
 
+    gone_told = []
+
     def wrong_reply(name, req, data):
         """--lie wrong-replies: @data, the reply to @name's @req, made one
         agentd cannot mean where the name asks for it."""
@@ -329,6 +336,9 @@ def main():
             q, m = pb.StatRequest.FromString(req), pb.StatReply.FromString(data)
             if base_of(q.path) == b"lie-ino0":
                 m.attr.ino = 0
+            if base_of(q.path) == b"lie-gone" and not gone_told:
+                gone_told.append(True)
+                raise GoneLie()
             return m.SerializeToString()
         if name == "ReadDir":
             q, m = pb.ReadDirRequest.FromString(req), pb.ReadDirReply.FromString(data)
@@ -393,7 +403,11 @@ def main():
                 if a.lie == "old-release":
                     return pb.ReleaseReply().SerializeToString() if name == "Release" else data
                 if a.lie == "wrong-replies":
-                    return wrong_reply(name, req, data)
+                    try:
+                        return wrong_reply(name, req, data)
+                    except GoneLie:
+                        context.set_trailing_metadata((("wsbridge-errno", "ENOENT"),))
+                        context.abort(grpc.StatusCode.NOT_FOUND, "stat: no such file (a lie)")
                 if a.lie == "statfs-zero":
                     if name != "StatFs":
                         return data
