@@ -3958,10 +3958,13 @@ again:
 		 * descriptor was closed meanwhile (its handle released): gone,
 		 * as stale_gone() says, not ESTALE, which would reach open(2). */
 		r = stale_gone(fs, req, retry, fi->flags, 0);
-	} else if (r == -ENOENT || r == -ELOOP || (q.reopen && (r == -EBADF || r == -EINVAL))) {
-		/* The name was replaced by a symlink in the pod (or agentd
-		 * lost the handle to reopen, or cannot): ESTALE makes the VFS
-		 * look it up again. */
+	} else if (r == -ENOENT || r == -ELOOP || (r == -ENXIO && !q.reopen) ||
+		   (q.reopen && (r == -EBADF || r == -EINVAL))) {
+		/* The name was replaced by a symlink in the pod, or by a FIFO
+		 * or socket that agentd's non-blocking open could not open for
+		 * writing (ENXIO), or agentd lost the handle to reopen, or
+		 * cannot: ESTALE makes the VFS look it up again (and open a
+		 * FIFO itself, blocking as on a local disk). */
 		r = -ESTALE;
 	}
 	if (r < 0)

@@ -1538,6 +1538,16 @@ distinct inodes: True $ino"
 	assert_eq "$output" EISDIR "O_CREAT open of what is now a directory"
 	# gVisor's gofer opens no FIFO the host makes in the sandbox (EPERM).
 	if ! wsb_runsc; then
+		# A writer's blocking open of what is now a FIFO waits for a
+		# reader, as on a local disk (agentd's own open of it, never
+		# blocking, fails ENXIO: the name is looked up again).
+		printf w >"$ROOT/w"
+		assert_content "$MNT/w" w
+		rm "$ROOT/w"
+		mkfifo "$ROOT/w"
+		bg fifo_writer sh -c 'echo through >"$1"' sh "$MNT/w"
+		sleep 0.5
+		assert_eq "$(timeout 10 cat "$MNT/w")" through "a FIFO's reader gets its writer's line"
 		mkfifo "$ROOT/p"
 		run pyerr 'os.close(os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK))' "$MNT/p"
 		assert_eq "$output" OK "O_NONBLOCK open of what is now a FIFO"
