@@ -130,11 +130,16 @@ struct node_table {
 	struct node *root;
 	/* Kept handles of nodes freed since the last node_kept_drain(). */
 	uint64_t *kept_freed;
-	size_t n_kept_freed, cap_kept_freed;
+	size_t cap_kept_freed;
+	/* The counts and the time below are written under lock and read
+	 * without it too: the last close and FORGET (node_kept_drain()) and
+	 * the gathering thread's every turn (node_pins_due()) ask, and most
+	 * often there is nothing, which needs no lock. */
+	atomic_size_t n_kept_freed;
 	/* Nodes with a pin, and when node_pins_expire() may walk next
 	 * (CLOCK_MONOTONIC ns). */
-	size_t n_pins;
-	int64_t pins_walk_ns;
+	atomic_size_t n_pins;
+	_Atomic int64_t pins_walk_ns;
 };
 
 /* ---- hashing ---- */
@@ -1242,6 +1247,9 @@ size_t node_pins_expire(struct node_table *t, int64_t max_age_ns, uint64_t *ids,
 	int64_t now = wsb_mono_ns();
 	size_t n = 0;
 
+	if (atomic_load_explicit(&t->n_pins, memory_order_relaxed) == 0 ||
+	    now < atomic_load_explicit(&t->pins_walk_ns, memory_order_relaxed))
+		return 0;
 	pthread_mutex_lock(&t->lock);
 	if (t->n_pins && now >= t->pins_walk_ns) {
 		t->pins_walk_ns = now + max_age_ns / 2;
@@ -1261,18 +1269,20 @@ size_t node_pins_expire(struct node_table *t, int64_t max_age_ns, uint64_t *ids,
 
 int64_t node_pins_due(struct node_table *t)
 {
-	int64_t due;
-
-	pthread_mutex_lock(&t->lock);
-	due = t->n_pins ? t->pins_walk_ns : INT64_MAX;
-	pthread_mutex_unlock(&t->lock);
-	return due;
+	/* A pin set after the load kicks the thread that asks (fs.c). */
+	if (atomic_load_explicit(&t->n_pins, memory_order_relaxed) == 0)
+		return INT64_MAX;
+	return atomic_load_explicit(&t->pins_walk_ns, memory_order_relaxed);
 }
 
 size_t node_kept_drain(struct node_table *t, uint64_t *ids, size_t max, bool all)
 {
 	size_t n = 0;
 
+	/* This thread's own frees are seen; another's, racing, waits for
+	 * that thread's call or the next, as it did without the check. */
+	if (!all && atomic_load_explicit(&t->n_kept_freed, memory_order_relaxed) == 0)
+		return 0;
 	pthread_mutex_lock(&t->lock);
 	if (all) {
 		for (size_t i = 0; i < t->id_cap && n < max; i++) {
