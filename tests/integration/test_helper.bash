@@ -494,6 +494,12 @@ open_under() {
 	echo "$n"
 }
 
+# none_open_under PID DIR: PID has no descriptor open on a file under DIR
+# (a command for poll_until, which runs it again each time).
+none_open_under() {
+	[ "$(open_under "$1" "$2")" = 0 ]
+}
+
 # wsb_sanitized: true when the binaries under test are a sanitizer build
 # (meson -Db_sanitize=..., as .ci/run's second run). Read from the build's
 # own options: ASAN_OPTIONS cannot tell, as this file sets it for every
