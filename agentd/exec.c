@@ -167,6 +167,8 @@ struct exec_process {
 	bool exited;                      /* reaped */
 	bool reported;                    /* EXITED */
 	bool paused;
+	bool pty_hup;                     /* PTY: no slave fd open, not reaped */
+	bool pty_partial;                 /* PTY: the last byte written ends no line */
 	bool signal_call;                 /* exec_signal() was used */
 	bool killed;                      /* exec_kill() was used */
 	enum exec_killed_by reason;       /* first kill reason, or NOT_KILLED */
@@ -412,7 +414,45 @@ static void cg_signal(int dirfd, int sig, int skip_pgid)
 	}
 }
 
-/* Remove the stale base directories of agentds that are gone (best effort). */
+/*
+ * Remove the cgroup directory @p name under @p parent_fd, waiting up to
+ * @p ms ms while members already signalled finish dying (rmdir(2) of a
+ * populated cgroup is EBUSY, cgroup-v2.rst). Returns 0 (removed, or gone)
+ * or -errno. Blocks: shutdown and start-up only.
+ */
+static int cg_rmdir_wait(int parent_fd, const char *name, int ms)
+{
+	const struct timespec tick = { 0, 10 * 1000 * 1000 };
+	int waited;
+
+	for (waited = 0;; waited += 10) {
+		if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+			return 0;
+		if (errno != EBUSY || waited >= ms)
+			return -errno;
+		nanosleep(&tick, NULL);
+	}
+}
+
+/* SIGKILL every member of cgroup @p name under @p parent_fd (and, through
+ * cgroup.kill, of the cgroups below it) and remove it. */
+static void cg_kill_rmdir(int parent_fd, const char *name)
+{
+	int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	cg_signal(fd, SIGKILL, 0);
+	close(fd);
+	(void)cg_rmdir_wait(parent_fd, name, 1000);
+}
+
+/*
+ * Remove the stale base directories of agentds that are gone (best effort),
+ * stopping what they left running there: their commands, and the
+ * background processes of commands that exited, belong to no agentd now
+ * (one killed with SIGKILL could not stop them) and no List shows them.
+ */
 static void cg_cleanup_stale(int parent_fd, const char *mine)
 {
 	static const char prefix[] = "wsbridge-agentd.";
@@ -442,16 +482,22 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 			DIR *sd = fdopendir(sub);
 			struct dirent *se;
 
+			/* The base's own members (leftovers moved up), then
+			 * each command's: without cgroup.kill (Linux < 5.14)
+			 * a signal reaches one cgroup's members only. */
+			cg_signal(sub, SIGKILL, 0);
 			if (sd) {
 				while ((se = readdir(sd)))
 					if (strncmp(se->d_name, "cmd-", 4) == 0)
-						(void)unlinkat(sub, se->d_name, AT_REMOVEDIR);
+						cg_kill_rmdir(sub, se->d_name);
 				closedir(sd);
 			} else {
 				close(sub);
 			}
+			wsb_notice("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
+				 de->d_name);
 		}
-		(void)unlinkat(parent_fd, de->d_name, AT_REMOVEDIR);
+		(void)cg_rmdir_wait(parent_fd, de->d_name, 1000);
 	}
 	closedir(d);
 }
@@ -496,14 +542,26 @@ fail:
 	free(own);
 }
 
-/* Remove the base cgroup; leftovers go back to agentd's own cgroup. */
+/*
+ * Remove the base cgroup. The background processes that commands left
+ * running there (cg_remove()) stop with agentd, as they would with its
+ * pod: SIGTERM, then SIGKILL after 1 s; what even that leaves (cannot
+ * happen but for a process stuck in the kernel) goes back to agentd's own
+ * cgroup. Loop thread, at shutdown: blocks up to 2 s.
+ */
 static void cg_teardown(struct exec_table *t)
 {
 	if (t->cg_fd < 0)
 		return;
 	if (unlinkat(t->cg_parent_fd, t->cg_name, AT_REMOVEDIR) < 0 && errno == EBUSY) {
-		cg_move_all(t->cg_fd, t->cg_parent_fd);
-		(void)unlinkat(t->cg_parent_fd, t->cg_name, AT_REMOVEDIR);
+		cg_signal(t->cg_fd, SIGTERM, 0);
+		if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, 1000) < 0) {
+			cg_signal(t->cg_fd, SIGKILL, 0);
+			if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, 1000) < 0) {
+				cg_move_all(t->cg_fd, t->cg_parent_fd);
+				(void)unlinkat(t->cg_parent_fd, t->cg_name, AT_REMOVEDIR);
+			}
+		}
 	}
 	close_fd(&t->cg_fd);
 	close_fd(&t->cg_parent_fd);
@@ -948,15 +1006,23 @@ static void maybe_report(struct exec_process *p)
 		uv_timer_start(&p->timer, on_keep, t->cfg.exit_keep_ms, 0);
 		/* A kept exit status alone does not keep the loop running. */
 		uv_unref((uv_handle_t *)&p->timer);
-		/* At most max_kept exited processes, holding at most
-		 * EXEC_KEPT_BYTES_MAX of output: the oldest go first. */
-		for (q = t->head; q && (t->nexited > t->cfg.max_kept ||
-					t->exited_bytes > EXEC_KEPT_BYTES_MAX);) {
+		/* At most max_kept exited processes: the oldest go first. */
+		for (q = t->head; q && t->nexited > t->cfg.max_kept;) {
 			struct exec_process *next = q->next;
 
 			if (q->reported && q != p)
 				drop(q);
 			q = next;
+		}
+		/* Their output holds at most EXEC_KEPT_BYTES_MAX: past it the
+		 * oldest output nobody reads goes (Attach reports it lost),
+		 * and its exit status stays for exit_keep_ms. */
+		for (q = t->head; q && t->exited_bytes > EXEC_KEPT_BYTES_MAX; q = q->next) {
+			if (!q->reported || q == p || q->watchers)
+				continue;
+			t->exited_bytes -= journal_allocated(&q->j[0]) + journal_allocated(&q->j[1]);
+			journal_forget(&q->j[0]);
+			journal_forget(&q->j[1]);
 		}
 	}
 	exec_unref(p);
@@ -1087,8 +1153,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return; /* EAGAIN */
-	/* UV_EOF, a read error (ECONNRESET...), or EIO from a PTY master once
-	 * the last slave fd closed: the stream is over. */
+	if (p->pty && stream == EXEC_STDOUT && !p->exited) {
+		/* Every slave fd is closed (EIO, and at times EOF) but the
+		 * command runs on (cat and wc close 0-2 before they exit).
+		 * Closing the master now would hang the terminal up and SIGHUP
+		 * the command, the session leader (drivers/tty/tty_jobctrl.c
+		 * tty_signal_session_leader()): read no more, and let
+		 * on_linger() end the output once it is reaped. */
+		p->pty_hup = true;
+		uv_read_stop(s);
+		return;
+	}
+	/* UV_EOF, or a read error (ECONNRESET...): the stream is over. */
 	exec_ref(p);
 	pipe_close(p, stream);
 	maybe_report(p);
@@ -1135,7 +1211,7 @@ static void reading(struct exec_process *p, bool on)
 	int i;
 
 	for (i = 0; i < EXEC_NSTREAMS; i++) {
-		if (p->out_state[i] != PIPE_OPEN)
+		if (p->out_state[i] != PIPE_OPEN || (on && i == EXEC_STDOUT && p->pty_hup))
 			continue;
 		if (!on)
 			uv_read_stop((uv_stream_t *)&p->out[i]);
@@ -1258,13 +1334,22 @@ static void on_stdin_written(uv_write_t *req, int status)
 	exec_unref(p);
 }
 
+/* Whether byte @p c written to a terminal in canonical mode ends its line
+ * (termios(3): NL, CR as ICRNL turns it into NL, or VEOF @p veof), so a
+ * VEOF after it reads as end of file. VEOL and VEOL2 are unset unless a
+ * program sets them. */
+static bool line_end(uint8_t c, char veof)
+{
+	return c == '\n' || c == '\r' || c == (uint8_t)veof;
+}
+
 /* Queue a write; takes ownership of @p data. 0 or -errno (data freed). */
 static int stdin_queue(struct exec_process *p, uint8_t *data, size_t len, bool eof,
 		       exec_written_fn done, void *arg)
 {
 	uv_stream_t *s = p->pty ? (uv_stream_t *)&p->out[EXEC_STDOUT] : (uv_stream_t *)&p->in;
 	struct stdin_req *sr = calloc(1, sizeof(*sr));
-	uv_buf_t b[2];
+	uv_buf_t b[3];
 	unsigned nb = 0;
 	struct termios tio;
 	int r;
@@ -1289,8 +1374,13 @@ static int stdin_queue(struct exec_process *p, uint8_t *data, size_t len, bool e
 		sr->veof = 4; /* ^D */
 		if (p->master >= 0 && tcgetattr(p->master, &tio) == 0 && tio.c_cc[VEOF])
 			sr->veof = (char)tio.c_cc[VEOF];
-		/* The bytes must live until the callback (uv_write(3)). */
+		/* The bytes must live until the callback (uv_write(3)). After
+		 * a partial line the first VEOF only sends the line on: a
+		 * second one ends the read empty, which is the EOF (as when
+		 * ^D is typed twice). */
 		b[nb++] = uv_buf_init(&sr->veof, 1);
+		if (len ? !line_end(data[len - 1], sr->veof) : p->pty_partial)
+			b[nb++] = uv_buf_init(&sr->veof, 1);
 	}
 	r = uv_write(&sr->req, s, b, nb, on_stdin_written);
 	if (r < 0) {
@@ -1305,6 +1395,8 @@ static int stdin_queue(struct exec_process *p, uint8_t *data, size_t len, bool e
 		return -EPIPE;
 	}
 	p->stdin_queued += len;
+	if (len)
+		p->pty_partial = !line_end(data[len - 1], 4);
 	if (eof)
 		p->stdin_closed = true;
 	exec_ref(p);
@@ -2159,6 +2251,11 @@ const char *exec_tag(const struct exec_process *p)
 bool exec_exited(const struct exec_process *p)
 {
 	return p->reported;
+}
+
+size_t exec_stdin_queued(const struct exec_process *p)
+{
+	return p->stdin_queued;
 }
 
 void exec_get_info(const struct exec_process *p, struct exec_info *info)

@@ -28,8 +28,9 @@
  * Life. A process is RUNNING until it was reaped and its output pipes reached
  * EOF (or were closed after a kill); then EXITED with an exec_exit, which is
  * kept for exec_config.exit_keep_ms (and while watchers hold it), at most
- * exec_config.max_kept exited processes holding at most EXEC_KEPT_BYTES_MAX
- * of journals (oldest dropped first).
+ * exec_config.max_kept exited processes (oldest dropped first); their
+ * journals hold at most EXEC_KEPT_BYTES_MAX (past it the oldest output that
+ * no watcher reads is dropped, journal_forget(), the exit status kept).
  *
  * Timeouts. Wall clock (timeout_ms) and idle (no output for idle_timeout_ms):
  * SIGTERM to the tree, SIGKILL grace_ms later, and grace_ms after that the
@@ -293,6 +294,8 @@ int exec_pid(const struct exec_process *p);
 const char *exec_tag(const struct exec_process *p);
 /** True once EXITED. */
 bool exec_exited(const struct exec_process *p);
+/** Bytes of stdin queued and not yet written to the command. Loop thread. */
+size_t exec_stdin_queued(const struct exec_process *p);
 /** Fill @p info (pointers borrowed from @p p). Loop thread. */
 void exec_get_info(const struct exec_process *p, struct exec_info *info);
 

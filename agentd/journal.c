@@ -27,6 +27,12 @@ void journal_done(struct journal *j)
 	j->mcap = j->mlen = j->mhead = 0;
 }
 
+void journal_forget(struct journal *j)
+{
+	j->start += j->len;
+	journal_done(j);
+}
+
 /* Mark i (0 = oldest) of the mark ring. */
 static const struct journal_mark *mark(const struct journal *j, size_t i)
 {

@@ -59,6 +59,13 @@ void journal_init(struct journal *j, size_t max);
 void journal_done(struct journal *j);
 
 /**
+ * Drop every byte kept and free the buffers, keeping the offsets:
+ * journal_end() stays, journal_start() moves up to it, so a reader of an
+ * older offset learns how many bytes it lost. Appending goes on after it.
+ */
+void journal_forget(struct journal *j);
+
+/**
  * Append @p len bytes, which get offsets journal_end() .. + len - 1, with
  * sequence number @p seq (non-decreasing across calls; an append with the
  * same seq as the previous one adds no mark). When the limit is exceeded,

@@ -266,6 +266,27 @@ EOF'
 	"$W" exec --tag e8 -- true
 }
 
+@test "E8: past 256 MiB of kept output the oldest output goes, its exit status stays for --exit-keep" {
+	agentd_tcp --journal-size 134217728
+	# (not i: bats' run with flags sets a global i, bats_version_lt)
+	local ids=() code
+	# 3 x 100 MB of journals kept: 300 MB > 256 MiB.
+	for code in 11 12 13; do
+		ids+=("$("$W" exec --detach -- sh -c "head -c 100000000 /dev/zero; exit $code")")
+		run --separate-stderr "$W" wait "${ids[-1]}"
+		assert_status "$code"
+	done
+	# Before: the first record went whole (NOT_FOUND, "no longer kept").
+	run --separate-stderr "$W" wait "${ids[0]}"
+	assert_status 11
+	run --separate-stderr "$W" attach "${ids[0]}"
+	assert_status 11
+	assert_eq "$output" ""
+	assert_contains "$stderr" "100000000 bytes of stdout lost at offset 0"
+	# The newest keeps its output.
+	assert_eq "$("$W" attach "${ids[2]}" 2>/dev/null | wc -c)" 100000000
+}
+
 # cmd_cgroups BASE: how many cmd-* cgroups BASE (a path in the pod) has,
 # polled for up to 1 s until none is left.
 cmd_cgroups() {
@@ -390,6 +411,32 @@ cmd_cgroups() {
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_exec_lifecycle.py Lifecycle.test_resize
 }
 
+@test "PTY: a command that closes its terminal and runs on is not hung up (SIGHUP); stdin's end after a partial line is an EOF" {
+	agentd_tcp
+	# Its exit, not a hang-up when the last slave fd closed: the master
+	# stays open until the command is reaped (before: 129 at once).
+	run timeout 20 "$W" exec -t --shell -- 'exec 0<&- 1>&- 2>&-; sleep 1; exit 3'
+	assert_status 3
+	# wc closes 0-2 before it exits: 2 of 10 were killed before.
+	local n
+	for ((n = 0; n < 10; n++)); do
+		run timeout 20 "$W" exec -t -- wc -l < <(printf 'a\nb\n')
+		assert_status 0
+		assert_contains "$output" 2
+	done
+	if wsb_runsc; then
+		return # gVisor's line discipline has no canonical EOF (^D)
+	fi
+	# A line with no newline: one ^D only sends it on; the second is the
+	# EOF (before: cat hung).
+	run timeout 20 "$W" exec -t -- cat < <(printf hello)
+	assert_status 0
+	assert_eq "$(printf '%s' "$output" | tr -d '\r')" hellohello
+	run timeout 20 "$W" exec -t -- cat < <(printf 'line\n')
+	assert_status 0
+	assert_eq "$(printf '%s' "$output" | tr -d '\r')" $'line\nline'
+}
+
 @test "limits: --max-procs with the limit in the message; tags unique" {
 	agentd_tcp --max-procs 2
 	local b
@@ -433,6 +480,50 @@ cmd_cgroups() {
 	run --separate-stderr "$W" wait sleeper
 	assert_status 143
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_exec_lifecycle.py Lifecycle.test_attach_replay_and_follow
+}
+
+# sleeper_pid SECONDS: the pid of the `sleep SECONDS` running, or nothing.
+sleeper_pid() {
+	pgrep -x -f "sleep $1" || true
+}
+
+# sleepers_gone SECONDS...: no `sleep SECONDS` runs (for poll_until).
+sleepers_gone() {
+	local s
+	for s; do
+		[ -z "$(sleeper_pid "$s")" ] || return 1
+	done
+}
+
+@test "what commands leave running in the background stops with agentd: on SIGTERM, and after SIGKILL at the next agentd's start" {
+	wsb_runsc && skip "agentd's children are inside the sandbox, which goes with it"
+	agentd_tcp
+	local s1=86401 s2=86402 s3=86403 p1 p2 p3 old=$AGENTD_PID
+	"$W" exec --shell -- "sleep $s1 >/dev/null 2>&1 </dev/null &"
+	p1=$(sleeper_pid $s1)
+	[ -n "$p1" ]
+	grep -q "wsbridge-agentd\\.$AGENTD_PID" "/proc/$p1/cgroup" || skip "no cgroup v2 for agentd's commands here"
+	agentd_stop
+	assert_eq "$AGENTD_STATUS" 0
+	# Before: moved to agentd's own cgroup, and it ran on.
+	poll_until 3 sleepers_gone $s1
+	# A command that runs, and a leftover of one that exited, when agentd
+	# is killed: nothing can stop them then; the next agentd does.
+	agentd_tcp
+	"$W" exec --detach -- sleep $s2 >/dev/null
+	"$W" exec --shell -- "sleep $s3 >/dev/null 2>&1 </dev/null &"
+	p2=$(sleeper_pid $s2)
+	p3=$(sleeper_pid $s3)
+	[ -n "$p2" ] && [ -n "$p3" ]
+	old=$AGENTD_PID
+	kill -KILL "$old"
+	wait "$old" 2>/dev/null || true
+	sleep 0.3
+	proc_alive "$p2"
+	proc_alive "$p3"
+	agentd_tcp
+	poll_until 3 sleepers_gone $s2 $s3
+	assert_contains "$(cat "$AGENTD_ERR")" "wsbridge-agentd.$old, the cgroup of an agentd that is gone"
 }
 
 @test "agentd reaps orphans re-parented to it (double-forked daemons leave no zombie)" {

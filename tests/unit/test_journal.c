@@ -125,6 +125,32 @@ static void test_append_larger_than_ring(void **state)
 	journal_done(&j);
 }
 
+/* journal_forget(): nothing kept, nothing allocated, offsets unchanged;
+ * appends go on from the same end. */
+static void test_forget(void **state)
+{
+	struct journal j;
+	const uint8_t *p;
+
+	journal_init(&j, 4096);
+	append_model(&j, 5000, 1);
+	assert_int_equal(journal_start(&j), 5000 - 4096);
+	journal_forget(&j);
+	assert_int_equal(journal_start(&j), 5000);
+	assert_int_equal(journal_end(&j), 5000);
+	assert_int_equal(journal_allocated(&j), 0);
+	assert_int_equal(journal_peek(&j, 4999, &p), 0);
+	assert_int_equal(journal_seq_at(&j, 4999), 0);
+	append_model(&j, 10, 2);
+	assert_int_equal(journal_start(&j), 5000);
+	assert_int_equal(journal_end(&j), 5010);
+	check_model(&j);
+	journal_forget(&j);
+	journal_forget(&j);
+	assert_int_equal(journal_end(&j), 5010);
+	journal_done(&j);
+}
+
 static void test_limit_one_byte(void **state)
 {
 	struct journal j;
@@ -210,6 +236,7 @@ int main(void)
 		cmocka_unit_test(test_marks),
 		cmocka_unit_test(test_marks_bounded),
 		cmocka_unit_test(test_marks_pruned_with_bytes),
+		cmocka_unit_test(test_forget),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
