@@ -57,6 +57,14 @@
  * 4 MiB receive limit must be able to read the reply.
  */
 #define COMMANDS_TRANSCRIPT_MAX ((size_t)4 * 1024 * 1024 - 64 * 1024)
+/**
+ * ExecuteCommands: raw transcript kept while the commands run, bytes: its
+ * first and last halves, what lies between only counted (cmds_trim()), so
+ * that a call of many chatty commands holds no more. Text that is valid
+ * UTF-8 (the usual) needs no second cut at the reply: there is room for
+ * the marker.
+ */
+#define COMMANDS_RAW_MAX (COMMANDS_TRANSCRIPT_MAX - 128)
 /** ExecuteCommands: largest commands.txt, bytes. */
 #define COMMANDS_FILE_MAX ((size_t)1024 * 1024)
 
@@ -825,7 +833,7 @@ static void do_write_stdin(struct rpc_call *call, const ProtobufCMessage *msg, v
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS,
 			   "%s has %zu bytes of stdin queued already (limit %zu bytes): wait for "
 			   "earlier writes",
-			   name, EXEC_STDIN_QUEUE_MAX, EXEC_STDIN_QUEUE_MAX);
+			   name, exec_stdin_queued(p), EXEC_STDIN_QUEUE_MAX);
 		break;
 	default:
 		rpc_fail_errno(call, -r, "cannot write to the stdin of %s", name);
@@ -1107,6 +1115,7 @@ struct cmds_ctx {
 	uint64_t timeout_ms;        /* of the running command */
 	struct exec_capture cap;    /* its output */
 	struct buf out;             /* transcript, raw bytes */
+	uint64_t omitted;           /* raw bytes cut out of its middle */
 	struct watch_barrier *barrier; /* the reply waits for the changes */
 };
 
@@ -1130,6 +1139,21 @@ static const char *signal_name(int sig, char *tmp, size_t size)
 	else
 		snprintf(tmp, size, "%d", sig);
 	return tmp;
+}
+
+/* Keep the transcript within COMMANDS_RAW_MAX: its first half stays, and
+ * the newest bytes after it; the bytes between are counted in omitted, and
+ * cmds_reply() puts a marker where they were. */
+static void cmds_trim(struct cmds_ctx *ctx)
+{
+	const size_t half = COMMANDS_RAW_MAX / 2, tail = COMMANDS_RAW_MAX - half;
+	struct buf *b = &ctx->out;
+
+	if (b->len <= COMMANDS_RAW_MAX)
+		return;
+	ctx->omitted += b->len - COMMANDS_RAW_MAX;
+	memmove(b->data + half, b->data + b->len - tail, tail);
+	b->len = COMMANDS_RAW_MAX;
 }
 
 /* Append the captured output of the command that just ended. */
@@ -1197,6 +1221,20 @@ static void cmds_reply(struct cmds_ctx *ctx)
 	int m;
 
 	ctx->call = NULL;
+	cmds_trim(ctx);
+	if (ctx->omitted && !ctx->out.oom) {
+		const size_t cut = COMMANDS_RAW_MAX / 2;
+		char marker[80];
+
+		m = snprintf(marker, sizeof(marker), "%s[... %llu bytes of output omitted ...]\n",
+			     ctx->out.data[cut - 1] != '\n' ? "\n" : "",
+			     (unsigned long long)ctx->omitted);
+		if (buf_room(&ctx->out, (size_t)m)) {
+			memmove(ctx->out.data + cut + m, ctx->out.data + cut, ctx->out.len - cut);
+			memcpy(ctx->out.data + cut, marker, (size_t)m);
+			ctx->out.len += (size_t)m;
+		}
+	}
 	if (ctx->out.oom || ctx->out.len > (SIZE_MAX - 1) / 3 ||
 	    !(text = malloc(3 * ctx->out.len + 1))) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory for the transcript");
@@ -1258,6 +1296,7 @@ static void cmds_next(struct cmds_ctx *ctx)
 	int r;
 
 	while (ctx->next < ctx->n) {
+		cmds_trim(ctx);
 		cmd = ctx->cmds[ctx->next++];
 		buf_str(&ctx->out, "$ ");
 		buf_str(&ctx->out, cmd);
@@ -1322,6 +1361,7 @@ static void cmds_ready(struct exec_watch *w, void *arg)
 	ctx->w = NULL;
 	cmds_add_output(ctx);
 	cmds_add_status(ctx, &ex);
+	cmds_trim(ctx);
 	if (ex.killed_by == EXEC_KILLED_SHUTDOWN && ctx->next < ctx->n) {
 		/* Killed by agentd itself (it is stopping), not by the
 		 * command's timeout: do not start the rest. */
@@ -1426,17 +1466,33 @@ out:
 	return r;
 }
 
-/* mkdir -p ROOT/@p path, each component created with mkdirat beneath the root. */
+/* mkdir -p ROOT/@p path, each component created with mkdirat beneath the
+ * root. A path whose ".." climb above where it started (a/../..) is -EXDEV
+ * before anything is made: the open that follows would refuse it, and the
+ * directories on the way would stay behind. */
 static int mkdir_p(const struct resolve_root *root, const char *path)
 {
 	char *norm = NULL, *name = NULL;
 	size_t len, end, start;
+	long depth = 0;
 	int dirfd, r;
 
 	r = resolve_normalize(path, strlen(path), &norm);
 	if (r < 0)
 		return r;
 	len = strlen(norm);
+	for (start = 0; start < len; start = end + 1) {
+		for (end = start; end < len && norm[end] != '/'; end++)
+			;
+		if (end - start == 2 && norm[start] == '.' && norm[start + 1] == '.')
+			depth--;
+		else if (end > start && !(end - start == 1 && norm[start] == '.'))
+			depth++;
+		if (depth < 0) {
+			free(norm);
+			return -EXDEV;
+		}
+	}
 	for (start = 0; start < len; start = end + 1) {
 		for (end = start; end < len && norm[end] != '/'; end++)
 			;

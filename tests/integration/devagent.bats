@@ -18,7 +18,10 @@ teardown() {
 
 @test "ManageAgentOps over TCP (grpcio, Dev_Agent's calls)" {
 	agentd_tcp --view-limit 1000
-	WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_VIEW_LIMIT=1000 run_py test_devagent.py
+	# agentd's own memory is read where it is a process here (not gVisor's).
+	local pid=
+	wsb_runsc || pid=$AGENTD_PID
+	WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_VIEW_LIMIT=1000 WSB_AGENTD_PID=$pid run_py test_devagent.py
 }
 
 @test "ManageAgentOps over agentd --stdio through socat (grpcio)" {

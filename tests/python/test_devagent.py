@@ -132,6 +132,35 @@ class DevAgent(unittest.TestCase):
             "echo last", "last\n", "[exit 0]"])
         self.assertEqual(out.count("[exit "), 5, out)
 
+    def test_execute_commands_many_chatty(self):
+        # 40 commands of 1 MiB each: the reply keeps the head and the tail
+        # with the bytes between counted, and agentd holds no more than
+        # that while they run (before: all 40 MiB, then three times that).
+        pid = os.environ.get("WSB_AGENTD_PID")
+        if pid:
+            with open("/proc/%s/clear_refs" % pid, "w") as fh:
+                fh.write("5")  # reset VmHWM (proc(5))
+        self.create(["x"], [""], "chatty")
+        cmd = "head -c 1048576 /dev/zero | tr '\\0' a"
+        out = self.execute(["echo first"] + [cmd] * 40 + ["echo last"], "chatty")
+        self.assertLessEqual(len(out.encode()), 4 * 1024 * 1024 - 64 * 1024 + 128)
+        m = re.search(r"\n?\[\.\.\. (\d+) bytes of output omitted \.\.\.\]\n", out)
+        self.assertIsNotNone(m, out[:200])
+        # The transcript (cmds_add_output() ends an output with a newline),
+        # of which the reply keeps the head and the tail, and counts the
+        # rest.
+        raw = ("$ echo first\nfirst\n[exit 0]\n" +
+               ("$ %s\n%s\n[exit 0]\n" % (cmd, "a" * 1048576)) * 40 +
+               "$ echo last\nlast\n[exit 0]\n")
+        head, tail = out[:m.start()], out[m.end():]
+        self.assertTrue(raw.startswith(head), head[:200])
+        self.assertTrue(raw.endswith(tail), tail[-200:])
+        self.assertEqual(len(head) + int(m.group(1)) + len(tail), len(raw))
+        if pid:
+            with open("/proc/%s/status" % pid) as fh:
+                hwm = int(re.search(r"VmHWM:\s+(\d+) kB", fh.read()).group(1))
+            self.assertLess(hwm, 64 * 1024, "agentd's peak RSS %d KiB" % hwm)
+
     def test_execute_commands_in_order_with_side_effects(self):
         self.create(["x"], [""], "app3")
         out = self.execute(["echo a > log", "false", "echo b >> log", "cat log"], "app3")

@@ -495,6 +495,13 @@ class DevAgentEscape(EscapeTest):
                         lambda: self.da.ExecuteCommands(devagent_pb2.ExecuteCommandsRequest(
                             cmds=[], app_name=ds, load_from_file=True),
                             timeout=TIMEOUT), errno_trailer=False)
+        # Refused before anything is made: no directory on the way stays.
+        self.denied("ExecuteCommands app_name='made1/made2/../../..'",
+                    lambda: self.da.ExecuteCommands(devagent_pb2.ExecuteCommandsRequest(
+                        cmds=["true"], app_name="made1/made2/../../..", load_from_file=False),
+                        timeout=TIMEOUT), errno_trailer=False)
+        self.assertFalse(os.path.lexists(os.path.join(ROOT, "made1")),
+                         "a refused app_name left made1/ in the workspace")
 
 
 if __name__ == "__main__":
