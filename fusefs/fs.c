@@ -212,16 +212,26 @@ void wsfs_conn_ok(struct wsfs *fs)
 
 void wsfs_conn_failed(struct wsfs *fs, int code)
 {
+	int64_t now = wsfs_now_ns();
 	bool was_down = atomic_exchange(&fs->conn_down, true);
-	bool reconnect = fs->cfg.exec_transport && code == WSB_UNAVAILABLE;
+	bool stalled = was_down && code == WSB_DEADLINE_EXCEEDED &&
+		       now - atomic_load(&fs->down_ns) >= 2 * (int64_t)fs->cfg.rpc_timeout_ms * 1000000;
+	bool reconnect = fs->cfg.exec_transport && (code == WSB_UNAVAILABLE || stalled);
 
-	if (!was_down)
+	if (!was_down) {
+		atomic_store(&fs->down_ns, now);
 		wsb_warn("agentd is unreachable (%s); calls fail at once until it answers again",
 			 wsb_status_name(code));
+	} else if (stalled && fs->cfg.exec_transport) {
+		wsb_warn("agentd has not answered for %lld ms through the transport command: "
+			 "running it again", (long long)((now - atomic_load(&fs->down_ns)) / 1000000));
+	}
 	pthread_mutex_lock(&fs->mon_lock);
 	if (reconnect && !fs->want_reconnect) {
 		fs->want_reconnect = true;
 		was_down = false;
+		if (stalled) /* the new command gets as long */
+			atomic_store(&fs->down_ns, now);
 	}
 	/* The monitor probes (and reconnects) instead of waiting on a watch
 	 * stream that may hang as long as agentd does. */
@@ -2153,6 +2163,7 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 	struct node_info info;
 	char *path = NULL;
 	size_t len;
+	bool broken = false;
 	int r;
 
 	if (fi && fi->fh)
@@ -2165,7 +2176,8 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 		file_put(fs, f);
 		if (r != -EIO)
 			return r;
-		/* broken: fall back to the path */
+		/* broken: the path, if it still holds the file */
+		broken = true;
 	}
 	{
 		/* A file this mount's rename replaced: its kept handle. */
@@ -2210,6 +2222,12 @@ static int node_stat(struct wsfs *fs, fuse_ino_t ino, struct fuse_file_info *fi,
 		} else if (info.mode != (st->st_mode & S_IFMT)) {
 			/* Another kind of file: the kernel would mark its inode
 			 * bad; ESTALE makes the VFS look the name up again. */
+			r = -ESTALE;
+		} else if (broken && !same_file(&info, st)) {
+			/* The node's open file was lost (agentd restarted and
+			 * the name holds another file): fstat(2) of its
+			 * descriptor (a GETATTR without a handle, like stat(2))
+			 * must not get that file's attributes. */
 			r = -ESTALE;
 		}
 		/* Another file of the same kind (renamed over it in the pod):
@@ -3765,12 +3783,16 @@ static bool fh_not_file(const struct node_fh *link, void *arg)
  * the new file is opened on it. @q: the request sent (its path and
  * access), *@rep its reply; on a reopen both are replaced (the first
  * reply's handle released) and *@st is the file's. Returns true when it
- * reopened, false when *@rep is untouched. Not with O_TRUNC
- * (@q->truncate), which the first open applied to the new file. FUSE
- * worker thread.
+ * reopened, false when *@rep is untouched; then *@lost says whether the
+ * inode's own file is open here but was lost (file_reopen(): agentd
+ * restarted and the name holds another file, or none), so that this open
+ * (of /proc/PID/fd/N, which looks nothing up) must fail rather than open
+ * what the name holds now. Not with O_TRUNC (@q->truncate), which the
+ * first open applied to the new file. FUSE worker thread.
  */
 static bool open_own(struct wsfs *fs, fuse_ino_t ino, const struct node_info *info,
-		     Wsbridge__V1__OpenRequest *q, Wsbridge__V1__OpenReply **rep, struct stat *st)
+		     Wsbridge__V1__OpenRequest *q, Wsbridge__V1__OpenReply **rep, struct stat *st,
+		     bool *lost)
 {
 	Wsbridge__V1__OpenRequest again;
 	Wsbridge__V1__OpenReply *own_rep = NULL;
@@ -3778,6 +3800,7 @@ static bool open_own(struct wsfs *fs, fuse_ino_t ino, const struct node_info *in
 	struct stat own_st;
 	uint64_t own = 0;
 
+	*lost = false;
 	if (q->truncate)
 		return false;
 	/* The own file's descriptor, the kept one, another's descriptor. */
@@ -3789,13 +3812,16 @@ static bool open_own(struct wsfs *fs, fuse_ino_t ino, const struct node_info *in
 		link = k == 0 ? node_fh_find(fs->nodes, ino, fh_is_file, (void *)info)
 			      : node_fh_get(fs->nodes, ino);
 		if (link) {
-			if (file_handle((struct wsfs_file *)link, &own) < 0)
+			if (file_handle((struct wsfs_file *)link, &own) < 0) {
 				own = 0;
+				*lost = *lost || k == 0;
+			}
 			file_put(fs, (struct wsfs_file *)link);
 		}
 	}
 	if (!own)
 		return false;
+	*lost = false;
 	again = *q;
 	again.reopen = own;
 	again.path = bin("\0", 1);
@@ -4012,7 +4038,15 @@ again:
 			r = -ESTALE;
 			goto out;
 		}
-		replaced = !open_own(fs, ino, &info, &q, &rep, &st) || !same_file(&info, &st);
+		bool lost;
+
+		replaced = !open_own(fs, ino, &info, &q, &rep, &st, &lost) ||
+			   !same_file(&info, &st);
+		if (lost) {
+			release_handle(fs, rep->handle);
+			r = -EIO;
+			goto out;
+		}
 	}
 	if (r == 0)
 		r = file_opened(fs, ino, fi->flags, rep, &st, replaced, fi);

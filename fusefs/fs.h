@@ -206,6 +206,8 @@ struct wsfs {
 	atomic_uint_fast64_t conn_gen;
 	/** A transport failure was seen and no call has succeeded since. */
 	atomic_bool conn_down;
+	/** wsfs_now_ns() when conn_down last became true. */
+	atomic_int_fast64_t down_ns;
 	/** Bumped by the monitor thread before it sends invalidations; a reply
 	 * computed across a bump gets the short (no-watch) timeouts. */
 	atomic_uint_fast64_t inval_seq;
@@ -414,8 +416,11 @@ int wsfs_probe(struct wsfs *fs, char *msg, size_t size);
  * A call saw a transport failure (gRPC UNAVAILABLE or DEADLINE_EXCEEDED
  * without agentd's errno trailer): mark the connection down (calls then fail
  * at once with ENOTCONN until the monitor's probe succeeds), cancel the watch
- * stream, and for an --exec transport (UNAVAILABLE) ask the monitor to run
- * the command again. Any thread; never blocks on the network.
+ * stream, and for an --exec transport ask the monitor to run the command
+ * again: on UNAVAILABLE (it ended), and on DEADLINE_EXCEEDED once nothing
+ * has answered for twice rpc_timeout (a `kubectl exec` whose link hangs
+ * never ends by itself; its agentd --stdio, if only slow, serves this mount
+ * alone). Any thread; never blocks on the network.
  */
 void wsfs_conn_failed(struct wsfs *fs, int code);
 

@@ -2360,6 +2360,7 @@ relay_up() {
 	print("done", flush=True)
 	EOF
 	"$PY" "$holder.py" "$MNT/p" <"$holder.in" >"$holder.out" 2>&1 3>&- &
+	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
 	WSB_PIDS+=("$!")
 	exec 7>"$holder.in"
 	said() { grep -q "^$1" "$holder.out"; }
@@ -2378,6 +2379,52 @@ relay_up() {
 	exec 7>&-
 	assert_eq "$(cat "$holder.out")" $'parked\nread #!/bin/sh\ndone'
 	assert_eq "$(cat "$ROOT/p")" $'#!/bin/sh\nexit 3\n#'
+}
+
+@test "C1: a descriptor whose file the POD replaced while agentd was down fails after the restart: read EIO, fstat and /proc/self/fd reopen never show the new file" {
+	wsb_runsc && skip "restarts agentd outside the sandbox"
+	local holder=$BATS_TEST_TMPDIR/holder
+	up tcp
+	printf 'AAAA-old-version-longer\n' >"$ROOT/x1"
+	mkfifo "$holder.in"
+	cat >"$holder.py" <<-'EOF'
+	import os, sys
+	fd = os.open(sys.argv[1], os.O_RDONLY)
+	st = os.fstat(fd)
+	print("opened", st.st_ino, st.st_size, flush=True)
+	sys.stdin.readline()
+	def err(f):
+	    try:
+	        r = f()
+	        return "ok:%r" % (r,)
+	    except OSError as e:
+	        return os.strerror(e.errno)
+	print("pread", err(lambda: os.pread(fd, 100, 0)))
+	print("fstat", err(lambda: (os.fstat(fd).st_ino, os.fstat(fd).st_size)))
+	print("reopen", err(lambda: open("/proc/self/fd/%d" % fd).read()), flush=True)
+	EOF
+	"$PY" "$holder.py" "$MNT/x1" <"$holder.in" >"$holder.out" 2>&1 3>&- &
+	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
+	WSB_PIDS+=("$!")
+	exec 7>"$holder.in"
+	said() { grep -q "^$1" "$holder.out"; }
+	poll_until 10 said opened || { cat "$holder.out" >&3; return 1; }
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	# The old file keeps a name: its inode number is not used again.
+	ln "$ROOT/x1" "$ROOT/was"
+	printf 'new\n' >"$ROOT/x1.t"
+	mv "$ROOT/x1.t" "$ROOT/x1"
+	agentd_start --root "$ROOT" --listen "$ADDR" 7>&-
+	recovers "after restart: create" touch "$MNT/q"
+	echo >&7
+	poll_until 30 said reopen || { cat "$holder.out" >&3; return 1; }
+	exec 7>&-
+	# Before: fstat gave the new file's inode and size 4, and the reopen
+	# read "new" (a local disk, or the mount while agentd stays up, gives
+	# the old file for both).
+	assert_eq "$(sed 1d "$holder.out")" $'pread Input/output error\nfstat Stale file handle\nreopen Input/output error'
+	no_problems
 }
 
 @test "C1: a directory that is a process's cwd stays its cwd through an agentd restart, also when looked up while agentd was away" {
@@ -2783,6 +2830,35 @@ print(" ".join(out))'
 	assert_content "$ROOT/g" $'again\n'
 	show_latencies
 	no_problems
+}
+
+@test "wsfs --exec: a transport that hangs (its agentd --stdio stopped) is run again once nothing has answered for twice rpc_timeout" {
+	local cmd="$AGENTD --root $ROOT --stdio" pid t0 ms
+	mount_wsfs_exec "$cmd" -o "rpc_timeout=$RPC_TIMEOUT"
+	echo hi >"$MNT/f"
+	pid=$(agentd_under "$WSFS_PID")
+	[ -n "$pid" ]
+	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
+	WSB_PIDS+=("$pid")
+	# A `kubectl exec` whose link hangs: nothing ends, nothing answers.
+	kill -STOP "$pid"
+	t0=$(now_ms)
+	run cat "$MNT/f"
+	assert_status 1
+	# Before: ENOTCONN for good (125 s and more) while agentd was healthy.
+	if ! poll_until 30 content_is "$MNT/f" $'hi\n'; then
+		kill -CONT "$pid"
+		return 1
+	fi
+	ms=$(($(now_ms) - t0))
+	echo "# the mount works again ${ms} ms after the transport hung (rpc_timeout ${RPC_TIMEOUT} s)" >&3
+	# The first call's deadline, then probes until twice rpc_timeout has
+	# passed without an answer, then the new command.
+	((ms <= (4 * RPC_TIMEOUT + 3) * 1000))
+	grep -q "running it again" "$WSFS_ERR"
+	kill -CONT "$pid" 2>/dev/null || true
+	echo again >"$MNT/g"
+	assert_content "$ROOT/g" $'again\n'
 }
 
 @test "wsfs --exec: when a command lingers after its agentd died, the mount works again at once, not after wsfs has waited for the old one, which is then reaped" {
