@@ -93,6 +93,10 @@ static struct wsc *g_client;
 static bool g_verbose;
 static mode_t g_umask;
 
+/* Standard descriptors that were closed when wsctl started (0, 1, 2):
+ * /dev/null holds their numbers (std_fds_hold()). */
+static bool g_std_closed[3];
+
 static struct {
 	pthread_mutex_t lock;
 	struct wsc_stream *active; /* protected by lock */
@@ -1538,7 +1542,7 @@ static int cmd_cat(int argc, char **argv)
 /*
  * get into @target in place, as cp(1) writes an existing destination: a
  * device or FIFO gets the bytes (O_TRUNC is ignored there), a symlink's
- * target is written (created if the link dangles), a file with other hard
+ * target is written (get_file() refuses a dangling one), a file with other hard
  * links keeps them, its inode, mode and owner. Holes are kept where @target
  * is a regular file. Returns the exit status.
  */
@@ -1590,28 +1594,43 @@ static int get_in_place(const char *remote, const char *target)
 /*
  * Download remote file @remote to local path @target (taken over: freed
  * here), as get does: a new or plain file by a temp file and a rename, the
- * rest in place. Returns the exit status.
+ * rest in place. @in_tree: a file of get -r's tree, where a symlink, FIFO
+ * or device at @target is replaced, never written through. Returns the
+ * exit status.
  */
-static int get_file(const char *remote, char *target)
+static int get_file(const char *remote, char *target, bool in_tree)
 {
-	char *tmp = NULL, *dir, *slash;
+	char *tmp = NULL, *dir, *slash, *base;
 	struct wsc_status st;
 	struct stat sb;
-	bool exists = false;
+	bool exists = false, replace;
 	uint32_t mode;
 	int fd, r;
 
+	/* Inside a tree the pod chose the symlinks and FIFOs there (an earlier
+	 * get -r made them): writing through one would write wherever it
+	 * points on this host. They are replaced, as rsync does. */
+	replace = in_tree && lstat(target, &sb) == 0 && !S_ISREG(sb.st_mode) &&
+		  !S_ISDIR(sb.st_mode);
 	/* Only a new file, or a regular one with no other name, is replaced by
 	 * a rename (atomic: a reader sees the old file or the new one, never
 	 * part of it); anything else is written in place, as cp(1) does: a
 	 * rename over /dev/null, a FIFO or a symlink would replace them with
 	 * a plain file, and one over a hard link would part it from its other
-	 * names. A symlink to such a regular file renames over its target. */
-	if (lstat(target, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-		char *real = stat(target, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_nlink == 1
-				     ? realpath(target, NULL)
-				     : NULL;
+	 * names. A symlink to such a regular file renames over its target; a
+	 * dangling one is refused, as cp(1) refuses it. */
+	if (!replace && lstat(target, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+		char *real;
 
+		if (stat(target, &sb) < 0) {
+			if (errno == ENOENT)
+				msg("get: not writing through dangling symlink %s", q(target));
+			else
+				report_errno(target, errno);
+			free(target);
+			return EXIT_FAILURE;
+		}
+		real = S_ISREG(sb.st_mode) && sb.st_nlink == 1 ? realpath(target, NULL) : NULL;
 		if (!real) {
 			r = get_in_place(remote, target);
 			free(target);
@@ -1620,7 +1639,7 @@ static int get_file(const char *remote, char *target)
 		free(target);
 		target = real;
 	}
-	if (lstat(target, &sb) == 0) {
+	if (!replace && lstat(target, &sb) == 0) {
 		if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1) {
 			r = get_in_place(remote, target);
 			free(target);
@@ -1628,7 +1647,8 @@ static int get_file(const char *remote, char *target)
 		}
 		exists = true;
 	}
-	/* Temp file beside the target: ".NAME.wsctl-XXXXXX". */
+	/* Temp file beside the target: ".NAME.wsctl-XXXXXX", or without NAME
+	 * where that would pass NAME_MAX. */
 	dir = strdup(target);
 	if (!dir) {
 		report_errno(target, ENOMEM);
@@ -1636,8 +1656,10 @@ static int get_file(const char *remote, char *target)
 		return EXIT_FAILURE;
 	}
 	slash = strrchr(dir, '/');
-	if (asprintf(&tmp, "%.*s.%s.wsctl-XXXXXX", slash ? (int)(slash - dir + 1) : 0, dir,
-		     slash ? slash + 1 : dir) < 0)
+	base = slash ? slash + 1 : dir;
+	if (asprintf(&tmp, "%.*s.%s%swsctl-XXXXXX", slash ? (int)(slash - dir + 1) : 0, dir,
+		     strlen(base) + 14 > NAME_MAX ? "" : base,
+		     strlen(base) + 14 > NAME_MAX ? "" : ".") < 0)
 		tmp = NULL;
 	free(dir);
 	if (!tmp) {
@@ -1752,7 +1774,7 @@ static int get_entry(const char *rp, char *lp, uint32_t m)
 	if (S_ISDIR(m)) {
 		rc = get_tree(rp, lp, m);
 	} else if (S_ISREG(m)) {
-		return get_file(rp, lp) != 0 ? -1 : 0; /* get_file() took @lp */
+		return get_file(rp, lp, true) != 0 ? -1 : 0; /* get_file() took @lp */
 	} else if (S_ISLNK(m)) {
 		req.path = bin(rp);
 		if (wsc_unary(g_client, M_READLINK, &req.base,
@@ -1882,6 +1904,10 @@ static int cmd_get(int argc, char **argv)
 	remote = argv[optind];
 	local = argv[optind + 1];
 	if (!strcmp(local, "-")) {
+		if (g_std_closed[STDOUT_FILENO]) {
+			report_errno("-", EBADF);
+			return EXIT_FAILURE;
+		}
 		r = download(remote, STDOUT_FILENO, false, false, &mode, &st);
 		if (r < 0 && !interrupted())
 			report(remote, &st);
@@ -1905,7 +1931,7 @@ static int cmd_get(int argc, char **argv)
 	}
 	if (recursive && !S_ISREG(mode))
 		return get_entry(remote, target, mode) < 0 ? EXIT_FAILURE : 0;
-	return get_file(remote, target);
+	return get_file(remote, target, false);
 }
 
 /* ---- upload ---- */
@@ -1996,7 +2022,9 @@ static int up_data(struct upload *u, int fd, bool regular, uint64_t start, uint6
 		if (interrupted())
 			return -ECANCELED;
 	}
-	if (regular && pos >= size)
+	/* A regular file of size 0 may still hold bytes (/proc's, /sys's):
+	 * read to the end, as cat(1) does. */
+	if (regular && pos >= size && size > 0)
 		return 0;
 	for (;;) {
 		r = up_flush(u, false, st);
@@ -2047,7 +2075,11 @@ static int put_file(const char *local, int fd, const struct stat *sb, const char
 	progress_init(&u.pr, local, size - start);
 	hdr.path = bin(target);
 	hdr.mode = (std_in || !regular ? 0666 : sb->st_mode & 0777) & ~g_umask;
+	/* What the file takes, not its size: a sparse file needs room for
+	 * its data only (agentd refuses a hint past the free space). */
 	hdr.size_hint = size - start;
+	if (regular && (uint64_t)sb->st_blocks * 512 < hdr.size_hint)
+		hdr.size_hint = (uint64_t)sb->st_blocks * 512;
 	/* As cp(1): an existing file keeps its mode, and a symlink there is
 	 * written through. */
 	hdr.keep_mode = true;
@@ -2300,7 +2332,10 @@ static int cmd_put(int argc, char **argv)
 		}
 		as_entry = !S_ISREG(sb.st_mode);
 	}
-	if (std_in) {
+	if (std_in && g_std_closed[STDIN_FILENO]) {
+		report_errno("-", EBADF);
+		return EXIT_FAILURE;
+	} else if (std_in) {
 		fd = STDIN_FILENO;
 	} else if (!as_entry) {
 		fd = open(local, O_RDONLY | O_CLOEXEC);
@@ -3018,6 +3053,26 @@ static const struct {
 	{ "stat", cmd_stat }, { "mkdir", cmd_mkdir },   { "rm", cmd_rm },
 	{ "mv", cmd_mv },     { "health", cmd_health },
 };
+
+/*
+ * Put /dev/null on each of fds 0-2 that is closed, before anything opens a
+ * descriptor: else the first one gRPC opens (an eventfd, in a static
+ * constructor of the linked-in library) would take the number, and
+ * `put -` would read it, `get R -` write into it. Remembered in
+ * g_std_closed: a transfer through "-" then fails EBADF, as cat(1) does.
+ * A constructor of the highest priority: it runs before those of the
+ * libraries (gcc's constructor attribute; ld sorts .init_array.NNNNN).
+ */
+__attribute__((constructor(101))) static void std_fds_hold(void)
+{
+	for (int fd = 0; fd < 3; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		g_std_closed[fd] = true;
+		if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
+			_exit(EXIT_FAILURE); /* cannot happen: the lowest free fd is fd */
+	}
+}
 
 int main(int argc, char **argv)
 {

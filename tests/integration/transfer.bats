@@ -183,16 +183,18 @@ sparse_1g() {
 	wait_gone "$BG_PID" 5
 	assert_eq "$(stat -c %F "$L/fifo")" fifo
 	assert_content "$BATS_TEST_TMPDIR/fiforeader.out" $'remote\n'
-	# A symlink: the link stays, its target gets the bytes (a dangling
-	# one makes the target).
+	# A symlink: the link stays, its target gets the bytes; a dangling
+	# one is refused, as cp refuses it (before: it made the target).
 	echo old >"$L/target"
 	ln -s target "$L/link"
 	ln -s made "$L/dangling"
 	"$WSCTL" get s "$L/link"
-	"$WSCTL" get s "$L/dangling"
+	run --separate-stderr "$WSCTL" get s "$L/dangling"
+	assert_status 1
+	assert_contains "$stderr" "not writing through dangling symlink"
 	[ -L "$L/link" ] && [ -L "$L/dangling" ]
 	assert_content "$L/target" $'remote\n'
-	assert_content "$L/made" $'remote\n'
+	[ ! -e "$L/made" ]
 	# Hard links stay one file.
 	echo a >"$L/h1"
 	ln "$L/h1" "$L/h2"
@@ -206,6 +208,68 @@ sparse_1g() {
 	assert_content "$L/p" $'remote\n'
 	assert_eq "$(stat -c %a "$L/p")" 700
 	# No temp file left behind.
+	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
+}
+
+@test "get -r never writes through a symlink or FIFO in its tree (the pod made them by an earlier get -r): it replaces them" {
+	agentd_unix
+	mkdir "$ROOT/tree"
+	ln -s "$BATS_TEST_TMPDIR/outside" "$ROOT/tree/y"
+	echo victim >"$BATS_TEST_TMPDIR/victim"
+	ln -s "$BATS_TEST_TMPDIR/victim" "$ROOT/tree/x"
+	# (gVisor's gofer refuses a FIFO made on the host, EPERM: there the
+	# local FIFO is made as an earlier get -r would have made it)
+	if wsb_runsc; then
+		mkdir "$L/tree"
+		mkfifo "$L/tree/f"
+	else
+		mkfifo "$ROOT/tree/f"
+	fi
+	"$WSCTL" get -r tree "$L/"
+	[ -L "$L/tree/y" ] && [ -L "$L/tree/x" ] && [ -p "$L/tree/f" ]
+	# The pod makes them files; the same get -r again.
+	rm -f "$ROOT/tree/x" "$ROOT/tree/y" "$ROOT/tree/f"
+	echo pod-y >"$ROOT/tree/y"
+	echo pod-x >"$ROOT/tree/x"
+	echo pod-f >"$ROOT/tree/f"
+	timeout 20 "$WSCTL" get -r tree "$L/"
+	# Before: outside made and victim overwritten with the pod's bytes
+	# (and the FIFO's write would block).
+	[ ! -e "$BATS_TEST_TMPDIR/outside" ]
+	assert_content "$BATS_TEST_TMPDIR/victim" $'victim\n'
+	assert_content "$L/tree/y" $'pod-y\n'
+	assert_content "$L/tree/x" $'pod-x\n'
+	assert_content "$L/tree/f" $'pod-f\n'
+	[ ! -L "$L/tree/y" ] && [ ! -L "$L/tree/x" ] && [ ! -p "$L/tree/f" ]
+}
+
+@test "put and get: a /proc file of size 0 is read to its end; a sparse file larger than the free space fits; closed stdin or stdout is EBADF; a 250-byte name" {
+	agentd_unix
+	# /proc reports size 0 for what it holds (before: an empty file).
+	"$WSCTL" put /proc/self/status st
+	grep -q '^Pid:' "$ROOT/st"
+	# 1 TiB of apparent size, 3 bytes of data: agentd checks room for
+	# what the file takes (before: ENOSPC past the free space).
+	truncate -s 1T "$L/sp"
+	echo hi >>"$L/sp"
+	"$WSCTL" put "$L/sp" sp
+	assert_eq "$(stat -c %s "$ROOT/sp")" 1099511627779
+	assert_eq "$(tail -c 3 "$ROOT/sp")" hi
+	# fd 0 or 1 closed: gRPC's first descriptor took its number before,
+	# and put read it (a hang), get wrote into it.
+	run --separate-stderr timeout 10 bash -c 'exec "$0" put - x <&-' "$WSCTL"
+	assert_status 1
+	assert_contains "$stderr" "Bad file descriptor"
+	[ ! -e "$ROOT/x" ]
+	run --separate-stderr timeout 10 bash -c 'exec "$0" get st - >&-' "$WSCTL"
+	assert_status 1
+	assert_contains "$stderr" "Bad file descriptor"
+	# A name of 250 bytes: the temp name beside it stays within NAME_MAX.
+	local n
+	n=$(printf 'n%.0s' $(seq 250))
+	echo long >"$ROOT/$n"
+	"$WSCTL" get "$n" "$L/"
+	assert_content "$L/$n" $'long\n'
 	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
 }
 
