@@ -1594,8 +1594,9 @@ int fsops_removexattr(const struct resolve_root *root, const void *path, size_t 
 struct fsops_upload {
 	int dirfd;          /* O_PATH fd of the target's directory */
 	char *name;         /* target's last component */
-	char tmp[32];       /* temp file's name in dirfd */
+	char tmp[32];       /* temp file's name in dirfd; "" while unnamed */
 	int fd;             /* the temp file, O_RDWR */
+	bool unnamed;       /* fd is O_TMPFILE's: named at the commit only */
 	uint64_t pos;       /* bytes of content so far */
 	mode_t mode;
 	bool exclusive;
@@ -1780,6 +1781,22 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 		r = -ENOSPC;
 		goto fail;
 	}
+	/* An unnamed file (O_TMPFILE, open(2)) where the file system makes
+	 * them and /proc can name it later (upload_name()): an agentd killed
+	 * mid-upload then leaves nothing behind. Else a named temp file. */
+	u->fd = openat(u->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (u->fd >= 0) {
+		char proc[64];
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", u->fd);
+		if (access(proc, F_OK) == 0) {
+			u->unnamed = true;
+			*ret = u;
+			return 0;
+		}
+		close(u->fd);
+		u->fd = -1;
+	}
 	for (int i = 0; i < 100; i++) {
 		tmp_name(u->tmp);
 		u->fd = openat(u->dirfd, u->tmp,
@@ -1831,7 +1848,7 @@ uint64_t fsops_upload_size(const struct fsops_upload *u)
 
 static void upload_free(struct fsops_upload *u, bool unlink_tmp)
 {
-	if (unlink_tmp)
+	if (unlink_tmp && !u->unnamed)
 		(void)unlinkat(u->dirfd, u->tmp, 0);
 	close(u->fd);
 	close(u->dirfd);
@@ -1845,9 +1862,35 @@ void fsops_upload_abort(struct fsops_upload *u)
 		upload_free(u, true);
 }
 
+/* Give an unnamed temp file (O_TMPFILE) its temp name: linkat(2) of its
+ * /proc/self/fd link (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH). */
+static int upload_name(struct fsops_upload *u)
+{
+	char proc[64];
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", u->fd);
+	for (int i = 0; i < 100; i++) {
+		tmp_name(u->tmp);
+		if (linkat(AT_FDCWD, proc, u->dirfd, u->tmp, AT_SYMLINK_FOLLOW) == 0) {
+			u->unnamed = false;
+			return 0;
+		}
+		if (errno != EEXIST)
+			break;
+	}
+	u->tmp[0] = '\0';
+	return -errno;
+}
+
 /* Put the temp file in place: rename, or refuse to replace when exclusive. */
 static int upload_place(struct fsops_upload *u)
 {
+	if (u->unnamed) {
+		int r = upload_name(u);
+
+		if (r < 0)
+			return r;
+	}
 	if (!u->exclusive)
 		return renameat(u->dirfd, u->tmp, u->dirfd, u->name) < 0 ? -errno : 0;
 	if (renameat2(u->dirfd, u->tmp, u->dirfd, u->name, RENAME_NOREPLACE) == 0)

@@ -273,6 +273,24 @@ sparse_1g() {
 	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
 }
 
+@test "put: an agentd killed in the middle of an upload leaves no temp file in the workspace" {
+	# (gVisor's gofer makes no O_TMPFILE files: there a named temp file
+	# stays, as it did everywhere before)
+	wsb_runsc && skip "kills agentd outside the sandbox; the gofer has no O_TMPFILE"
+	agentd_unix
+	local w
+	bg putter sh -c '{ head -c 2000000 /dev/urandom; sleep 30; } | "$1" put - big' sh "$WSCTL"
+	w=$BG_PID
+	# The upload is open in agentd once its first chunk is written.
+	poll_until 10 bash -c 'ls -l /proc/$1/fd | grep -q "$2"' _ "$AGENTD_PID" "$ROOT"
+	sleep 0.5
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	# Before: .wsb-upload.XXXXXX, 2 MB, stayed for good.
+	assert_eq "$(find "$ROOT" -mindepth 1 | wc -l)" 0
+	kill -KILL -- "-$w" 2>/dev/null || true
+}
+
 @test "put of more than the stream's window to a path agentd refuses fails at once with agentd's error, not a hang" {
 	agentd_unix
 	head -c 8388608 /dev/urandom >"$L/big"

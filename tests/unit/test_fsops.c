@@ -820,6 +820,17 @@ static void test_xattr_nofollow(void **state)
 	assert_int_equal(removexattr(p, "user.secret"), 0);
 }
 
+/* Whether @dir's file system makes O_TMPFILE files (open(2)). */
+static bool tmpfile_works(const char *dir)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
 static void test_upload_atomic(void **state)
 {
 	struct fx *fx = *state;
@@ -830,9 +841,11 @@ static void test_upload_atomic(void **state)
 	char *s;
 
 	write_at(fx->rootdir, "t", "old");
-	/* abort: the old file stays, no temp file is left */
+	/* abort: the old file stays, no temp file is left. Where the file
+	 * system makes O_TMPFILE files, the upload has no name until its
+	 * commit (a killed agentd leaves nothing). */
 	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), 0);
-	assert_int_equal(count_temps(fx->rootdir), 1);
+	assert_int_equal(count_temps(fx->rootdir), tmpfile_works(fx->rootdir) ? 0 : 1);
 	assert_int_equal(fsops_upload_write(u, "new content", 11), 0);
 	s = read_at(fx->rootdir, "t");
 	assert_string_equal(s, "old"); /* nothing visible before commit */
