@@ -225,6 +225,16 @@ static bool path_empty(const char *path)
 
 /* ---- signals ---- */
 
+/* The thread that does the work (main): woken by SIGUSR1 (wake_main()). */
+static pthread_t g_main_thread;
+
+/* SIGUSR1's handler: nothing; its arrival makes a blocking call of the
+ * main thread fail with EINTR (no SA_RESTART). */
+static void on_wake(int sig)
+{
+	(void)sig;
+}
+
 static void *signal_thread(void *arg)
 {
 	sigset_t *set = arg;
@@ -247,6 +257,10 @@ static void *signal_thread(void *arg)
 		if (s)
 			wsc_stream_cancel(s);
 		pthread_mutex_unlock(&g_sig.lock);
+		/* The main thread may wait on local I/O (put - from a pipe
+		 * that says nothing): EINTR, and it sees interrupted(). */
+		if (s && first == 0)
+			(void)pthread_kill(g_main_thread, SIGUSR1);
 		/* Nothing to clean up, or asked twice: go now, and take the
 		 * --exec command along (it may not read its stdin, whose end
 		 * would tell it). */
@@ -292,12 +306,15 @@ static int write_all(int fd, const void *buf, size_t len)
 		ssize_t n = write(fd, p, len);
 
 		if (n < 0) {
+			if (errno == EINTR && interrupted())
+				return -ECANCELED;
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN) {
 				struct pollfd pfd = { .fd = fd, .events = POLLOUT };
 
-				(void)poll(&pfd, 1, -1);
+				if (poll(&pfd, 1, -1) < 0 && errno == EINTR && interrupted())
+					return -ECANCELED;
 				continue;
 			}
 			return -errno;
@@ -332,12 +349,15 @@ static ssize_t read_full(int fd, void *buf, size_t len)
 		ssize_t n = read(fd, (char *)buf + got, len - got);
 
 		if (n < 0) {
+			if (errno == EINTR && interrupted())
+				return -ECANCELED;
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN) {
 				struct pollfd pfd = { .fd = fd, .events = POLLIN };
 
-				(void)poll(&pfd, 1, -1);
+				if (poll(&pfd, 1, -1) < 0 && errno == EINTR && interrupted())
+					return -ECANCELED;
 				continue;
 			}
 			return -errno;
@@ -3180,6 +3200,13 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGUSR2);
 	sigaddset(&sigs, SIGWINCH);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	g_main_thread = pthread_self();
+	{
+		struct sigaction sa = { .sa_handler = on_wake };
+
+		sigemptyset(&sa.sa_mask);
+		(void)sigaction(SIGUSR1, &sa, NULL);
+	}
 	r = pthread_create(&th, NULL, signal_thread, &sigs);
 	if (r) {
 		report_errno(NULL, r);

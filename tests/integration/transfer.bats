@@ -291,6 +291,28 @@ sparse_1g() {
 	kill -KILL -- "-$w" 2>/dev/null || true
 }
 
+@test "put - from a pipe that says nothing ends at SIGTERM at once: exit 143, no file" {
+	agentd_unix
+	local fifo=$BATS_TEST_TMPDIR/in p
+	mkfifo "$fifo"
+	bg putter sh -c '"$1" put - idle <"$2"; echo "$?" >"$3"' sh "$WSCTL" "$fifo" "$BATS_TEST_TMPDIR/rc"
+	exec 7>"$fifo"
+	poll_until 10 pgrep -f "put - idle"
+	p=$(pgrep -f "^$WSCTL put - idle")
+	[ -n "$p" ]
+	sleep 0.3 # its upload stream is open
+	kill -TERM "$p"
+	# Before: it waited in read(2) of its stdin until the pipe spoke or
+	# closed (sleep 30 | wsctl put - x ran the whole 30 s).
+	if ! poll_until 3 test -s "$BATS_TEST_TMPDIR/rc"; then
+		exec 7>&-
+		return 1
+	fi
+	exec 7>&-
+	assert_eq "$(cat "$BATS_TEST_TMPDIR/rc")" 143
+	[ ! -e "$ROOT/idle" ]
+}
+
 @test "put of more than the stream's window to a path agentd refuses fails at once with agentd's error, not a hang" {
 	agentd_unix
 	head -c 8388608 /dev/urandom >"$L/big"
