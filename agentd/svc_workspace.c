@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/falloc.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1348,6 +1349,14 @@ static void do_upload(struct rpc_call *call, const ProtobufCMessage *req, void *
 
 /* ---- Download: server stream ---- */
 
+/** Downloads streaming at once at most: each holds a FSOPS_CHUNK_MAX
+ * (1 MiB) buffer, and a client opening thousands would take agentd's
+ * memory (400 took it from 11 to 833 MB). */
+#define DOWNLOADS_MAX 64u
+
+/* Downloads between do_download() and download_end(). Any thread. */
+static atomic_uint n_downloads;
+
 struct download_call {
 	struct fsops_download *d;
 	uint8_t *buf;          /* FSOPS_CHUNK_MAX bytes */
@@ -1358,6 +1367,7 @@ struct download_call {
 
 static void download_end(struct download_call *dc)
 {
+	atomic_fetch_sub(&n_downloads, 1);
 	fsops_download_free(dc->d);
 	free(dc->buf);
 	free(dc->path.data);
@@ -1416,12 +1426,21 @@ static void download_sent(struct rpc_call *call, bool ok, void *arg)
 static void do_download(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const Wsbridge__V1__DownloadRequest *q = (const void *)req;
-	struct download_call *dc = calloc(1, sizeof(*dc));
+	struct download_call *dc;
 	int r;
 
+	if (atomic_fetch_add(&n_downloads, 1) >= DOWNLOADS_MAX) {
+		atomic_fetch_sub(&n_downloads, 1);
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EAGAIN,
+			   "%u downloads are streaming already (the limit): retry once one ended",
+			   DOWNLOADS_MAX);
+		return;
+	}
+	dc = calloc(1, sizeof(*dc));
 	if (!dc || !(dc->buf = malloc(FSOPS_CHUNK_MAX)) ||
 	    !(dc->path.data = malloc(q->path.len ? q->path.len : 1))) {
 		rpc_fail_errno(call, ENOMEM, "download");
+		atomic_fetch_sub(&n_downloads, 1);
 		if (dc) {
 			free(dc->buf);
 			free(dc);

@@ -3077,13 +3077,14 @@ static const struct {
 /*
  * Put /dev/null on each of fds 0-2 that is closed, before anything opens a
  * descriptor: else the first one gRPC opens (an eventfd, in a static
- * constructor of the linked-in library) would take the number, and
- * `put -` would read it, `get R -` write into it. Remembered in
- * g_std_closed: a transfer through "-" then fails EBADF, as cat(1) does.
- * A constructor of the highest priority: it runs before those of the
- * libraries (gcc's constructor attribute; ld sorts .init_array.NNNNN).
+ * constructor of the library) would take the number, and `put -` would
+ * read it, `get R -` write into it. Remembered in g_std_closed: a transfer
+ * through "-" then fails EBADF, as cat(1) does. Run from .preinit_array,
+ * which the executable alone may have and which runs before every
+ * initializer, the shared libraries' too (System V gABI, "Initialization
+ * and Termination Functions").
  */
-__attribute__((constructor(101))) static void std_fds_hold(void)
+static void std_fds_hold(void)
 {
 	for (int fd = 0; fd < 3; fd++) {
 		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
@@ -3093,6 +3094,9 @@ __attribute__((constructor(101))) static void std_fds_hold(void)
 			_exit(EXIT_FAILURE); /* cannot happen: the lowest free fd is fd */
 	}
 }
+
+__attribute__((section(".preinit_array"), used)) static void (*const std_fds_preinit)(void) =
+	std_fds_hold;
 
 int main(int argc, char **argv)
 {

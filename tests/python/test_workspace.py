@@ -623,6 +623,48 @@ class Behaviour(Base):
             pb.DownloadRequest(path=b"up/nested/blob", offset=100, length=50), timeout=TIMEOUT))
         self.assertEqual(part, blob[100:150])
 
+    def test_download_streams_limited(self):
+        # Each Download streaming holds a 1 MiB buffer in agentd: 64 at
+        # once at most (before: 400 took agentd from 11 to 833 MB).
+        with open(rp("dl-big"), "wb") as f:
+            f.write(os.urandom(1 << 20) * 16)
+        with open(rp("dl-small"), "wb") as f:
+            f.write(b"small")
+        small = lambda: b"".join(c.data for c in self.ws.Download(
+            pb.DownloadRequest(path=b"dl-small"), timeout=TIMEOUT))
+        # A client that does not read on: small windows, no BDP probing
+        # (which would grow them), so each stream stays blocked in agentd
+        # after its first chunk instead of landing in this client's buffers.
+        ch = grpc.insecure_channel(wsbtest.env("WSB_TARGET"), options=[
+            ("grpc.max_receive_message_length", 64 << 20), ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", 65536)])
+        slow = pbg.WorkspaceStub(ch)
+        calls = []
+        try:
+            for _ in range(64):
+                it = slow.Download(pb.DownloadRequest(path=b"dl-big"), timeout=TIMEOUT)
+                next(it)  # its first chunk: the stream is open in agentd
+                calls.append(it)
+            with self.assertRaises(grpc.RpcError) as cm:
+                small()
+            self.assertEqual(cm.exception.code(), SC.RESOURCE_EXHAUSTED, describe(cm.exception))
+            self.assertIn("64 downloads", cm.exception.details())
+        finally:
+            for it in calls:
+                it.cancel()
+            ch.close()
+        # Once they ended, downloads work again.
+        for _ in range(100):
+            try:
+                self.assertEqual(small(), b"small")
+                break
+            except grpc.RpcError as e:
+                if e.code() != SC.RESOURCE_EXHAUSTED:
+                    raise
+                time.sleep(0.05)
+        else:
+            self.fail("downloads still refused 5 s after the 64 were cancelled")
+
     def test_upload_exclusive_and_missing_parent(self):
         with open(rp("ex"), "w") as f:
             f.write("old")
