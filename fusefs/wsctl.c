@@ -1707,7 +1707,10 @@ static int get_file(const char *remote, char *target, bool in_tree)
 	 * a new one gets the remote file's mode less the umask. */
 	if (exists && geteuid() == 0)
 		(void)fchown(fd, sb.st_uid, sb.st_gid);
-	if (fchmod(fd, exists ? sb.st_mode & 07777 : ((mode ? mode : 0666) & 0777) & ~g_umask) < 0 ||
+	/* (Its set-user-ID and set-group-ID bits only for root: a write by
+	 * one without CAP_FSETID clears them, as cp(1)'s would, write(2).) */
+	if (fchmod(fd, exists ? sb.st_mode & (geteuid() == 0 ? 07777 : 01777)
+			      : ((mode ? mode : 0666) & 0777) & ~g_umask) < 0 ||
 	    fsync(fd) < 0) {
 		r = -errno;
 		report_errno(target, errno);
@@ -1929,6 +1932,10 @@ static int cmd_get(int argc, char **argv)
 			return EXIT_FAILURE;
 		}
 		r = download(remote, STDOUT_FILENO, false, false, &mode, &st);
+		/* A reader that went (get R - | head -c1): quiet, as cat(1)
+		 * killed by SIGPIPE, as wsctl cat. */
+		if (r == -EPIPE && !st.msg[0] && !interrupted())
+			return 128 + SIGPIPE;
 		if (r < 0 && !interrupted())
 			report(remote, &st);
 		return exit_for(r);

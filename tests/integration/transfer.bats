@@ -264,6 +264,11 @@ sparse_1g() {
 	run --separate-stderr timeout 10 bash -c 'exec "$0" get st - >&-' "$WSCTL"
 	assert_status 1
 	assert_contains "$stderr" "Bad file descriptor"
+	# A reader that goes: quiet, 141 as cat (before: "Broken pipe", 1).
+	head -c 5000000 /dev/urandom >"$ROOT/big"
+	run --separate-stderr bash -c '"$0" get big - | head -c1 >/dev/null; echo "${PIPESTATUS[0]}"' "$WSCTL"
+	assert_eq "$output" 141
+	assert_eq "$stderr" ""
 	# A name of 250 bytes: the temp name beside it stays within NAME_MAX.
 	local n
 	n=$(printf 'n%.0s' $(seq 250))
