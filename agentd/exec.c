@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -58,12 +59,16 @@ extern char **environ;
 /** Interval of the reaper's re-check after a zombie libuv owns, ms. */
 #define RESCAN_MS 20
 /**
- * PTY: time the terminal is read after the command itself was reaped, ms.
+ * PTY: time the terminal is read after the command itself was reaped, ms;
+ * also how often one whose slave fds all closed while the command runs is
+ * looked at again (on_hup_poll()).
  * Linux reports EIO on the master once the last slave fd is closed; gVisor
  * does not, so the output ends this long after the exit at the latest
  * (background jobs of the session got SIGHUP with their leader anyway).
  */
 #define PTY_LINGER_MS 200
+/** PTY: on_hup_poll()'s interval while the terminal gives bytes, ms. */
+#define PTY_HUP_POLL_MS 5
 
 enum pipe_state {
 	PIPE_NONE,    /* not used or not initialised */
@@ -92,6 +97,7 @@ struct exec_table {
 	/* cgroup v2: the base directory wsbridge-agentd.<pid>, or -1 */
 	int cg_fd;
 	int cg_parent_fd;
+	int cg_lock_fd;                   /* the base, O_RDONLY, flock(2)ed */
 	char *cg_name;
 	bool cg_noted;                    /* the fallback was logged */
 	void *child_stack;                /* CHILD_STACK_BYTES, or NULL: see child_start() */
@@ -184,6 +190,7 @@ static void on_sigchld(uv_signal_t *h, int signum);
 static void maybe_report(struct exec_process *p);
 static void flow_check(struct exec_process *p);
 static void on_linger(uv_timer_t *timer);
+static void on_hup_poll(uv_timer_t *timer);
 static void table_maybe_free(struct exec_table *t);
 
 static int64_t now_ns(void)
@@ -414,18 +421,43 @@ static void cg_signal(int dirfd, int sig, int skip_pgid)
 	}
 }
 
+/* rmdir(2) every cmd-* cgroup below the base @p base_fd that is empty
+ * now. */
+static void cg_rmdir_cmds(int base_fd)
+{
+	int fd = openat(base_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, "cmd-", 4) == 0)
+			(void)unlinkat(fd, de->d_name, AT_REMOVEDIR);
+	closedir(d);
+}
+
 /*
  * Remove the cgroup directory @p name under @p parent_fd, waiting up to
  * @p ms ms while members already signalled finish dying (rmdir(2) of a
- * populated cgroup is EBUSY, cgroup-v2.rst). Returns 0 (removed, or gone)
+ * populated cgroup, or of one with cgroups below it, is EBUSY,
+ * cgroup-v2.rst). With @p base_fd (>= 0: the directory itself) its cmd-*
+ * cgroups are removed first as they empty. Returns 0 (removed, or gone)
  * or -errno. Blocks: shutdown and start-up only.
  */
-static int cg_rmdir_wait(int parent_fd, const char *name, int ms)
+static int cg_rmdir_wait(int parent_fd, const char *name, int base_fd, int ms)
 {
 	const struct timespec tick = { 0, 10 * 1000 * 1000 };
 	int waited;
 
 	for (waited = 0;; waited += 10) {
+		if (base_fd >= 0)
+			cg_rmdir_cmds(base_fd);
 		if (unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
 			return 0;
 		if (errno != EBUSY || waited >= ms)
@@ -444,7 +476,7 @@ static void cg_kill_rmdir(int parent_fd, const char *name)
 		return;
 	cg_signal(fd, SIGKILL, 0);
 	close(fd);
-	(void)cg_rmdir_wait(parent_fd, name, 1000);
+	(void)cg_rmdir_wait(parent_fd, name, -1, 1000);
 }
 
 /*
@@ -452,6 +484,11 @@ static void cg_kill_rmdir(int parent_fd, const char *name)
  * stopping what they left running there: their commands, and the
  * background processes of commands that exited, belong to no agentd now
  * (one killed with SIGKILL could not stop them) and no List shows them.
+ * Gone means both: no process of its pid here (kill(2) ESRCH), and no
+ * flock(2) on the directory, which a live agentd holds for its life
+ * (cg_setup()): a pid says nothing across pid namespaces (an agentd under
+ * bwrap --unshare-pid sharing the cgroup parent), the lock does. Where
+ * flock(2) fails otherwise (unsupported), nothing is stopped.
  */
 static void cg_cleanup_stale(int parent_fd, const char *mine)
 {
@@ -478,6 +515,10 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 		if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
 		sub = openat(parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (sub >= 0 && flock(sub, LOCK_EX | LOCK_NB) < 0) {
+			close(sub);
+			continue; /* a live agentd's, or cannot tell */
+		}
 		if (sub >= 0) {
 			DIR *sd = fdopendir(sub);
 			struct dirent *se;
@@ -497,7 +538,7 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 			wsb_notice("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
 				 de->d_name);
 		}
-		(void)cg_rmdir_wait(parent_fd, de->d_name, 1000);
+		(void)cg_rmdir_wait(parent_fd, de->d_name, -1, 1000);
 	}
 	closedir(d);
 }
@@ -522,8 +563,19 @@ static void cg_setup(struct exec_table *t)
 	cg_cleanup_stale(pfd, t->cg_name);
 	if (mkdirat(pfd, t->cg_name, 0755) < 0 && errno != EEXIST)
 		goto fail;
+	/* Held for agentd's life: the next agentd's cg_cleanup_stale() then
+	 * knows this one lives whatever its pid says there. One held already
+	 * is an agentd of the same pid in another pid namespace: not ours. */
+	t->cg_lock_fd = openat(pfd, t->cg_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (t->cg_lock_fd >= 0 && flock(t->cg_lock_fd, LOCK_EX | LOCK_NB) < 0 &&
+	    errno == EWOULDBLOCK) {
+		close_fd(&t->cg_lock_fd);
+		errno = EBUSY;
+		goto fail;
+	}
 	fd = openat(pfd, t->cg_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || faccessat(fd, "cgroup.procs", W_OK, 0) < 0) {
+		close_fd(&t->cg_lock_fd);
 		(void)unlinkat(pfd, t->cg_name, AT_REMOVEDIR);
 		goto fail;
 	}
@@ -547,22 +599,25 @@ fail:
  * running there (cg_remove()) stop with agentd, as they would with its
  * pod: SIGTERM, then SIGKILL after 1 s; what even that leaves (cannot
  * happen but for a process stuck in the kernel) goes back to agentd's own
- * cgroup. Loop thread, at shutdown: blocks up to 2 s.
+ * cgroup. The cmd-* cgroups of commands killed a moment ago (drop() left
+ * the ones still busy with dying members) go as they empty. Loop thread,
+ * at shutdown: blocks up to 2 s.
  */
 static void cg_teardown(struct exec_table *t)
 {
 	if (t->cg_fd < 0)
 		return;
-	if (unlinkat(t->cg_parent_fd, t->cg_name, AT_REMOVEDIR) < 0 && errno == EBUSY) {
+	if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, t->cg_fd, 0) == -EBUSY) {
 		cg_signal(t->cg_fd, SIGTERM, 0);
-		if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, 1000) < 0) {
+		if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, t->cg_fd, 1000) < 0) {
 			cg_signal(t->cg_fd, SIGKILL, 0);
-			if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, 1000) < 0) {
+			if (cg_rmdir_wait(t->cg_parent_fd, t->cg_name, t->cg_fd, 1000) < 0) {
 				cg_move_all(t->cg_fd, t->cg_parent_fd);
 				(void)unlinkat(t->cg_parent_fd, t->cg_name, AT_REMOVEDIR);
 			}
 		}
 	}
+	close_fd(&t->cg_lock_fd);
 	close_fd(&t->cg_fd);
 	close_fd(&t->cg_parent_fd);
 	free(t->cg_name);
@@ -712,7 +767,7 @@ int exec_table_new(uv_loop_t *loop, const struct exec_config *cfg, struct exec_t
 	}
 	t->loop = loop;
 	t->next_id = 1;
-	t->cg_fd = t->cg_parent_fd = -1;
+	t->cg_fd = t->cg_parent_fd = t->cg_lock_fd = -1;
 	r = uv_signal_init(loop, &t->sigchld);
 	if (r < 0) {
 		free(t);
@@ -1158,10 +1213,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		 * command runs on (cat and wc close 0-2 before they exit).
 		 * Closing the master now would hang the terminal up and SIGHUP
 		 * the command, the session leader (drivers/tty/tty_jobctrl.c
-		 * tty_signal_session_leader()): read no more, and let
-		 * on_linger() end the output once it is reaped. */
+		 * tty_signal_session_leader()): the master stays open, read
+		 * by on_hup_poll() from now on (it may open /dev/tty again),
+		 * and on_linger() ends the output once it is reaped. */
 		p->pty_hup = true;
 		uv_read_stop(s);
+		uv_timer_start(&p->linger, on_hup_poll, PTY_LINGER_MS, 0);
 		return;
 	}
 	/* UV_EOF, or a read error (ECONNRESET...): the stream is over. */
@@ -1204,6 +1261,41 @@ static void on_linger(uv_timer_t *timer)
 	pipe_close(p, EXEC_STDOUT);
 	maybe_report(p);
 	exec_unref(p);
+}
+
+/*
+ * PTY, once no slave fd was open while the command runs (pty_hup): libuv
+ * reads the master no more (its read error made the stream unreadable:
+ * uv_read_start() says ENOTCONN), so this timer reads it (non-blocking,
+ * on the loop thread, which owns the fd) until the command is reaped and
+ * process_exited() takes the timer over for on_linger(): a command that
+ * opens its terminal again (/dev/tty: a prompt after closing 0-2) is read,
+ * not left blocked on a full terminal. Every PTY_HUP_POLL_MS while bytes
+ * come, PTY_LINGER_MS while none do; never while a lossless watcher holds
+ * reading back (paused).
+ */
+static void on_hup_poll(uv_timer_t *timer)
+{
+	struct exec_process *p = timer->data;
+	uint64_t next = PTY_LINGER_MS;
+	uv_os_fd_t fd;
+	ssize_t n;
+
+	if (!p->pty_hup || p->exited || p->reported || p->out_state[EXEC_STDOUT] != PIPE_OPEN ||
+	    uv_fileno((uv_handle_t *)&p->out[EXEC_STDOUT], &fd) != 0)
+		return;
+	while (!p->paused) {
+		n = read(fd, p->rbuf, p->rsize);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break; /* EAGAIN: nothing yet; EIO: no slave open */
+		output(p, EXEC_STDOUT, p->rbuf, (size_t)n);
+		if (p->out_state[EXEC_STDOUT] != PIPE_OPEN || p->reported)
+			return;
+		next = PTY_HUP_POLL_MS;
+	}
+	uv_timer_start(&p->linger, on_hup_poll, next, 0);
 }
 
 static void reading(struct exec_process *p, bool on)
@@ -1371,15 +1463,20 @@ static int stdin_queue(struct exec_process *p, uint8_t *data, size_t len, bool e
 	if (eof && p->pty) {
 		/* A terminal has no EOF to close: send its VEOF character,
 		 * which ends a read at the start of a line (termios(3)). */
+		bool canon = true;
+
 		sr->veof = 4; /* ^D */
-		if (p->master >= 0 && tcgetattr(p->master, &tio) == 0 && tio.c_cc[VEOF])
-			sr->veof = (char)tio.c_cc[VEOF];
+		if (p->master >= 0 && tcgetattr(p->master, &tio) == 0) {
+			if (tio.c_cc[VEOF])
+				sr->veof = (char)tio.c_cc[VEOF];
+			canon = tio.c_lflag & ICANON;
+		}
 		/* The bytes must live until the callback (uv_write(3)). After
 		 * a partial line the first VEOF only sends the line on: a
 		 * second one ends the read empty, which is the EOF (as when
 		 * ^D is typed twice). */
 		b[nb++] = uv_buf_init(&sr->veof, 1);
-		if (len ? !line_end(data[len - 1], sr->veof) : p->pty_partial)
+		if (canon && (len ? !line_end(data[len - 1], sr->veof) : p->pty_partial))
 			b[nb++] = uv_buf_init(&sr->veof, 1);
 	}
 	r = uv_write(&sr->req, s, b, nb, on_stdin_written);

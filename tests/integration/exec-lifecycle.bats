@@ -424,6 +424,12 @@ cmd_cgroups() {
 		assert_status 0
 		assert_contains "$output" 2
 	done
+	# One that closed 0-2 and then writes to /dev/tty (a prompt) is read
+	# on, not left to fill the terminal's buffer and block (before: it
+	# hung until killed).
+	run timeout 20 "$W" exec -t --shell -- 'exec 0<&- 1>&- 2>&-; sleep 0.3; head -c 100000 /dev/zero | tr "\0" x >/dev/tty; exit 4'
+	assert_status 4
+	assert_eq "$(printf '%s' "$output" | tr -d '\r\n' | wc -c)" 100000
 	if wsb_runsc; then
 		return # gVisor's line discipline has no canonical EOF (^D)
 	fi
@@ -524,6 +530,29 @@ sleepers_gone() {
 	agentd_tcp
 	poll_until 3 sleepers_gone $s2 $s3
 	assert_contains "$(cat "$AGENTD_ERR")" "wsbridge-agentd.$old, the cgroup of an agentd that is gone"
+}
+
+@test "an agentd in another pid namespace (unshare -p) under the same cgroup does not take a live agentd's cgroup for a dead one's" {
+	wsb_runsc && skip "agentd's children are inside the sandbox"
+	command -v unshare >/dev/null || skip "no unshare"
+	agentd_tcp
+	local s=86404 p root2=$BATS_TEST_TMPDIR/root2 sock2=$BATS_TEST_TMPDIR/s2
+	"$W" exec --detach -- sleep $s >/dev/null
+	p=$(sleeper_pid $s)
+	[ -n "$p" ]
+	grep -q "wsbridge-agentd\\.$AGENTD_PID" "/proc/$p/cgroup" || skip "no cgroup v2 for agentd's commands here"
+	mkdir -p "$root2"
+	# There the first agentd's pid names no process: before, the second
+	# one killed its commands as a dead agentd's leftovers.
+	unshare -pf --mount-proc true 2>/dev/null || skip "cannot make a pid namespace here"
+	bg agentd2 unshare -pf --mount-proc "$AGENTD" --root "$root2" --listen "unix:$sock2"
+	wait_listen "unix:$sock2" "$BG_PID" 10
+	sleep 0.3
+	proc_alive "$p"
+	run "$W" -a "unix:$sock2" exec -- true
+	assert_status 0
+	proc_alive "$p"
+	kill "$p"
 }
 
 @test "agentd reaps orphans re-parented to it (double-forked daemons leave no zombie)" {
