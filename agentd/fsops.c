@@ -1730,6 +1730,38 @@ static int upload_follow(const struct resolve_root *root, const void *path, size
 	return r;
 }
 
+static int upload_name(struct fsops_upload *u);
+
+/* The file system (st_dev) where an unnamed file was last linked. */
+static _Atomic dev_t tmpfile_dev_ok;
+
+/*
+ * Whether upload_name()'s linkat(2) of an O_TMPFILE file works in the
+ * directory @dirfd (an LSM, or a /proc that is missing, may refuse it;
+ * then the commit would fail after the whole upload). Tried once per file
+ * system, on a file of its own: a file once linked cannot be linked again
+ * after its unlink (fs/namei.c vfs_link(), I_LINKABLE).
+ */
+static bool tmpfile_linkable(int dirfd)
+{
+	struct fsops_upload t = { .dirfd = dirfd };
+	struct stat st;
+	bool ok;
+
+	if (fstat(dirfd, &st) == 0 && atomic_load(&tmpfile_dev_ok) == st.st_dev)
+		return true;
+	t.fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (t.fd < 0)
+		return false;
+	ok = upload_name(&t) == 0;
+	if (ok)
+		(void)unlinkat(dirfd, t.tmp, 0);
+	close(t.fd);
+	if (ok && fstat(dirfd, &st) == 0)
+		atomic_store(&tmpfile_dev_ok, st.st_dev);
+	return ok;
+}
+
 int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t len,
 		       const struct fsops_upload_opts *opts, struct fsops_upload **ret)
 {
@@ -1785,15 +1817,12 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 	 * them and /proc can name it later (upload_name()): an agentd killed
 	 * mid-upload then leaves nothing behind. Else a named temp file. */
 	u->fd = openat(u->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (u->fd >= 0 && tmpfile_linkable(u->dirfd)) {
+		u->unnamed = true;
+		*ret = u;
+		return 0;
+	}
 	if (u->fd >= 0) {
-		char proc[64];
-
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", u->fd);
-		if (access(proc, F_OK) == 0) {
-			u->unnamed = true;
-			*ret = u;
-			return 0;
-		}
 		close(u->fd);
 		u->fd = -1;
 	}

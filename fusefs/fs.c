@@ -213,13 +213,17 @@ void wsfs_conn_ok(struct wsfs *fs)
 void wsfs_conn_failed(struct wsfs *fs, int code)
 {
 	int64_t now = wsfs_now_ns();
-	bool was_down = atomic_exchange(&fs->conn_down, true);
+	bool was_down;
+
+	/* Before conn_down: a thread that sees it down reads this start. */
+	if (!atomic_load(&fs->conn_down))
+		atomic_store(&fs->down_ns, now);
+	was_down = atomic_exchange(&fs->conn_down, true);
 	bool stalled = was_down && code == WSB_DEADLINE_EXCEEDED &&
 		       now - atomic_load(&fs->down_ns) >= 2 * (int64_t)fs->cfg.rpc_timeout_ms * 1000000;
 	bool reconnect = fs->cfg.exec_transport && (code == WSB_UNAVAILABLE || stalled);
 
 	if (!was_down) {
-		atomic_store(&fs->down_ns, now);
 		wsb_warn("agentd is unreachable (%s); calls fail at once until it answers again",
 			 wsb_status_name(code));
 	} else if (stalled && fs->cfg.exec_transport) {

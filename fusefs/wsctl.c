@@ -237,14 +237,26 @@ static void on_wake(int sig)
 
 static void *signal_thread(void *arg)
 {
+	const struct timespec kick = { 0, 100 * 1000 * 1000 };
 	sigset_t *set = arg;
+	bool kicking = false;
 
 	for (;;) {
 		struct wsc_stream *s;
 		int sig, first = 0;
 
-		if (sigwait(set, &sig) != 0)
+		if (kicking) {
+			/* A wake that came just before main entered read(2)
+			 * wakes nothing: again every 100 ms until main ends. */
+			sig = sigtimedwait(set, NULL, &kick);
+			if (sig < 0) {
+				if (errno == EAGAIN)
+					(void)pthread_kill(g_main_thread, SIGUSR1);
+				continue;
+			}
+		} else if (sigwait(set, &sig) != 0) {
 			continue;
+		}
 		if (sig == SIGUSR2)
 			break; /* main is done: see stop_signal_thread() */
 		if (sig == SIGWINCH) {
@@ -259,8 +271,10 @@ static void *signal_thread(void *arg)
 		pthread_mutex_unlock(&g_sig.lock);
 		/* The main thread may wait on local I/O (put - from a pipe
 		 * that says nothing): EINTR, and it sees interrupted(). */
-		if (s && first == 0)
+		if (s && first == 0) {
 			(void)pthread_kill(g_main_thread, SIGUSR1);
+			kicking = true;
+		}
 		/* Nothing to clean up, or asked twice: go now, and take the
 		 * --exec command along (it may not read its stdin, whose end
 		 * would tell it). */
@@ -3085,8 +3099,11 @@ static const struct {
  * Put /dev/null on each of fds 0-2 that is closed, before anything opens a
  * descriptor: else the first one gRPC opens (an eventfd, in a static
  * constructor of the library) would take the number, and `put -` would
- * read it, `get R -` write into it. Remembered in g_std_closed: a transfer
- * through "-" then fails EBADF, as cat(1) does. Run from .preinit_array,
+ * read it, `get R -` write into it. Opened for the other direction (0 for
+ * writing, 1 and 2 for reading), so that using it fails with EBADF as the
+ * closed descriptor did (ls >&-: "write error"); remembered in
+ * g_std_closed for a clear message from put - and get R -. Run from
+ * .preinit_array,
  * which the executable alone may have and which runs before every
  * initializer, the shared libraries' too (System V gABI, "Initialization
  * and Termination Functions").
@@ -3097,8 +3114,9 @@ static void std_fds_hold(void)
 		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
 			continue;
 		g_std_closed[fd] = true;
-		if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
-			_exit(EXIT_FAILURE); /* cannot happen: the lowest free fd is fd */
+		/* The lowest free descriptor: fd. Without /dev/null (a bare
+		 * chroot) it stays closed, as before. */
+		(void)open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
 	}
 }
 

@@ -264,6 +264,11 @@ sparse_1g() {
 	run --separate-stderr timeout 10 bash -c 'exec "$0" get st - >&-' "$WSCTL"
 	assert_status 1
 	assert_contains "$stderr" "Bad file descriptor"
+	# Any output to a closed stdout fails as ls >&- does (the fd held
+	# for it is read-only).
+	run --separate-stderr timeout 10 bash -c 'exec "$0" ls >&-' "$WSCTL"
+	assert_status 1
+	assert_contains "$stderr" "write error on standard output: Bad file descriptor"
 	# A reader that goes: quiet, 141 as cat (before: "Broken pipe", 1).
 	head -c 5000000 /dev/urandom >"$ROOT/big"
 	run --separate-stderr bash -c '"$0" get big - | head -c1 >/dev/null; echo "${PIPESTATUS[0]}"' "$WSCTL"
@@ -286,8 +291,10 @@ sparse_1g() {
 	local w
 	bg putter sh -c '{ head -c 2000000 /dev/urandom; sleep 30; } | "$1" put - big' sh "$WSCTL"
 	w=$BG_PID
-	# The upload is open in agentd once its first chunk is written.
-	poll_until 10 bash -c 'ls -l /proc/$1/fd | grep -q "$2"' _ "$AGENTD_PID" "$ROOT"
+	# The upload's file is open in agentd (a descriptor below the root,
+	# "ROOT/#123 (deleted)" or "ROOT/.wsb-upload.X"; the root's own has
+	# no slash after it).
+	poll_until 10 bash -c 'ls -l /proc/$1/fd | grep -qF -- "$2/"' _ "$AGENTD_PID" "$ROOT"
 	sleep 0.5
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
