@@ -421,24 +421,33 @@ static void cg_signal(int dirfd, int sig, int skip_pgid)
 	}
 }
 
+/* The directory @p name under @p dirfd (any fd, O_PATH too) to list, or
+ * NULL (errno set). */
+static DIR *dir_open_at(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+
+	if (fd < 0)
+		return NULL;
+	d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}
+
 /* rmdir(2) every cmd-* cgroup below the base @p base_fd that is empty
  * now. */
 static void cg_rmdir_cmds(int base_fd)
 {
-	int fd = openat(base_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dir_open_at(base_fd, ".");
 	struct dirent *de;
-	DIR *d;
 
-	if (fd < 0)
+	if (!d)
 		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
 	while ((de = readdir(d)))
 		if (strncmp(de->d_name, "cmd-", 4) == 0)
-			(void)unlinkat(fd, de->d_name, AT_REMOVEDIR);
+			(void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
 	closedir(d);
 }
 
@@ -493,20 +502,15 @@ static void cg_kill_rmdir(int parent_fd, const char *name)
 static void cg_cleanup_stale(int parent_fd, const char *mine)
 {
 	static const char prefix[] = "wsbridge-agentd.";
+	DIR *d = dir_open_at(parent_fd, ".");
 	struct dirent *de;
-	DIR *d;
-	int fd = openat(parent_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	if (fd < 0)
+	if (!d)
 		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
 	while ((de = readdir(d))) {
+		struct dirent *se;
+		DIR *sd;
 		long pid;
-		int sub;
 
 		if (strncmp(de->d_name, prefix, sizeof(prefix) - 1) != 0 ||
 		    strcmp(de->d_name, mine) == 0)
@@ -514,30 +518,23 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 		pid = strtol(de->d_name + sizeof(prefix) - 1, NULL, 10);
 		if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		sub = openat(parent_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (sub >= 0 && flock(sub, LOCK_EX | LOCK_NB) < 0) {
-			close(sub);
+		sd = dir_open_at(parent_fd, de->d_name);
+		if (!sd)
+			continue;
+		if (flock(dirfd(sd), LOCK_EX | LOCK_NB) < 0) {
+			closedir(sd);
 			continue; /* a live agentd's, or cannot tell */
 		}
-		if (sub >= 0) {
-			DIR *sd = fdopendir(sub);
-			struct dirent *se;
-
-			/* The base's own members (leftovers moved up), then
-			 * each command's: without cgroup.kill (Linux < 5.14)
-			 * a signal reaches one cgroup's members only. */
-			cg_signal(sub, SIGKILL, 0);
-			if (sd) {
-				while ((se = readdir(sd)))
-					if (strncmp(se->d_name, "cmd-", 4) == 0)
-						cg_kill_rmdir(sub, se->d_name);
-				closedir(sd);
-			} else {
-				close(sub);
-			}
-			wsb_notice("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
-				 de->d_name);
-		}
+		/* The base's own members (leftovers moved up), then each
+		 * command's: without cgroup.kill (Linux < 5.14) a signal
+		 * reaches one cgroup's members only. */
+		cg_signal(dirfd(sd), SIGKILL, 0);
+		while ((se = readdir(sd)))
+			if (strncmp(se->d_name, "cmd-", 4) == 0)
+				cg_kill_rmdir(dirfd(sd), se->d_name);
+		closedir(sd);
+		wsb_notice("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
+			   de->d_name);
 		(void)cg_rmdir_wait(parent_fd, de->d_name, -1, 1000);
 	}
 	closedir(d);

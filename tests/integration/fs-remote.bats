@@ -2336,6 +2336,22 @@ relay_up() {
 	no_problems
 }
 
+# holder_start PATH: run $BATS_TEST_TMPDIR/holder.py (the test wrote it)
+# on PATH, its stdin on the FIFO holder.in, which fd 7 holds open (a line
+# written there lets the script go on), its output in holder.out, which
+# `said WORD` looks in for a line that starts with WORD.
+holder_start() {
+	local holder=$BATS_TEST_TMPDIR/holder
+	mkfifo "$holder.in"
+	"$PY" "$holder.py" "$1" <"$holder.in" >"$holder.out" 2>&1 3>&- &
+	WSB_PIDS+=("$!")
+	exec 7>"$holder.in"
+}
+
+said() {
+	grep -q "^$1" "$BATS_TEST_TMPDIR/holder.out"
+}
+
 @test "C1: a closed program's file reopened after an agentd restart is not held open for writing; its open descriptor still writes" {
 	wsb_runsc && skip "restarts agentd outside the sandbox"
 	local holder=$BATS_TEST_TMPDIR/holder
@@ -2344,7 +2360,6 @@ relay_up() {
 	# an execute bit back, keeping a read-only one; after a restart the
 	# first call reopens that by path, read-only still: the pod can run
 	# the file (no ETXTBSY), and a write opens it for writing again.
-	mkfifo "$holder.in"
 	cat >"$holder.py" <<-'EOF'
 	import os, sys
 	fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o755)
@@ -2359,11 +2374,7 @@ relay_up() {
 	os.close(fd)
 	print("done", flush=True)
 	EOF
-	"$PY" "$holder.py" "$MNT/p" <"$holder.in" >"$holder.out" 2>&1 3>&- &
-	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
-	WSB_PIDS+=("$!")
-	exec 7>"$holder.in"
-	said() { grep -q "^$1" "$holder.out"; }
+	holder_start "$MNT/p"
 	poll_until 10 said parked || { cat "$holder.out" >&3; return 1; }
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
@@ -2386,7 +2397,6 @@ relay_up() {
 	local holder=$BATS_TEST_TMPDIR/holder
 	up tcp
 	printf 'AAAA-old-version-longer\n' >"$ROOT/x1"
-	mkfifo "$holder.in"
 	cat >"$holder.py" <<-'EOF'
 	import os, sys
 	fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -2403,11 +2413,7 @@ relay_up() {
 	print("fstat", err(lambda: (os.fstat(fd).st_ino, os.fstat(fd).st_size)))
 	print("reopen", err(lambda: open("/proc/self/fd/%d" % fd).read()), flush=True)
 	EOF
-	"$PY" "$holder.py" "$MNT/x1" <"$holder.in" >"$holder.out" 2>&1 3>&- &
-	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
-	WSB_PIDS+=("$!")
-	exec 7>"$holder.in"
-	said() { grep -q "^$1" "$holder.out"; }
+	holder_start "$MNT/x1"
 	poll_until 10 said opened || { cat "$holder.out" >&3; return 1; }
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
