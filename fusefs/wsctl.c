@@ -225,7 +225,8 @@ static bool path_empty(const char *path)
 
 /* ---- signals ---- */
 
-/* The thread that does the work (main): woken by SIGUSR1 (wake_main()). */
+/* The thread that does the work (main): woken by SIGUSR1 from
+ * signal_thread(). */
 static pthread_t g_main_thread;
 
 /* SIGUSR1's handler: nothing; its arrival makes a blocking call of the
@@ -3103,10 +3104,9 @@ static const struct {
  * writing, 1 and 2 for reading), so that using it fails with EBADF as the
  * closed descriptor did (ls >&-: "write error"); remembered in
  * g_std_closed for a clear message from put - and get R -. Run from
- * .preinit_array,
- * which the executable alone may have and which runs before every
- * initializer, the shared libraries' too (System V gABI, "Initialization
- * and Termination Functions").
+ * .preinit_array, which the executable alone may have and which runs
+ * before every initializer, the shared libraries' too (System V gABI,
+ * "Initialization and Termination Functions").
  */
 static void std_fds_hold(void)
 {
