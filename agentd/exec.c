@@ -532,10 +532,12 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 		while ((se = readdir(sd)))
 			if (strncmp(se->d_name, "cmd-", 4) == 0)
 				cg_kill_rmdir(dirfd(sd), se->d_name);
+		/* Removed under the lock: an agentd starting with this name
+		 * meanwhile would lose its new cgroup to the rmdir. */
+		(void)cg_rmdir_wait(parent_fd, de->d_name, -1, 1000);
 		closedir(sd);
 		wsb_notice("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
 			   de->d_name);
-		(void)cg_rmdir_wait(parent_fd, de->d_name, -1, 1000);
 	}
 	closedir(d);
 }
@@ -545,6 +547,7 @@ static void cg_setup(struct exec_table *t)
 {
 	char *own = cg_own_dir();
 	int pfd = -1, fd = -1;
+	bool existed;
 
 	if (!own) {
 		wsb_info("exec: no cgroup v2 here; a command's tree is its process group");
@@ -558,7 +561,8 @@ static void cg_setup(struct exec_table *t)
 	if (pfd < 0)
 		goto fail;
 	cg_cleanup_stale(pfd, t->cg_name);
-	if (mkdirat(pfd, t->cg_name, 0755) < 0 && errno != EEXIST)
+	existed = mkdirat(pfd, t->cg_name, 0755) < 0;
+	if (existed && errno != EEXIST)
 		goto fail;
 	/* Held for agentd's life: the next agentd's cg_cleanup_stale() then
 	 * knows this one lives whatever its pid says there. One held already
@@ -575,6 +579,20 @@ static void cg_setup(struct exec_table *t)
 		close_fd(&t->cg_lock_fd);
 		(void)unlinkat(pfd, t->cg_name, AT_REMOVEDIR);
 		goto fail;
+	}
+	if (existed && t->cg_lock_fd >= 0) {
+		/* A dead agentd's of the same pid (the lock was free: pid 1
+		 * of a pid namespace, started again): what it left goes. */
+		DIR *d = dir_open_at(fd, ".");
+		struct dirent *de;
+
+		cg_signal(fd, SIGKILL, 0);
+		if (d) {
+			while ((de = readdir(d)))
+				if (strncmp(de->d_name, "cmd-", 4) == 0)
+					cg_kill_rmdir(dirfd(d), de->d_name);
+			closedir(d);
+		}
 	}
 	t->cg_fd = fd;
 	t->cg_parent_fd = pfd;
