@@ -1732,34 +1732,47 @@ static int upload_follow(const struct resolve_root *root, const void *path, size
 
 static int upload_name(struct fsops_upload *u);
 
-/* The file system (st_dev) where an unnamed file was last linked. */
-static _Atomic dev_t tmpfile_dev_ok;
-
-/*
- * Whether upload_name()'s linkat(2) of an O_TMPFILE file works in the
- * directory @dirfd (an LSM, or a /proc that is missing, may refuse it;
- * then the commit would fail after the whole upload). Tried once per file
- * system, on a file of its own: a file once linked cannot be linked again
- * after its unlink (fs/namei.c vfs_link(), I_LINKABLE).
- */
-static bool tmpfile_linkable(int dirfd)
+/* Copy the first @len bytes of @in to the start of @out: copy_file_range(2),
+ * else copy_by_rw(). Returns 0 or -errno. */
+static int copy_whole(int in, int out, uint64_t len)
 {
-	struct fsops_upload t = { .dirfd = dirfd };
-	struct stat st;
-	bool ok;
+	uint64_t done = 0;
 
-	if (fstat(dirfd, &st) == 0 && atomic_load(&tmpfile_dev_ok) == st.st_dev)
-		return true;
-	t.fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (t.fd < 0)
-		return false;
-	ok = upload_name(&t) == 0;
-	if (ok)
-		(void)unlinkat(dirfd, t.tmp, 0);
-	close(t.fd);
-	if (ok && fstat(dirfd, &st) == 0)
-		atomic_store(&tmpfile_dev_ok, st.st_dev);
-	return ok;
+	while (done < len) {
+		loff_t oi = (loff_t)done, oo = (loff_t)done;
+		uint64_t left = len - done;
+		ssize_t n = copy_file_range(in, &oi, out, &oo,
+					    left > SSIZE_MAX ? SSIZE_MAX : (size_t)left, 0);
+
+		if (n > 0) {
+			done += (uint64_t)n;
+			continue;
+		}
+		if (n == 0)
+			return 0; /* the end: the caller's ftruncate sets the size */
+		if (errno == EINTR)
+			continue;
+		if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)
+			return copy_by_rw(in, 0, out, 0, len, &done);
+		return -errno;
+	}
+	return 0;
+}
+
+/* A named temp file in u->dirfd, O_RDWR, its name in u->tmp. Returns the
+ * fd or -errno. */
+static int tmp_create(struct fsops_upload *u)
+{
+	int fd = -1;
+
+	for (int i = 0; i < 100; i++) {
+		tmp_name(u->tmp);
+		fd = openat(u->dirfd, u->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			    0600);
+		if (fd >= 0 || errno != EEXIST)
+			break;
+	}
+	return fd >= 0 ? fd : -errno;
 }
 
 int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t len,
@@ -1817,24 +1830,14 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 	 * them and /proc can name it later (upload_name()): an agentd killed
 	 * mid-upload then leaves nothing behind. Else a named temp file. */
 	u->fd = openat(u->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (u->fd >= 0 && tmpfile_linkable(u->dirfd)) {
+	if (u->fd >= 0) {
 		u->unnamed = true;
 		*ret = u;
 		return 0;
 	}
-	if (u->fd >= 0) {
-		close(u->fd);
-		u->fd = -1;
-	}
-	for (int i = 0; i < 100; i++) {
-		tmp_name(u->tmp);
-		u->fd = openat(u->dirfd, u->tmp,
-			       O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (u->fd >= 0 || errno != EEXIST)
-			break;
-	}
+	u->fd = tmp_create(u);
 	if (u->fd < 0) {
-		r = -errno;
+		r = u->fd;
 		goto fail;
 	}
 	*ret = u;
@@ -1891,11 +1894,17 @@ void fsops_upload_abort(struct fsops_upload *u)
 		upload_free(u, true);
 }
 
-/* Give an unnamed temp file (O_TMPFILE) its temp name: linkat(2) of its
- * /proc/self/fd link (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH). */
+/*
+ * Give an unnamed temp file (O_TMPFILE) its temp name: linkat(2) of its
+ * /proc/self/fd link (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH). Where
+ * that is refused (no /proc; an LSM), its bytes are copied into a named
+ * temp file instead (copy_whole()), so that the upload still lands.
+ * Returns 0 or -errno.
+ */
 static int upload_name(struct fsops_upload *u)
 {
 	char proc[64];
+	int fd, r;
 
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", u->fd);
 	for (int i = 0; i < 100; i++) {
@@ -1907,8 +1916,25 @@ static int upload_name(struct fsops_upload *u)
 		if (errno != EEXIST)
 			break;
 	}
-	u->tmp[0] = '\0';
-	return -errno;
+	fd = tmp_create(u);
+	if (fd < 0) {
+		u->tmp[0] = '\0';
+		return fd;
+	}
+	r = copy_whole(u->fd, fd, u->pos);
+	if (r == 0 && (ftruncate(fd, (off_t)u->pos) < 0 || fchmod(fd, u->mode) < 0 ||
+		       fsync(fd) < 0))
+		r = -errno;
+	if (r < 0) {
+		(void)unlinkat(u->dirfd, u->tmp, 0);
+		close(fd);
+		u->tmp[0] = '\0';
+		return r;
+	}
+	close(u->fd);
+	u->fd = fd;
+	u->unnamed = false;
+	return 0;
 }
 
 /* Put the temp file in place: rename, or refuse to replace when exclusive. */

@@ -205,6 +205,7 @@ static void reply_err(fuse_req_t req, int r)
 void wsfs_conn_ok(struct wsfs *fs)
 {
 	if (atomic_load(&fs->conn_down) && atomic_exchange(&fs->conn_down, false)) {
+		atomic_store(&fs->down_ns, 0);
 		atomic_fetch_add(&fs->conn_gen, 1);
 		wsb_notice("agentd answers again");
 	}
@@ -212,23 +213,25 @@ void wsfs_conn_ok(struct wsfs *fs)
 
 void wsfs_conn_failed(struct wsfs *fs, int code)
 {
+	int_fast64_t since = 0;
 	int64_t now = wsfs_now_ns();
-	bool was_down;
+	bool was_down, stalled, reconnect;
 
-	/* Before conn_down: a thread that sees it down reads this start. */
-	if (!atomic_load(&fs->conn_down))
-		atomic_store(&fs->down_ns, now);
+	/* The down period's start, set by its first failure (0 while up):
+	 * one compare-and-swap, so no thread reads another period's. */
+	if (atomic_compare_exchange_strong(&fs->down_ns, &since, now))
+		since = now;
 	was_down = atomic_exchange(&fs->conn_down, true);
-	bool stalled = was_down && code == WSB_DEADLINE_EXCEEDED &&
-		       now - atomic_load(&fs->down_ns) >= 2 * (int64_t)fs->cfg.rpc_timeout_ms * 1000000;
-	bool reconnect = fs->cfg.exec_transport && (code == WSB_UNAVAILABLE || stalled);
+	stalled = was_down && code == WSB_DEADLINE_EXCEEDED &&
+		  now - since >= 2 * (int64_t)fs->cfg.rpc_timeout_ms * 1000000;
+	reconnect = fs->cfg.exec_transport && (code == WSB_UNAVAILABLE || stalled);
 
 	if (!was_down) {
 		wsb_warn("agentd is unreachable (%s); calls fail at once until it answers again",
 			 wsb_status_name(code));
 	} else if (stalled && fs->cfg.exec_transport) {
 		wsb_warn("agentd has not answered for %lld ms through the transport command: "
-			 "running it again", (long long)((now - atomic_load(&fs->down_ns)) / 1000000));
+			 "running it again", (long long)((now - since) / 1000000));
 	}
 	pthread_mutex_lock(&fs->mon_lock);
 	if (reconnect && !fs->want_reconnect) {

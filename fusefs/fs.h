@@ -206,7 +206,8 @@ struct wsfs {
 	atomic_uint_fast64_t conn_gen;
 	/** A transport failure was seen and no call has succeeded since. */
 	atomic_bool conn_down;
-	/** wsfs_now_ns() when conn_down last became true. */
+	/** wsfs_now_ns() of the first transport failure of this down
+	 * period, 0 while agentd answers (wsfs_conn_failed()). */
 	atomic_int_fast64_t down_ns;
 	/** Bumped by the monitor thread before it sends invalidations; a reply
 	 * computed across a bump gets the short (no-watch) timeouts. */

@@ -93,8 +93,8 @@ static struct wsc *g_client;
 static bool g_verbose;
 static mode_t g_umask;
 
-/* Standard descriptors that were closed when wsctl started (0, 1, 2):
- * /dev/null holds their numbers (std_fds_hold()). */
+/* Standard descriptors that were closed when wsctl started (0, 1, 2): an
+ * O_PATH descriptor holds their numbers (std_fds_hold()). */
 static bool g_std_closed[3];
 
 static struct {
@@ -251,7 +251,13 @@ static void *signal_thread(void *arg)
 			 * wakes nothing: again every 100 ms until main ends. */
 			sig = sigtimedwait(set, NULL, &kick);
 			if (sig < 0) {
-				if (errno == EAGAIN)
+				/* Until the transfer's stream is let go (main
+				 * saw the signal and cleans up): a wake in the
+				 * middle of that would fail a call there. */
+				pthread_mutex_lock(&g_sig.lock);
+				kicking = g_sig.active != NULL;
+				pthread_mutex_unlock(&g_sig.lock);
+				if (kicking && errno == EAGAIN)
 					(void)pthread_kill(g_main_thread, SIGUSR1);
 				continue;
 			}
@@ -776,8 +782,11 @@ static void raw_on(void)
 
 static void raw_off(void)
 {
+	/* EINTR: a signal came after the drain (the signal thread's
+	 * wakes, SIGWINCH): the settings are not back yet. */
 	if (atomic_exchange(&g_tty.raw, false))
-		(void)tcsetattr(STDIN_FILENO, TCSADRAIN, &g_tty.saved);
+		while (tcsetattr(STDIN_FILENO, TCSADRAIN, &g_tty.saved) < 0 && errno == EINTR)
+			;
 }
 
 /* Forward SIGWINCH as Exec.Resize of process @p id (0: stop). Waits for a
@@ -3100,9 +3109,9 @@ static const struct {
  * Put /dev/null on each of fds 0-2 that is closed, before anything opens a
  * descriptor: else the first one gRPC opens (an eventfd, in a static
  * constructor of the library) would take the number, and `put -` would
- * read it, `get R -` write into it. Opened for the other direction (0 for
- * writing, 1 and 2 for reading), so that using it fails with EBADF as the
- * closed descriptor did (ls >&-: "write error"); remembered in
+ * read it, `get R -` write into it. An O_PATH descriptor of "/": reads and
+ * writes fail EBADF and poll(2) says POLLNVAL, as on the closed one (ls
+ * >&-: "write error"), with no /dev/null needed; remembered in
  * g_std_closed for a clear message from put - and get R -. Run from
  * .preinit_array, which the executable alone may have and which runs
  * before every initializer, the shared libraries' too (System V gABI,
@@ -3114,9 +3123,7 @@ static void std_fds_hold(void)
 		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
 			continue;
 		g_std_closed[fd] = true;
-		/* The lowest free descriptor: fd. Without /dev/null (a bare
-		 * chroot) it stays closed, as before. */
-		(void)open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+		(void)open("/", O_PATH); /* the lowest free descriptor: fd */
 	}
 }
 

@@ -303,6 +303,20 @@ sparse_1g() {
 	kill -KILL -- "-$w" 2>/dev/null || true
 }
 
+@test "put: where the unnamed temp file cannot be linked (no /proc) the upload still lands, copied into a named one" {
+	wsb_runsc && skip "runs agentd outside the sandbox"
+	unshare -m true 2>/dev/null || skip "cannot make a mount namespace here"
+	local sock=$BATS_TEST_TMPDIR/np
+	bg agentd_noproc unshare -m sh -c 'umount -l /proc && exec "$0" --root "$1" --listen "unix:$2"' \
+		"$AGENTD" "$ROOT" "$sock"
+	wait_listen "unix:$sock" "$BG_PID" 10
+	head -c 3000000 /dev/urandom >"$L/src"
+	truncate -s +1M "$L/src"
+	"$WSCTL" -a "unix:$sock" put "$L/src" f
+	cmp "$L/src" "$ROOT/f"
+	assert_eq "$(find "$ROOT" -name '.wsb-upload.*' | wc -l)" 0
+}
+
 @test "put - from a pipe that says nothing ends at SIGTERM at once: exit 143, no file" {
 	agentd_unix
 	local fifo=$BATS_TEST_TMPDIR/in p
