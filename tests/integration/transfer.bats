@@ -305,6 +305,7 @@ sparse_1g() {
 
 @test "put: where the unnamed temp file cannot be linked (no /proc) the upload still lands, copied into a named one" {
 	wsb_runsc && skip "runs agentd outside the sandbox"
+	skip_sanitized "the sanitizers need /proc (they read /proc/self/maps)"
 	unshare -m true 2>/dev/null || skip "cannot make a mount namespace here"
 	local sock=$BATS_TEST_TMPDIR/np
 	bg agentd_noproc unshare -m sh -c 'umount -l /proc && exec "$0" --root "$1" --listen "unix:$2"' \
