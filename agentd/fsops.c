@@ -1730,8 +1730,6 @@ static int upload_follow(const struct resolve_root *root, const void *path, size
 	return r;
 }
 
-static int upload_name(struct fsops_upload *u);
-
 /* Copy the first @len bytes of @in to the start of @out: copy_file_range(2),
  * else copy_by_rw(). Returns 0 or -errno. */
 static int copy_whole(int in, int out, uint64_t len)
@@ -1827,7 +1825,7 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 		goto fail;
 	}
 	/* An unnamed file (O_TMPFILE, open(2)) where the file system makes
-	 * them and /proc can name it later (upload_name()): an agentd killed
+	 * them, named only at the commit (upload_name()): an agentd killed
 	 * mid-upload then leaves nothing behind. Else a named temp file. */
 	u->fd = openat(u->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (u->fd >= 0) {
@@ -1986,6 +1984,8 @@ int fsops_upload_commit(struct fsops_upload *u, struct stat *ret_st)
 		upload_free(u, true);
 		return r;
 	}
+	/* The file in place: upload_name() may have copied the unnamed one. */
+	(void)fstat(u->fd, &st);
 	/* make the rename durable (fsync(2): the directory needs its own fsync) */
 	dfd = openat(u->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {

@@ -316,6 +316,18 @@ sparse_1g() {
 	"$WSCTL" -a "unix:$sock" put "$L/src" f
 	cmp "$L/src" "$ROOT/f"
 	assert_eq "$(find "$ROOT" -name '.wsb-upload.*' | wc -l)" 0
+	# The reply's attributes are the file's in place, not those of the
+	# unnamed file it was copied from.
+	run "$PY" - "unix:$sock" "$ROOT/g" <<-'EOF'
+	import os, sys
+	import wsbtest
+	from wsbtest import pb, pbg
+	ws = pbg.WorkspaceStub(wsbtest.channel(sys.argv[1]))
+	r = ws.Upload(iter([pb.UploadChunk(header=pb.UploadHeader(path=b"g"), data=b"data",
+	                                   commit=True)]), timeout=15)
+	print(r.attr.ino == os.stat(sys.argv[2]).st_ino, r.size)
+	EOF
+	assert_eq "$output" "True 4"
 }
 
 @test "put - from a pipe that says nothing ends at SIGTERM at once: exit 143, no file" {
