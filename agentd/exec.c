@@ -489,6 +489,22 @@ static void cg_kill_rmdir(int parent_fd, const char *name)
 }
 
 /*
+ * SIGKILL what a dead agentd left in its base cgroup @p d (listed): the
+ * base's own members (leftovers moved up), then each command's cgroup,
+ * removed (without cgroup.kill, Linux < 5.14, a signal reaches one
+ * cgroup's members only).
+ */
+static void cg_kill_base(DIR *d)
+{
+	struct dirent *de;
+
+	cg_signal(dirfd(d), SIGKILL, 0);
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, "cmd-", 4) == 0)
+			cg_kill_rmdir(dirfd(d), de->d_name);
+}
+
+/*
  * Remove the stale base directories of agentds that are gone (best effort),
  * stopping what they left running there: their commands, and the
  * background processes of commands that exited, belong to no agentd now
@@ -508,7 +524,6 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
-		struct dirent *se;
 		DIR *sd;
 		long pid;
 
@@ -525,13 +540,7 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 			closedir(sd);
 			continue; /* a live agentd's, or cannot tell */
 		}
-		/* The base's own members (leftovers moved up), then each
-		 * command's: without cgroup.kill (Linux < 5.14) a signal
-		 * reaches one cgroup's members only. */
-		cg_signal(dirfd(sd), SIGKILL, 0);
-		while ((se = readdir(sd)))
-			if (strncmp(se->d_name, "cmd-", 4) == 0)
-				cg_kill_rmdir(dirfd(sd), se->d_name);
+		cg_kill_base(sd);
 		/* Removed under the lock: an agentd starting with this name
 		 * meanwhile would lose its new cgroup to the rmdir. */
 		(void)cg_rmdir_wait(parent_fd, de->d_name, -1, 1000);
@@ -584,14 +593,12 @@ static void cg_setup(struct exec_table *t)
 		/* A dead agentd's of the same pid (the lock was free: pid 1
 		 * of a pid namespace, started again): what it left goes. */
 		DIR *d = dir_open_at(fd, ".");
-		struct dirent *de;
 
-		cg_signal(fd, SIGKILL, 0);
 		if (d) {
-			while ((de = readdir(d)))
-				if (strncmp(de->d_name, "cmd-", 4) == 0)
-					cg_kill_rmdir(dirfd(d), de->d_name);
+			cg_kill_base(d);
 			closedir(d);
+		} else {
+			cg_signal(fd, SIGKILL, 0);
 		}
 	}
 	t->cg_fd = fd;
