@@ -545,7 +545,7 @@ static void cg_cleanup_stale(int parent_fd, const char *mine)
 		 * meanwhile would lose its new cgroup to the rmdir. */
 		(void)cg_rmdir_wait(parent_fd, de->d_name, -1, 1000);
 		closedir(sd);
-		wsb_notice("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
+		wsb_info("exec: removed %s, the cgroup of an agentd that is gone, and what still ran in it",
 			   de->d_name);
 	}
 	closedir(d);
