@@ -43,6 +43,13 @@
  * wsc.abandoned and fails with DEADLINE_EXCEEDED. gRPC writes into that
  * state when the batch ends at last (the peer reads again, or the
  * connection breaks); the next unary call frees what has ended (unary_reap).
+ * A stream's send may wait for long with a healthy peer (flow control: a
+ * command that does not read its stdin), so it has no deadline; instead,
+ * after each keepalive_ms of waiting, a Health check asks whether agentd
+ * still answers on the connection (stream_send_wait()). When it does not,
+ * or WSC_STUCK_GRACE_MS after the stream was cancelled, the stream is left
+ * behind: cancelled, marked stuck (every later wait on it returns at once
+ * with the status it was given) and, once freed, kept on g_stuck for good.
  *
  * Stalled links. A call may be given a longer deadline than the client's
  * default (wsfs's writes behind others in flight, which share the link);
@@ -116,6 +123,7 @@
 #include <grpc/support/time.h>
 
 #include "client.h"
+#include "health.pb-c.h"
 #include "wsb.h"
 #include "wsb_grpc.h"
 
@@ -129,6 +137,9 @@ extern char **environ;
 /** How long a unary call's batch may outlive its deadline before the caller
  * stops waiting for it (wsc_unary_ex, "Stuck calls"), ms. */
 #define WSC_STUCK_GRACE_MS 1000
+/** With keepalive_ms, how long a stream's wait runs before it looks whether
+ * the stream was left stuck, ms (stream_wait()). */
+#define WSC_STREAM_SLICE_MS 100
 /** Most calls left behind that way at once; past it callers wait on. */
 #define WSC_ABANDON_MAX 256
 
@@ -192,6 +203,7 @@ struct wsc {
 	char *exec_cmd;
 	bool direct;
 	uint32_t timeout_ms;
+	uint32_t keepalive_ms; /* 0 or at least WSC_KEEPALIVE_MIN_MS */
 	size_t max_recv;
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
 	grpc_metadata md[2]; /* authorization, wsbridge-session: either may be absent */
@@ -240,11 +252,23 @@ struct wsc_stream {
 	char tag_status;
 	pthread_mutex_t status_lock;
 	bool status_done; /* protected by status_lock */
+	/* A send never ended ("Stuck calls"): nothing is waited for from then
+	 * on, and the final status is stuck_st. Set by the sending thread. */
+	atomic_bool stuck;
+	struct wsc_status stuck_st; /* the status to give then; written before stuck */
+	struct wsc_stream *stuck_next; /* g_stuck, once freed */
 	grpc_metadata_array trailing_md;
 	grpc_status_code status;
 	grpc_slice details;
 	struct wsc_status final; /* valid once status_done */
 };
+
+/* Streams left behind stuck, once their owner freed them: gRPC may still
+ * complete their batches into them, so they are never freed (a process
+ * has a few at most: wsctl exits soon after). Reachable from here, so
+ * LeakSanitizer does not count them. */
+static pthread_mutex_t g_stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wsc_stream *g_stuck;
 
 /* Op streams of every thread (see "Op streams"). */
 static pthread_mutex_t g_ops_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -714,8 +738,22 @@ static int chan_new(struct wsc *c, struct wsc_chan **ret)
 		{ .type = GRPC_ARG_INTEGER,
 		  .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
 		  .value.integer = 5000 },
+		/* Keepalive (wsc_options.keepalive_ms), only while calls are
+		 * open; pings go on while nothing is sent (a stream that only
+		 * receives), which gRPC stops after two by default. The last
+		 * three are left out when keepalive_ms is 0. */
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
+		  .value.integer = 0 },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS,
+		  .value.integer = c->keepalive_ms > INT_MAX ? INT_MAX : (int)c->keepalive_ms },
+		{ .type = GRPC_ARG_INTEGER,
+		  .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+		  .value.integer = c->keepalive_ms > INT_MAX ? INT_MAX : (int)c->keepalive_ms },
 	};
-	grpc_channel_args args = { .num_args = sizeof(arg) / sizeof(arg[0]), .args = arg };
+	grpc_channel_args args = { .num_args = sizeof(arg) / sizeof(arg[0]) - (c->keepalive_ms ? 0 : 3),
+				   .args = arg };
 	grpc_channel_credentials *creds;
 	struct wsc_chan *ch;
 	int r;
@@ -1060,6 +1098,9 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	pthread_mutex_init(&c->reconnect_lock, NULL);
 	pthread_cond_init(&c->reap_cond, NULL);
 	c->timeout_ms = o->timeout_ms;
+	c->keepalive_ms = o->keepalive_ms && o->keepalive_ms < WSC_KEEPALIVE_MIN_MS
+				  ? WSC_KEEPALIVE_MIN_MS
+				  : o->keepalive_ms;
 	c->direct = o->direct;
 	c->max_recv = o->max_recv_bytes ? o->max_recv_bytes : WSC_MAX_RECV_DEFAULT;
 	c->md_flags = o->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY |
@@ -1777,14 +1818,107 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 
 /* ---- streams ---- */
 
+/* Leave @s stuck (see "Stuck calls"): its final status becomes gRPC's code
+ * for errno @err with the message; the call is cancelled. Any thread. */
+static void stream_stick(struct wsc_stream *s, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	s->stuck_st.code = wsb_status_from_errno(err);
+	s->stuck_st.err = err;
+	s->stuck_st.has_errno = false;
+	va_start(ap, fmt);
+	vsnprintf(s->stuck_st.msg, sizeof(s->stuck_st.msg), fmt, ap);
+	va_end(ap);
+	atomic_store(&s->stuck, true);
+	atomic_store(&s->cancelled, true);
+	grpc_call_cancel(s->call, NULL);
+}
+
+/* Whether agentd answers a Health check on @c's connection within
+ * keepalive_ms: any status it sends counts, only gRPC's own DEADLINE_EXCEEDED
+ * or UNAVAILABLE (nothing came back) does not. Blocks up to keepalive_ms
+ * plus WSC_STUCK_GRACE_MS. */
+static bool peer_answers(struct wsc *c)
+{
+	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+	struct wsc_status st;
+	int r;
+
+	r = wsc_unary_ex(c, "/grpc.health.v1.Health/Check", &req.base,
+			 &grpc__health__v1__health_check_response__descriptor, NULL,
+			 c->keepalive_ms, &st);
+	return r == 0 || st.has_errno ||
+	       (st.code != WSB_DEADLINE_EXCEEDED && st.code != WSB_UNAVAILABLE);
+}
+
+/*
+ * Wait for the batch of @s tagged @tag to end: 1 if it succeeded, 0 if it
+ * failed, -1 if the stream is stuck (left behind: "Stuck calls"; nothing
+ * will be waited for on it any more). With keepalive_ms or @probe the wait
+ * runs in slices of WSC_STREAM_SLICE_MS, to see another thread leave the
+ * stream stuck. With @probe (a send, which may never end: "Stuck calls") it
+ * also leaves it stuck itself WSC_STUCK_GRACE_MS after the stream was
+ * cancelled (wsc_stream_cancel()), and with keepalive_ms when agentd does
+ * not answer a Health check made after each keepalive_ms of waiting. Else
+ * it waits for good. The calling thread; one waiter per tag.
+ */
+static int stream_wait(struct wsc_stream *s, void *tag, bool probe)
+{
+	struct wsc *c = s->c;
+	int64_t keep_ns = (int64_t)c->keepalive_ms * 1000000, cancel_ns = 0, probe_ns;
+
+	if (!c->keepalive_ms && !probe)
+		return cq_wait(c, s->cq, tag, s->polls) ? 1 : 0;
+	probe_ns = c->keepalive_ms ? wsb_mono_ns() + keep_ns : INT64_MAX;
+	for (;;) {
+		gpr_timespec until = gpr_time_add(
+			gpr_now(GPR_CLOCK_MONOTONIC),
+			gpr_time_from_millis(WSC_STREAM_SLICE_MS, GPR_TIMESPAN));
+		grpc_event ev;
+		int64_t now;
+
+		if (atomic_load(&s->stuck))
+			return -1;
+		ev = cq_wait_until(c, s->cq, tag, s->polls, until);
+		if (ev.type == GRPC_OP_COMPLETE)
+			return ev.success ? 1 : 0;
+		if (ev.type != GRPC_QUEUE_TIMEOUT)
+			return 0; /* the queue shut down */
+		if (!probe)
+			continue;
+		now = wsb_mono_ns();
+		if (atomic_load(&s->cancelled)) {
+			if (cancel_ns == 0)
+				cancel_ns = now;
+			else if (now - cancel_ns >= (int64_t)WSC_STUCK_GRACE_MS * 1000000) {
+				stream_stick(s, ECANCELED, "cancelled while a message could not "
+							   "be written to agentd");
+				return -1;
+			}
+		} else if (now >= probe_ns) {
+			if (!peer_answers(c)) {
+				stream_stick(s, ENOTCONN,
+					     "agentd does not answer (no reply to a health check "
+					     "in %.1f s) while a message waits to be written to it",
+					     c->keepalive_ms / 1000.0);
+				return -1;
+			}
+			probe_ns = wsb_mono_ns() + keep_ns;
+		}
+	}
+}
+
 /* Wait for the final status (once); copy it to @st. 0 for OK, else -err. */
 static int stream_status(struct wsc_stream *s, struct wsc_status *st)
 {
 	pthread_mutex_lock(&s->status_lock);
 	if (!s->status_done) {
-		(void)cq_wait(s->c, s->cq, &s->tag_status, s->polls);
-		(void)status_from_call(&s->final, s->status, &s->details, &s->trailing_md,
-				       atomic_load(&s->cancelled));
+		if (stream_wait(s, &s->tag_status, false) >= 0)
+			(void)status_from_call(&s->final, s->status, &s->details, &s->trailing_md,
+					       atomic_load(&s->cancelled));
+		else
+			s->final = s->stuck_st;
 		s->status_done = true;
 	}
 	pthread_mutex_unlock(&s->status_lock);
@@ -1793,8 +1927,9 @@ static int stream_status(struct wsc_stream *s, struct wsc_status *st)
 	return s->final.code == WSB_OK ? 0 : -s->final.err;
 }
 
-/* Start @ops and wait; false when the batch failed (the call is over). */
-static bool stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag)
+/* Start @ops and wait (stream_wait(), a send's with @probe); false when the
+ * batch failed (the call is over) or the stream is stuck. */
+static bool stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag, bool probe)
 {
 	grpc_call_error e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
 
@@ -1804,7 +1939,7 @@ static bool stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag
 		grpc_call_cancel(s->call, NULL);
 		return false;
 	}
-	return cq_wait(s->c, s->cq, tag, s->polls);
+	return stream_wait(s, tag, probe) > 0;
 }
 
 int wsc_stream_open(struct wsc *c, const char *method, const ProtobufCMessage *req,
@@ -1889,7 +2024,7 @@ int wsc_stream_open_ex(struct wsc *c, const char *method, const ProtobufCMessage
 		n++;
 		s->send_closed = true;
 	}
-	if (!stream_batch(s, ops, n, &s->tag_send)) {
+	if (!stream_batch(s, ops, n, &s->tag_send, true)) {
 		r = stream_status(s, st);
 		if (r == 0)
 			r = st ? status_local(st, EPIPE, "%s: the server ended the call at once",
@@ -1928,7 +2063,7 @@ static bool stream_recv_batch(struct wsc_stream *s, grpc_byte_buffer **bb)
 	ops[n].op = GRPC_OP_RECV_MESSAGE;
 	ops[n].data.recv_message.recv_message = bb;
 	n++;
-	ok = stream_batch(s, ops, n, &s->tag_recv);
+	ok = stream_batch(s, ops, n, &s->tag_recv, false);
 	s->got_initial_md = true;
 	return ok;
 }
@@ -1983,7 +2118,7 @@ int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct ws
 	memset(&op, 0, sizeof(op));
 	op.op = GRPC_OP_SEND_MESSAGE;
 	op.data.send_message.send_message = bb;
-	ok = stream_batch(s, &op, 1, &s->tag_send);
+	ok = stream_batch(s, &op, 1, &s->tag_send, true);
 	grpc_byte_buffer_destroy(bb);
 	if (ok)
 		return 0;
@@ -2022,7 +2157,7 @@ int wsc_stream_close_send(struct wsc_stream *s, struct wsc_status *st)
 	s->send_closed = true;
 	memset(&op, 0, sizeof(op));
 	op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-	if (stream_batch(s, &op, 1, &s->tag_send))
+	if (stream_batch(s, &op, 1, &s->tag_send, true))
 		return 0;
 	r = stream_status(s, st);
 	return r ? r : -EPIPE;
@@ -2081,6 +2216,14 @@ struct wsc_stream *wsc_stream_free(struct wsc_stream *s)
 	if (!done) {
 		wsc_stream_cancel(s);
 		(void)stream_status(s, NULL);
+	}
+	if (atomic_load(&s->stuck)) {
+		/* gRPC may still end its batches into it: kept (g_stuck). */
+		pthread_mutex_lock(&g_stuck_lock);
+		s->stuck_next = g_stuck;
+		g_stuck = s;
+		pthread_mutex_unlock(&g_stuck_lock);
+		return NULL;
 	}
 	grpc_call_unref(s->call);
 	grpc_slice_unref(s->details);

@@ -37,6 +37,10 @@
 struct wsc;
 struct wsc_stream;
 
+/** Shortest keepalive interval wsc uses, milliseconds (wsc_options): twice
+ * what agentd accepts, so that a ping a little early is no strike. */
+#define WSC_KEEPALIVE_MIN_MS 2000u
+
 /** Default largest message wsc accepts from the server: 64 MiB. */
 #define WSC_MAX_RECV_DEFAULT ((size_t)64 * 1024 * 1024)
 
@@ -58,6 +62,15 @@ struct wsc_options {
 	const char *session;
 	/** Deadline of wsc_unary() calls, milliseconds; 0 = none. */
 	uint32_t timeout_ms;
+	/** While a call or stream is open, send an HTTP/2 PING after this many
+	 * milliseconds in which nothing came from the server, and close the
+	 * connection when its ack has not come within as long again: every
+	 * open call and stream then fails UNAVAILABLE (a frozen agentd or a
+	 * dead link, which would otherwise leave a stream waiting for good).
+	 * 0 = none; less than WSC_KEEPALIVE_MIN_MS counts as that. gRPC's
+	 * keepalive (doc/keepalive.md); agentd accepts pings WSC_KEEPALIVE_MIN_MS
+	 * apart (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS). */
+	uint32_t keepalive_ms;
 	/** Largest message accepted from the server, bytes; 0 = 64 MiB. */
 	size_t max_recv_bytes;
 	/** Wait for the channel to connect instead of failing UNAVAILABLE at

@@ -3027,7 +3027,10 @@ static void help(void)
 	       "      --exec CMD         reach agentd through a command's stdin/stdout, e.g.\n"
 	       "                         'kubectl exec -i POD -- agentd --stdio'\n"
 	       "      --token-file FILE  bearer token (default $WSBRIDGE_TOKEN_FILE)\n"
-	       "      --rpc-timeout SEC  deadline of each non-streaming call (default 30)\n"
+	       "      --rpc-timeout SEC  deadline of each non-streaming call (default 30);\n"
+	       "                         a stream (exec, get, put) whose agentd sent nothing\n"
+	       "                         for SEC is checked with a ping and fails when that\n"
+	       "                         has no answer within SEC more (0: never)\n"
 	       "  -v, --verbose          show the server's message with every error\n"
 	       "  -h, --help             show this help\n"
 	       "  -V, --version          show the version\n"
@@ -3198,6 +3201,9 @@ int main(int argc, char **argv)
 	}
 	if (o.exec_cmd && addr_given)
 		usage_error("-a and --exec both say how to reach agentd: give one");
+	/* A stream has no deadline (a command may run for days): a frozen
+	 * agentd or a dead link is found by keepalive pings instead. */
+	o.keepalive_ms = o.timeout_ms;
 	if (!o.exec_cmd) {
 		const char *why;
 

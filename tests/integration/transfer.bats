@@ -367,3 +367,58 @@ sparse_1g() {
 	assert_contains "$stderr" "Not a directory"
 	assert_eq "$(ls -A "$ROOT")" file
 }
+
+@test "a frozen agentd (SIGSTOP) ends get, put and exec -i with an error within seconds, not a hang; the pings end no quiet or stdin-blocked exec" {
+	wsb_runsc && skip "stops agentd outside the sandbox"
+	agentd_unix
+	local W=("$WSCTL" --rpc-timeout 1) q b t0 g p e s rc
+	# Alive first: wsctl pings every 2 s (the least it uses) while
+	# nothing comes; an agentd that counted pings less than 5 minutes
+	# apart as strikes ended both at the third (GOAWAY too_many_pings).
+	bg quiet "${W[@]}" exec -- sh -c 'sleep 7; echo quiet'
+	q=$BG_PID
+	bg blocked sh -c 'yes | "$@" exec -i -- sh -c "sleep 7; echo blocked"' sh "${W[@]}"
+	b=$BG_PID
+	wait "$q" || { cat "$BATS_TEST_TMPDIR/quiet.err" >&3; false; }
+	wait "$b" || { cat "$BATS_TEST_TMPDIR/blocked.err" >&3; false; }
+	assert_content "$BATS_TEST_TMPDIR/quiet.out" $'quiet\n'
+	assert_content "$BATS_TEST_TMPDIR/blocked.out" $'blocked\n'
+
+	head -c 33554432 /dev/urandom >"$ROOT/big"
+	# Two uploads that never end, one without pings (--rpc-timeout 0);
+	# agentd stops once both are under way, with their sends stuck.
+	bg put sh -c 'cat /dev/zero | "$@" put - up' sh "${W[@]}"
+	p=$BG_PID
+	bg stuck sh -c 'cat /dev/zero | exec timeout -s KILL 20 "$@" put - up0' sh "$WSCTL" --rpc-timeout 0
+	s=$BG_PID
+	poll_until 10 bash -c '[ "$(ls -l /proc/$1/fd | grep -cF -- "$2/")" -ge 2 ]' _ "$AGENTD_PID" "$ROOT"
+	kill -STOP "$AGENTD_PID"
+	t0=$(now_ms)
+	# (Before: each waited for good; a stream has no deadline.)
+	bg get timeout 30 "${W[@]}" get big "$L/got"
+	g=$BG_PID
+	bg exec sh -c 'head -c 33554432 /dev/zero | timeout 30 "$@" exec -i -- cat' sh "${W[@]}"
+	e=$BG_PID
+	# No pings: a signal still ends a put whose bytes cannot be written
+	# (before: wsctl took SIGTERM and waited on).
+	sleep 1
+	kill -TERM "$(pgrep -f "^$WSCTL --rpc-timeout 0 put - up0")"
+	rc=0; wait "$s" || rc=$?
+	assert_eq "$rc" 143 "put's exit status at SIGTERM"
+	rc=0; wait "$g" || rc=$?
+	assert_eq "$rc" 1 "get's exit status"
+	assert_contains "$(cat "$BATS_TEST_TMPDIR/get.err")" "UNAVAILABLE"
+	rc=0; wait "$p" || rc=$?
+	assert_eq "$rc" 1 "put's exit status"
+	assert_contains "$(cat "$BATS_TEST_TMPDIR/put.err")" "agentd does not answer"
+	rc=0; wait "$e" || rc=$?
+	assert_eq "$rc" 125 "exec's exit status"
+	assert_contains "$(cat "$BATS_TEST_TMPDIR/exec.err")" "UNAVAILABLE"
+	# rpc_timeout 1 s: pings 2 s apart, the Health check's 2 s, 1 s grace.
+	[ $(($(now_ms) - t0)) -lt 15000 ] || { echo "took $(($(now_ms) - t0)) ms" >&3; false; }
+	kill -CONT "$AGENTD_PID"
+	# Nothing landed, no temp file on either side.
+	sleep 0.5
+	assert_eq "$(ls -A "$ROOT")" big "remote directory"
+	assert_eq "$(ls -A "$L")" "" "local directory"
+}
