@@ -1441,21 +1441,50 @@ static int cmd_wait(int argc, char **argv)
 
 /* ---- download ---- */
 
+/* In @fd, positioned at @at, a hole of @len bytes over a file that had
+ * @old_size bytes: what of it lies below @old_size is punched
+ * (fallocate(2) FALLOC_FL_PUNCH_HOLE), or written with zeros where the
+ * file system cannot, the rest skipped; leaves @fd at @at + @len. 0 or
+ * -errno. */
+static int hole_over(int fd, uint64_t at, uint64_t len, uint64_t old_size)
+{
+	uint64_t in = old_size - at < len ? old_size - at : len;
+	int r;
+
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)in) == 0)
+		return lseek(fd, (off_t)len, SEEK_CUR) < 0 ? -errno : 0;
+	if (errno != EOPNOTSUPP && errno != ENOSYS)
+		return -errno;
+	r = write_zeros(fd, in); /* moves the position by in */
+	if (r < 0)
+		return r;
+	return lseek(fd, (off_t)(len - in), SEEK_CUR) < 0 ? -errno : 0;
+}
+
 /*
  * Download @remote into @fd. With @seek, holes become lseek(SEEK_CUR) plus a
- * final ftruncate (fd must be an empty regular file, or @trunc given: it is
- * emptied once the first chunk came, so that a download that fails at once
- * leaves it as it was); else zeros are written. *ret_mode gets the remote
- * mode, or 0 if the server sent no attr.
+ * final ftruncate (fd must be an empty regular file, or @over given); else
+ * zeros are written. @over: @fd is a regular file with content, written
+ * over in place: holes inside its old size are punched (or zeros written
+ * where that is not supported), and it is cut to size at the end, not
+ * emptied first, so that a download that fails at once leaves it as it
+ * was, and one into another name of the very file it reads (a hard link,
+ * on a host where the workspace is a local directory) writes each byte
+ * over itself instead of destroying what it has yet to read. *ret_mode gets
+ * the remote mode, or 0 if the server sent no attr.
  */
-static int download(const char *remote, int fd, bool seek, bool trunc, uint32_t *ret_mode,
+static int download(const char *remote, int fd, bool seek, bool over, uint32_t *ret_mode,
 		    struct wsc_status *st)
 {
 	Wsbridge__V1__DownloadRequest req = WSBRIDGE__V1__DOWNLOAD_REQUEST__INIT;
 	struct wsc_stream *s;
 	struct progress pr;
-	uint64_t pos = 0;
+	uint64_t pos = 0, old_size = 0;
+	struct stat sb;
 	int r;
+
+	if (seek && over && fstat(fd, &sb) == 0)
+		old_size = (uint64_t)sb.st_size;
 
 	progress_init(&pr, remote, 0);
 	*ret_mode = 0;
@@ -1472,12 +1501,6 @@ static int download(const char *remote, int fd, bool seek, bool trunc, uint32_t 
 		if (r <= 0)
 			break;
 		ch = (Wsbridge__V1__DownloadChunk *)m;
-		if (trunc && seek && ftruncate(fd, 0) < 0) {
-			r = -errno;
-			protobuf_c_message_free_unpacked(m, NULL);
-			goto local;
-		}
-		trunc = false;
 		if (ch->attr && !*ret_mode) {
 			*ret_mode = ch->attr->mode;
 			pr.total = ch->attr->size;
@@ -1494,10 +1517,14 @@ static int download(const char *remote, int fd, bool seek, bool trunc, uint32_t 
 		}
 		r = write_all(fd, ch->data.data, ch->data.len);
 		if (r == 0 && ch->hole) {
-			if (seek)
-				r = lseek(fd, (off_t)ch->hole, SEEK_CUR) < 0 ? -errno : 0;
-			else
+			uint64_t at = pos + ch->data.len;
+
+			if (!seek)
 				r = write_zeros(fd, ch->hole);
+			else if (at < old_size)
+				r = hole_over(fd, at, ch->hole, old_size);
+			else
+				r = lseek(fd, (off_t)ch->hole, SEEK_CUR) < 0 ? -errno : 0;
 		}
 		pos += ch->data.len + ch->hole;
 		progress_add(&pr, ch->data.len + ch->hole);
@@ -1598,9 +1625,11 @@ static int get_in_place(const char *remote, const char *target)
 	bool seek;
 	int fd, r;
 
-	/* Nothing here is touched (made through a dangling symlink, emptied)
+	/* Nothing here is touched (made through a dangling symlink, written)
 	 * before the remote file is known to be one, as cp(1) opens its source
-	 * first; the file is emptied once the first chunk came. */
+	 * first; a regular file is written over and cut to size at the end
+	 * (download()), never emptied first: it may be the very file being
+	 * read, by another name. */
 	r = remote_attr(remote, true, &mode, NULL, &st);
 	if (r < 0) {
 		report(remote, &st);
@@ -1747,6 +1776,12 @@ static int get_file(const char *remote, char *target, bool in_tree)
 		goto fail_active;
 	}
 	fd = -1;
+	/* A signal that came after the last byte: nothing is put in place
+	 * (the exit status says it was cut short). */
+	if (interrupted()) {
+		r = -EINTR;
+		goto fail_active;
+	}
 	if (rename(tmp, target) < 0) {
 		r = -errno;
 		report_errno(target, errno);

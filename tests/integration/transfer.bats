@@ -211,6 +211,28 @@ sparse_1g() {
 	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
 }
 
+@test "get into another name of the very file it reads (a hard link beside a local workspace) keeps its bytes; over a larger hard-linked file it leaves the new bytes exactly, holes too" {
+	agentd_unix
+	# 6 MiB of data, a 3 MiB hole, 2 MiB of data: several chunks.
+	head -c 6291456 /dev/urandom >"$ROOT/f"
+	truncate -s +3M "$ROOT/f"
+	head -c 2097152 /dev/urandom >>"$ROOT/f"
+	cp --sparse=always "$ROOT/f" "$BATS_TEST_TMPDIR/orig"
+	ln "$ROOT/f" "$L/link"
+	"$WSCTL" get f "$L/link"
+	# Before: the file was emptied at the first chunk, and agentd then
+	# read the zeros and the end of what was left.
+	cmp "$BATS_TEST_TMPDIR/orig" "$ROOT/f"
+	# Over another file with two names, 16 MiB of other bytes: the new
+	# ones, its size, zeros in the hole.
+	head -c 16777216 /dev/urandom >"$L/h1"
+	ln "$L/h1" "$L/h2"
+	"$WSCTL" get f "$L/h1"
+	cmp "$BATS_TEST_TMPDIR/orig" "$L/h2"
+	assert_eq "$(stat -c %h "$L/h1")" 2
+	assert_eq "$(find "$L" -name '.*wsctl-*' | wc -l)" 0
+}
+
 @test "get -r never writes through a symlink or FIFO in its tree (the pod made them by an earlier get -r): it replaces them" {
 	agentd_unix
 	mkdir "$ROOT/tree"
