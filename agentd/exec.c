@@ -959,6 +959,8 @@ static void handle_close(uv_handle_t *h)
 		uv_close(h, on_close);
 }
 
+static void stdin_close(struct exec_process *p);
+
 static void pipe_close(struct exec_process *p, int stream)
 {
 	if (p->out_state[stream] != PIPE_OPEN)
@@ -966,7 +968,7 @@ static void pipe_close(struct exec_process *p, int stream)
 	p->out_state[stream] = PIPE_CLOSING;
 	if (stream == EXEC_STDOUT && p->pty) {
 		p->master = -1; /* the handle owns it */
-		p->stdin_closed = true;
+		stdin_close(p); /* the master's other fd */
 	}
 	handle_close((uv_handle_t *)&p->out[stream]);
 }
@@ -1461,13 +1463,19 @@ static bool line_end(uint8_t c, char veof)
 static int stdin_queue(struct exec_process *p, uint8_t *data, size_t len, bool eof,
 		       exec_written_fn done, void *arg)
 {
-	uv_stream_t *s = p->pty ? (uv_stream_t *)&p->out[EXEC_STDOUT] : (uv_stream_t *)&p->in;
-	struct stdin_req *sr = calloc(1, sizeof(*sr));
+	uv_stream_t *s = (uv_stream_t *)&p->in; /* with a PTY, a dup of the master */
+	struct stdin_req *sr;
 	uv_buf_t b[3];
 	unsigned nb = 0;
 	struct termios tio;
 	int r;
 
+	if (p->in_state != PIPE_OPEN) {
+		free(data);
+		p->stdin_closed = true;
+		return -EPIPE;
+	}
+	sr = calloc(1, sizeof(*sr));
 	if (!sr) {
 		free(data);
 		return -ENOMEM;
@@ -1531,7 +1539,7 @@ int exec_write_stdin(struct exec_process *p, const void *data, size_t len, bool 
 		return -E2BIG;
 	if (p->reported || p->stdin_closed)
 		return -EPIPE;
-	if (p->pty ? p->out_state[EXEC_STDOUT] != PIPE_OPEN : p->in_state != PIPE_OPEN)
+	if (p->in_state != PIPE_OPEN)
 		return -EPIPE;
 	if (p->stdin_queued + len > EXEC_STDIN_QUEUE_MAX)
 		return -ENOBUFS;
@@ -2140,6 +2148,17 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 		}
 		c.fd[0] = c.fd[1] = c.fd[2] = slave;
 		c.pty = true;
+		/* stdin goes to the master through a handle of its own: once
+		 * every slave fd closed, libuv's read error on the master's
+		 * handle makes that handle unwritable too, and a command that
+		 * opens /dev/tty again would never get its input. Closed with
+		 * the master's handle (pipe_close()): the terminal hangs up
+		 * when the last master fd goes. */
+		pin[0] = fcntl(master, F_DUPFD_CLOEXEC, 3);
+		if (pin[0] < 0) {
+			r = -errno;
+			goto fail;
+		}
 	} else {
 		if (want_stdin) {
 			if (pipe2(pin, O_CLOEXEC) < 0) {

@@ -430,6 +430,12 @@ cmd_cgroups() {
 	run timeout 20 "$W" exec -t --shell -- 'exec 0<&- 1>&- 2>&-; sleep 0.3; head -c 100000 /dev/zero | tr "\0" x >/dev/tty; exit 4'
 	assert_status 4
 	assert_eq "$(printf '%s' "$output" | tr -d '\r\n' | wc -c)" 100000
+	# And one that opens /dev/tty again to read gets what comes on
+	# stdin after (before: the write failed, EPIPE, and it hung).
+	run timeout 20 "$W" exec -t --shell -- 'exec 0<&- 1>&- 2>&-; sleep 0.5; read l </dev/tty; echo "got $l" >/dev/tty' \
+		< <(sleep 1.5; echo hello; sleep 1)
+	assert_status 0
+	assert_contains "$output" "got hello"
 	if wsb_runsc; then
 		return # gVisor's line discipline has no canonical EOF (^D)
 	fi
