@@ -2120,6 +2120,10 @@ int fsops_download_begin(const struct resolve_root *root, const void *path, size
 }
 
 #define DL_ZERO_BLOCK ((size_t)4096)
+/* Shortest run of zero blocks inside data that is sent as a hole, bytes:
+ * each hole ends a chunk, and a file of scattered zero blocks went out a
+ * block per message (and read 1 MiB for each). */
+#define DL_ZERO_RUN_MIN ((size_t)64 * 1024)
 
 /* Offset in a chunk at file offset @p pos where its first whole block ends. */
 static size_t first_block_end(uint64_t pos, size_t len)
@@ -2215,24 +2219,22 @@ ssize_t fsops_download_next(struct fsops_download *d, void *buf, size_t size, ui
 		done += (size_t)got;
 	}
 	/*
-	 * Whole zero blocks are holes too: where SEEK_DATA/SEEK_HOLE report
-	 * none (gVisor's gofer, docs/gvisor.md), a sparse file would
-	 * otherwise go out as zeros. A leading run is reported as a hole
-	 * (no data); a later one ends the data here.
+	 * Runs of whole zero blocks are holes too: where SEEK_DATA/SEEK_HOLE
+	 * report none (gVisor's gofer, docs/gvisor.md), a sparse file would
+	 * otherwise go out as zeros. A run counts when it is DL_ZERO_RUN_MIN
+	 * long, or ends where the data read ends short of @size (at a hole
+	 * SEEK_HOLE found, or the end of the file); shorter ones go as data.
+	 * The data before the first run that counts is returned with the run
+	 * as its hole.
 	 */
-	{
-		size_t z = zero_prefix(d->pos, buf, done), k;
-
-		if (z) {
-			d->pos += z;
+	for (size_t k = d->pos % DL_ZERO_BLOCK ? first_block_end(d->pos, done) : 0, z; k < done;
+	     k += z ? z : DL_ZERO_BLOCK) {
+		z = zero_prefix(d->pos + k, (char *)buf + k, done - k);
+		if (z && (z >= DL_ZERO_RUN_MIN || (k + z == done && done < size))) {
+			d->pos += k + z;
 			*ret_hole = z;
-			return 0;
+			return (ssize_t)k;
 		}
-		for (k = first_block_end(d->pos, done); k < done; k += DL_ZERO_BLOCK)
-			if (zero_prefix(d->pos + k, (char *)buf + k, done - k)) {
-				done = k;
-				break;
-			}
 	}
 	d->pos += done;
 	if (done == want && d->pos == lim && lim < d->end) {

@@ -927,6 +927,67 @@ static void test_upload_atomic(void **state)
 	free(s);
 }
 
+/*
+ * Zero blocks written as data (no hole for SEEK_HOLE to find): short runs
+ * go as data, in full chunks (before: a chunk and a 1 MiB read per zero
+ * block); a run of 64 KiB and more, or one the file ends with, is a hole,
+ * returned with the data before it.
+ */
+static void test_download_zero_runs(void **state)
+{
+	struct fx *fx = *state;
+	const size_t blk = 4096, mib = 1024 * 1024;
+	struct fsops_upload_opts o = { 0 };
+	struct fsops_upload *u;
+	struct fsops_download *d;
+	char *buf = malloc(FSOPS_CHUNK_MAX), *img = calloc(1, 2 * mib);
+	uint64_t pos = 0, hole, holes[8];
+	size_t calls = 0, nholes = 0, size = mib + 128 * 1024 + blk + 70 * 1024;
+	struct stat st;
+	ssize_t n;
+
+	assert_non_null(buf);
+	assert_non_null(img);
+	/* 1 MiB of 'C' and zero blocks in turn, 128 KiB of zeros, a 'D'
+	 * block, 70 KiB of zeros at the end. */
+	for (size_t i = 0; i < mib; i += 2 * blk)
+		memset(img + i, 'C', blk);
+	memset(img + mib + 128 * 1024, 'D', blk);
+	assert_int_equal(fsops_upload_begin(&fx->root, P("zeros"), &o, &u), 0);
+	assert_int_equal(fsops_upload_write(u, img, size), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+
+	assert_int_equal(fsops_download_begin(&fx->root, P("zeros"), 0, 0, &st, &d), 0);
+	for (;;) {
+		n = fsops_download_next(d, buf, FSOPS_CHUNK_MAX, &hole);
+		assert_true(n >= 0);
+		if (n == 0 && hole == 0)
+			break;
+		calls++;
+		assert_memory_equal(buf, img + pos, (size_t)n);
+		pos += (uint64_t)n;
+		if (hole) {
+			assert_true(nholes < 8);
+			holes[nholes++] = pos;
+			holes[nholes++] = hole;
+			for (uint64_t i = 0; i < hole; i++)
+				assert_int_equal(img[pos + i], 0);
+		}
+		pos += hole;
+	}
+	fsops_download_free(d);
+	assert_int_equal(pos, size);
+	/* The 1 MiB, the 128 KiB hole, the 'D' block with the 70 KiB one. */
+	assert_int_equal(calls, 3);
+	assert_int_equal(nholes, 4);
+	assert_int_equal(holes[0], mib);
+	assert_int_equal(holes[1], 128 * 1024);
+	assert_int_equal(holes[2], mib + 128 * 1024 + blk);
+	assert_int_equal(holes[3], 70 * 1024);
+	free(img);
+	free(buf);
+}
+
 /* Upload a sparse file, then download it: holes come back as hole counts. */
 static void test_sparse_round_trip(void **state)
 {
@@ -1452,6 +1513,7 @@ int main(void)
 		BOTH(test_upload_atomic),
 		BOTH(test_upload_follow),
 		BOTH(test_sparse_round_trip),
+		BOTH(test_download_zero_runs),
 		BOTH(test_read_file),
 		BOTH(test_readdir_paging),
 		BOTH(test_birth),
