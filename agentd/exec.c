@@ -758,8 +758,13 @@ static void tree_signal(struct exec_process *p, int sig)
 	if (p->reported || p->pid <= 0)
 		return;
 	/* ESRCH: the group is already empty. The group first: kill(-pgid)
-	 * reaches every member at once, even one forked a moment ago. */
-	(void)kill(-p->pid, sig);
+	 * reaches every member at once, even one forked a moment ago. Once
+	 * the leader was reaped and the group emptied, its number may be
+	 * another process's group's (a pid is reused once no process has it
+	 * as pid, pgid or sid): where the cgroup holds the tree, only the
+	 * cgroup is signalled then. */
+	if (!p->exited || p->cg_fd < 0)
+		(void)kill(-p->pid, sig);
 	if (p->cg_fd >= 0)
 		cg_signal(p->cg_fd, sig, p->pid);
 }
