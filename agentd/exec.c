@@ -2302,6 +2302,12 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 		}
 	}
 	pout[0] = perr[0] = -1;
+	if (spec->pty && pin[0] >= 0 && p->out_state[EXEC_STDOUT] != PIPE_OPEN) {
+		/* The master's own handle failed: its dup must not keep the
+		 * terminal from hanging up. */
+		close_fd(&pin[0]);
+		p->stdin_closed = true;
+	}
 	if (pin[0] >= 0) {
 		uv_pipe_init(t->loop, &p->in, 0);
 		p->in.data = p;

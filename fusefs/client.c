@@ -43,13 +43,18 @@
  * wsc.abandoned and fails with DEADLINE_EXCEEDED. gRPC writes into that
  * state when the batch ends at last (the peer reads again, or the
  * connection breaks); the next unary call frees what has ended (unary_reap).
- * A stream's send may wait for long with a healthy peer (flow control: a
- * command that does not read its stdin), so it has no deadline; instead,
- * after each keepalive_ms of waiting, a Health check asks whether agentd
- * still answers on the connection (stream_send_wait()). When it does not,
- * or WSC_STUCK_GRACE_MS after the stream was cancelled, the stream is left
- * behind: cancelled, marked stuck (every later wait on it returns at once
- * with the status it was given) and, once freed, kept on g_stuck for good.
+ * A stream's waits, and a unary call without a deadline (WriteStdin, which
+ * waits on the command), may last long with a healthy peer (flow control:
+ * a command that does not read its stdin; one that prints nothing), so they
+ * have no deadline; instead, with keepalive_ms, after each keepalive_ms of
+ * waiting a Health check asks whether agentd still answers on the
+ * connection (peer_answers(), stream_wait(), call_wait()). When it does
+ * not, or WSC_STUCK_GRACE_MS after a stream whose send waits was
+ * cancelled, the stream is left behind: cancelled, marked stuck (every
+ * later wait on it returns at once with the status it was given, and no
+ * batch is started on it) and, once freed, kept on g_stuck for good with
+ * what gRPC may still write into (its receive buffer, the status); the
+ * unary call is abandoned as above.
  *
  * Stalled links. A call may be given a longer deadline than the client's
  * default (wsfs's writes behind others in flight, which share the link);
@@ -243,6 +248,7 @@ struct wsc_stream {
 
 	/* Receiving side. */
 	char tag_recv;
+	grpc_byte_buffer *recv_bb; /* RECV_MESSAGE's target: gRPC may write it late (stuck) */
 	atomic_bool recv_taken; /* a receive was started (wsc_stream_recv or a failed send) */
 	bool got_initial_md;
 	bool recv_ended;
@@ -256,6 +262,7 @@ struct wsc_stream {
 	 * on, and the final status is stuck_st. Set by the sending thread. */
 	atomic_bool stuck;
 	struct wsc_status stuck_st; /* the status to give then; written before stuck */
+	grpc_byte_buffer *stuck_bb; /* the message of the send that stuck, for gRPC */
 	struct wsc_stream *stuck_next; /* g_stuck, once freed */
 	grpc_metadata_array trailing_md;
 	grpc_status_code status;
@@ -740,8 +747,8 @@ static int chan_new(struct wsc *c, struct wsc_chan **ret)
 		  .value.integer = 5000 },
 		/* Keepalive (wsc_options.keepalive_ms), only while calls are
 		 * open; pings go on while nothing is sent (a stream that only
-		 * receives), which gRPC stops after two by default. The last
-		 * three are left out when keepalive_ms is 0. */
+		 * receives), which gRPC stops after two by default. These
+		 * three stay last: left out when keepalive_ms is 0 (below). */
 		{ .type = GRPC_ARG_INTEGER,
 		  .key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
 		  .value.integer = 0 },
@@ -752,12 +759,13 @@ static int chan_new(struct wsc *c, struct wsc_chan **ret)
 		  .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
 		  .value.integer = c->keepalive_ms > INT_MAX ? INT_MAX : (int)c->keepalive_ms },
 	};
-	grpc_channel_args args = { .num_args = sizeof(arg) / sizeof(arg[0]) - (c->keepalive_ms ? 0 : 3),
-				   .args = arg };
+	grpc_channel_args args = { .num_args = sizeof(arg) / sizeof(arg[0]), .args = arg };
 	grpc_channel_credentials *creds;
 	struct wsc_chan *ch;
 	int r;
 
+	if (!c->keepalive_ms)
+		args.num_args -= 3;
 	ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;
@@ -976,6 +984,8 @@ static void heard(struct wsc *c, int64_t now_ns)
 		;
 }
 
+static bool peer_answers(struct wsc *c);
+
 /*
  * cq_wait_until() on a polling queue for a call begun at @start_ns
  * (CLOCK_MONOTONIC) with a deadline of @timeout_ms: when that is longer than
@@ -983,7 +993,10 @@ static void heard(struct wsc *c, int64_t now_ns)
  * default and no call had an answer for as long ("Stalled links"):
  * a GRPC_QUEUE_TIMEOUT event with *@stalled set. After wsc_cut_long(), it
  * ends the default after that (or after @start_ns, if later) at most: a
- * GRPC_QUEUE_TIMEOUT event with *@stalled clear.
+ * GRPC_QUEUE_TIMEOUT event with *@stalled clear. A call without a deadline
+ * (@timeout_ms 0) waits for good, or with keepalive_ms until agentd does
+ * not answer a Health check made after each keepalive_ms of waiting: then
+ * as stalled ("Stuck calls").
  */
 static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 			    gpr_timespec until, int64_t start_ns, int64_t timeout_ms, bool *stalled)
@@ -992,6 +1005,23 @@ static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 	grpc_event ev;
 
 	*stalled = false;
+	if (timeout_ms == 0 && c->keepalive_ms) {
+		/* No deadline (WriteStdin waits on the command): after each
+		 * keepalive_ms, whether agentd still answers ("Stuck calls"). */
+		for (;;) {
+			gpr_timespec w = gpr_time_add(
+				gpr_now(GPR_CLOCK_MONOTONIC),
+				gpr_time_from_millis(c->keepalive_ms, GPR_TIMESPAN));
+
+			ev = cq_wait_until(c, cq, tag, true, w);
+			if (ev.type != GRPC_QUEUE_TIMEOUT)
+				return ev;
+			if (!peer_answers(c)) {
+				*stalled = true;
+				return ev;
+			}
+		}
+	}
 	if (c->timeout_ms == 0 || timeout_ms == 0 || timeout_ms <= (int64_t)c->timeout_ms)
 		return cq_wait_until(c, cq, tag, true, until);
 	for (;;) {
@@ -1836,9 +1866,10 @@ static void stream_stick(struct wsc_stream *s, int err, const char *fmt, ...)
 }
 
 /* Whether agentd answers a Health check on @c's connection within
- * keepalive_ms: any status it sends counts, only gRPC's own DEADLINE_EXCEEDED
- * or UNAVAILABLE (nothing came back) does not. Blocks up to keepalive_ms
- * plus WSC_STUCK_GRACE_MS. */
+ * keepalive_ms (10 s at most: a cancel waits for it): any status it sends
+ * counts, only gRPC's own DEADLINE_EXCEEDED or UNAVAILABLE (nothing came
+ * back) does not. agentd answers it on its completion queue threads, not
+ * its loop. Blocks up to that plus WSC_STUCK_GRACE_MS. */
 static bool peer_answers(struct wsc *c)
 {
 	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -1847,7 +1878,7 @@ static bool peer_answers(struct wsc *c)
 
 	r = wsc_unary_ex(c, "/grpc.health.v1.Health/Check", &req.base,
 			 &grpc__health__v1__health_check_response__descriptor, NULL,
-			 c->keepalive_ms, &st);
+			 c->keepalive_ms < 10000 ? c->keepalive_ms : 10000, &st);
 	return r == 0 || st.has_errno ||
 	       (st.code != WSB_DEADLINE_EXCEEDED && st.code != WSB_UNAVAILABLE);
 }
@@ -1855,20 +1886,23 @@ static bool peer_answers(struct wsc *c)
 /*
  * Wait for the batch of @s tagged @tag to end: 1 if it succeeded, 0 if it
  * failed, -1 if the stream is stuck (left behind: "Stuck calls"; nothing
- * will be waited for on it any more). With keepalive_ms or @probe the wait
- * runs in slices of WSC_STREAM_SLICE_MS, to see another thread leave the
- * stream stuck. With @probe (a send, which may never end: "Stuck calls") it
- * also leaves it stuck itself WSC_STUCK_GRACE_MS after the stream was
- * cancelled (wsc_stream_cancel()), and with keepalive_ms when agentd does
- * not answer a Health check made after each keepalive_ms of waiting. Else
- * it waits for good. The calling thread; one waiter per tag.
+ * will be waited for on it any more, and the batch may still run). With
+ * keepalive_ms or @send the wait runs in slices of WSC_STREAM_SLICE_MS, to
+ * see another thread leave the stream stuck, and leaves it stuck itself:
+ * with keepalive_ms, when agentd does not answer a Health check made after
+ * each keepalive_ms of waiting (peer_answers()); with @send (a send batch,
+ * which may never end), WSC_STUCK_GRACE_MS after the stream was cancelled
+ * (wsc_stream_cancel()). Else it waits for good. The calling thread; one
+ * waiter per tag.
  */
-static int stream_wait(struct wsc_stream *s, void *tag, bool probe)
+static int stream_wait(struct wsc_stream *s, void *tag, bool send)
 {
 	struct wsc *c = s->c;
 	int64_t keep_ns = (int64_t)c->keepalive_ms * 1000000, cancel_ns = 0, probe_ns;
 
-	if (!c->keepalive_ms && !probe)
+	if (atomic_load(&s->stuck))
+		return -1;
+	if (!c->keepalive_ms && !send)
 		return cq_wait(c, s->cq, tag, s->polls) ? 1 : 0;
 	probe_ns = c->keepalive_ms ? wsb_mono_ns() + keep_ns : INT64_MAX;
 	for (;;) {
@@ -1885,10 +1919,10 @@ static int stream_wait(struct wsc_stream *s, void *tag, bool probe)
 			return ev.success ? 1 : 0;
 		if (ev.type != GRPC_QUEUE_TIMEOUT)
 			return 0; /* the queue shut down */
-		if (!probe)
-			continue;
 		now = wsb_mono_ns();
 		if (atomic_load(&s->cancelled)) {
+			if (!send)
+				continue; /* a cancelled call's receives end by themselves */
 			if (cancel_ns == 0)
 				cancel_ns = now;
 			else if (now - cancel_ns >= (int64_t)WSC_STUCK_GRACE_MS * 1000000) {
@@ -1899,8 +1933,8 @@ static int stream_wait(struct wsc_stream *s, void *tag, bool probe)
 		} else if (now >= probe_ns) {
 			if (!peer_answers(c)) {
 				stream_stick(s, ENOTCONN,
-					     "agentd does not answer (no reply to a health check "
-					     "in %.1f s) while a message waits to be written to it",
+					     "agentd does not answer: a health check had no reply, "
+					     "after %.1f s of waiting on this call",
 					     c->keepalive_ms / 1000.0);
 				return -1;
 			}
@@ -1927,19 +1961,24 @@ static int stream_status(struct wsc_stream *s, struct wsc_status *st)
 	return s->final.code == WSB_OK ? 0 : -s->final.err;
 }
 
-/* Start @ops and wait (stream_wait(), a send's with @probe); false when the
- * batch failed (the call is over) or the stream is stuck. */
-static bool stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag, bool probe)
+/* Start @ops and wait (stream_wait(); @send: a send batch): as
+ * stream_wait(), 1 when the batch succeeded, 0 when it failed (the call is
+ * over), -1 when the stream is stuck: then the batch may still be running
+ * (or was not started), and what it points to must stay. */
+static int stream_batch(struct wsc_stream *s, grpc_op *ops, size_t n, void *tag, bool send)
 {
-	grpc_call_error e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
+	grpc_call_error e;
 
+	if (atomic_load(&s->stuck))
+		return -1;
+	e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
 	if (e != GRPC_CALL_OK) {
 		/* A rejected batch poisons the call in 1.51 (grpc-c-core.md §2). */
 		wsb_debug("grpc_call_start_batch: %s", grpc_call_error_to_string(e));
 		grpc_call_cancel(s->call, NULL);
-		return false;
+		return 0;
 	}
-	return stream_wait(s, tag, probe) > 0;
+	return stream_wait(s, tag, send);
 }
 
 int wsc_stream_open(struct wsc *c, const char *method, const ProtobufCMessage *req,
@@ -2024,7 +2063,12 @@ int wsc_stream_open_ex(struct wsc *c, const char *method, const ProtobufCMessage
 		n++;
 		s->send_closed = true;
 	}
-	if (!stream_batch(s, ops, n, &s->tag_send, true)) {
+	r = stream_batch(s, ops, n, &s->tag_send, true);
+	if (r < 0 && bb) { /* stuck: gRPC may read it still; kept */
+		s->stuck_bb = bb;
+		bb = NULL;
+	}
+	if (r <= 0) {
 		r = stream_status(s, st);
 		if (r == 0)
 			r = st ? status_local(st, EPIPE, "%s: the server ended the call at once",
@@ -2051,7 +2095,7 @@ static bool stream_recv_batch(struct wsc_stream *s, grpc_byte_buffer **bb)
 {
 	grpc_op ops[2];
 	size_t n = 0;
-	bool ok;
+	int r;
 
 	*bb = NULL;
 	memset(ops, 0, sizeof(ops));
@@ -2061,11 +2105,16 @@ static bool stream_recv_batch(struct wsc_stream *s, grpc_byte_buffer **bb)
 		n++;
 	}
 	ops[n].op = GRPC_OP_RECV_MESSAGE;
-	ops[n].data.recv_message.recv_message = bb;
+	ops[n].data.recv_message.recv_message = &s->recv_bb;
 	n++;
-	ok = stream_batch(s, ops, n, &s->tag_recv, false);
+	s->recv_bb = NULL;
+	r = stream_batch(s, ops, n, &s->tag_recv, false);
 	s->got_initial_md = true;
-	return ok;
+	if (r >= 0) { /* ended: the buffer is ours (stuck: gRPC's still) */
+		*bb = s->recv_bb;
+		s->recv_bb = NULL;
+	}
+	return r > 0;
 }
 
 int wsc_stream_recv(struct wsc_stream *s, const ProtobufCMessageDescriptor *desc,
@@ -2099,7 +2148,6 @@ int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct ws
 {
 	grpc_byte_buffer *bb;
 	grpc_op op;
-	bool ok;
 	int r;
 
 	if (st)
@@ -2118,9 +2166,14 @@ int wsc_stream_send(struct wsc_stream *s, const ProtobufCMessage *msg, struct ws
 	memset(&op, 0, sizeof(op));
 	op.op = GRPC_OP_SEND_MESSAGE;
 	op.data.send_message.send_message = bb;
-	ok = stream_batch(s, &op, 1, &s->tag_send, true);
-	grpc_byte_buffer_destroy(bb);
-	if (ok)
+	r = stream_batch(s, &op, 1, &s->tag_send, true);
+	if (r >= 0)
+		grpc_byte_buffer_destroy(bb);
+	else if (!s->stuck_bb) /* stuck: gRPC may read it still; kept */
+		s->stuck_bb = bb;
+	else
+		grpc_byte_buffer_destroy(bb); /* never sent: the stream stuck before */
+	if (r > 0)
 		return 0;
 	/*
 	 * The call is over (the server ended it with its status while our
@@ -2157,7 +2210,7 @@ int wsc_stream_close_send(struct wsc_stream *s, struct wsc_status *st)
 	s->send_closed = true;
 	memset(&op, 0, sizeof(op));
 	op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-	if (stream_batch(s, &op, 1, &s->tag_send, true))
+	if (stream_batch(s, &op, 1, &s->tag_send, true) > 0)
 		return 0;
 	r = stream_status(s, st);
 	return r ? r : -EPIPE;
