@@ -258,8 +258,10 @@ struct wsc_stream {
 	char tag_status;
 	pthread_mutex_t status_lock;
 	bool status_done; /* protected by status_lock */
-	/* A send never ended ("Stuck calls"): nothing is waited for from then
-	 * on, and the final status is stuck_st. Set by the sending thread. */
+	/* Left behind ("Stuck calls"): nothing is waited for from then on,
+	 * and the final status is stuck_st. Set by the waiting thread that
+	 * won sticking (stream_stick()). */
+	atomic_bool sticking;
 	atomic_bool stuck;
 	struct wsc_status stuck_st; /* the status to give then; written before stuck */
 	grpc_byte_buffer *stuck_bb; /* the message of the send that stuck, for gRPC */
@@ -1854,6 +1856,8 @@ static void stream_stick(struct wsc_stream *s, int err, const char *fmt, ...)
 {
 	va_list ap;
 
+	if (atomic_exchange(&s->sticking, true))
+		return; /* another thread's word stands */
 	s->stuck_st.code = wsb_status_from_errno(err);
 	s->stuck_st.err = err;
 	s->stuck_st.has_errno = false;
