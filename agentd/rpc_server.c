@@ -1204,7 +1204,7 @@ static void grpc_log(gpr_log_func_args *a)
 int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 {
 	struct rpc_server *s;
-	grpc_arg args[7];
+	grpc_arg args[6];
 	grpc_channel_args chargs;
 
 	if (!cfg || !cfg->loop || cfg->cq_threads < 1)
@@ -1241,30 +1241,22 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	args[1].type = GRPC_ARG_INTEGER;
 	args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
 	args[1].value.integer = s->max_recv > INT32_MAX ? INT32_MAX : (int)s->max_recv;
-	/* Clients' keepalive pings (wsctl's: client.h WSC_KEEPALIVE_MIN_MS)
-	 * while a call is open and nothing else comes: gRPC takes pings less
-	 * than 5 minutes apart for strikes and ends the connection with
-	 * GOAWAY "too_many_pings" at the third (doc/keepalive.md), which
-	 * would end a quiet `wsctl exec`. One a second is accepted. */
-	args[2].type = GRPC_ARG_INTEGER;
-	args[2].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
-	args[2].value.integer = 1000;
-	chargs.num_args = 3;
+	chargs.num_args = 2;
 	if (cfg->keepalive_ms) {
 		int ms = cfg->keepalive_ms > INT32_MAX ? INT32_MAX : (int)cfg->keepalive_ms;
 
-		args[3].type = args[4].type = args[5].type = args[6].type = GRPC_ARG_INTEGER;
-		args[3].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+		args[2].type = args[3].type = args[4].type = args[5].type = GRPC_ARG_INTEGER;
+		args[2].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+		args[2].value.integer = ms;
+		args[3].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
 		args[3].value.integer = ms;
-		args[4].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
-		args[4].value.integer = ms;
 		/* Keep pinging while a stream is open and nothing flows (an
 		 * idle Watch): by default the pings stop after two. */
-		args[5].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
-		args[5].value.integer = 0;
-		args[6].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
-		args[6].value.integer = 1;
-		chargs.num_args = 7;
+		args[4].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
+		args[4].value.integer = 0;
+		args[5].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+		args[5].value.integer = 1;
+		chargs.num_args = 6;
 	}
 	chargs.args = args;
 	s->server = grpc_server_create(&chargs, NULL);

@@ -46,7 +46,7 @@
  * A stream's waits, and a unary call without a deadline (WriteStdin, which
  * waits on the command), may last long with a healthy peer (flow control:
  * a command that does not read its stdin; one that prints nothing), so they
- * have no deadline; instead, with keepalive_ms, after each keepalive_ms of
+ * have no deadline; instead, with health_ms, after each health_ms of
  * waiting a Health check asks whether agentd still answers on the
  * connection (peer_answers(), stream_wait(), call_wait()). When it does
  * not, or WSC_STUCK_GRACE_MS after a stream whose send waits was
@@ -142,7 +142,7 @@ extern char **environ;
 /** How long a unary call's batch may outlive its deadline before the caller
  * stops waiting for it (wsc_unary_ex, "Stuck calls"), ms. */
 #define WSC_STUCK_GRACE_MS 1000
-/** With keepalive_ms, how long a stream's wait runs before it looks whether
+/** With health_ms, how long a stream's wait runs before it looks whether
  * the stream was left stuck, ms (stream_wait()). */
 #define WSC_STREAM_SLICE_MS 100
 /** Most calls left behind that way at once; past it callers wait on. */
@@ -208,7 +208,7 @@ struct wsc {
 	char *exec_cmd;
 	bool direct;
 	uint32_t timeout_ms;
-	uint32_t keepalive_ms; /* 0 or at least WSC_KEEPALIVE_MIN_MS */
+	uint32_t health_ms; /* 0 or at least WSC_HEALTH_MIN_MS */
 	size_t max_recv;
 	uint32_t md_flags; /* flags of SEND_INITIAL_METADATA */
 	grpc_metadata md[2]; /* authorization, wsbridge-session: either may be absent */
@@ -747,27 +747,12 @@ static int chan_new(struct wsc *c, struct wsc_chan **ret)
 		{ .type = GRPC_ARG_INTEGER,
 		  .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
 		  .value.integer = 5000 },
-		/* Keepalive (wsc_options.keepalive_ms), only while calls are
-		 * open; pings go on while nothing is sent (a stream that only
-		 * receives), which gRPC stops after two by default. These
-		 * three stay last: left out when keepalive_ms is 0 (below). */
-		{ .type = GRPC_ARG_INTEGER,
-		  .key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA,
-		  .value.integer = 0 },
-		{ .type = GRPC_ARG_INTEGER,
-		  .key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS,
-		  .value.integer = c->keepalive_ms > INT_MAX ? INT_MAX : (int)c->keepalive_ms },
-		{ .type = GRPC_ARG_INTEGER,
-		  .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-		  .value.integer = c->keepalive_ms > INT_MAX ? INT_MAX : (int)c->keepalive_ms },
 	};
 	grpc_channel_args args = { .num_args = sizeof(arg) / sizeof(arg[0]), .args = arg };
 	grpc_channel_credentials *creds;
 	struct wsc_chan *ch;
 	int r;
 
-	if (!c->keepalive_ms)
-		args.num_args -= 3;
 	ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;
@@ -996,31 +981,41 @@ static bool peer_answers(struct wsc *c);
  * a GRPC_QUEUE_TIMEOUT event with *@stalled set. After wsc_cut_long(), it
  * ends the default after that (or after @start_ns, if later) at most: a
  * GRPC_QUEUE_TIMEOUT event with *@stalled clear. A call without a deadline
- * (@timeout_ms 0) waits for good, or with keepalive_ms until agentd does
- * not answer a Health check made after each keepalive_ms of waiting: then
- * as stalled ("Stuck calls").
+ * (@timeout_ms 0) waits for good, or with health_ms until agentd does
+ * not answer a Health check made after each health_ms of waiting (a
+ * GRPC_QUEUE_TIMEOUT event with *@stalled 2, "Stuck calls") or
+ * wsc_cut_long() was called (*@stalled clear).
  */
 static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
-			    gpr_timespec until, int64_t start_ns, int64_t timeout_ms, bool *stalled)
+			    gpr_timespec until, int64_t start_ns, int64_t timeout_ms, int *stalled)
 {
 	int64_t quiet_ns = (int64_t)c->timeout_ms * 1000000;
 	grpc_event ev;
 
-	*stalled = false;
-	if (timeout_ms == 0 && c->keepalive_ms) {
+	*stalled = 0;
+	if (timeout_ms == 0 && c->health_ms) {
 		/* No deadline (WriteStdin waits on the command): after each
-		 * keepalive_ms, whether agentd still answers ("Stuck calls"). */
+		 * health_ms, whether agentd still answers ("Stuck calls");
+		 * and within a slice of wsc_cut_long() (a signal: the caller
+		 * is about to go). */
+		int64_t probe_ns = wsb_mono_ns() + (int64_t)c->health_ms * 1000000;
+
 		for (;;) {
 			gpr_timespec w = gpr_time_add(
 				gpr_now(GPR_CLOCK_MONOTONIC),
-				gpr_time_from_millis(c->keepalive_ms, GPR_TIMESPAN));
+				gpr_time_from_millis(WSC_STREAM_SLICE_MS, GPR_TIMESPAN));
 
 			ev = cq_wait_until(c, cq, tag, true, w);
 			if (ev.type != GRPC_QUEUE_TIMEOUT)
 				return ev;
-			if (!peer_answers(c)) {
-				*stalled = true;
+			if (atomic_load_explicit(&c->cut_ns, memory_order_relaxed))
 				return ev;
+			if (wsb_mono_ns() >= probe_ns) {
+				if (!peer_answers(c)) {
+					*stalled = 2;
+					return ev;
+				}
+				probe_ns = wsb_mono_ns() + (int64_t)c->health_ms * 1000000;
 			}
 		}
 	}
@@ -1130,9 +1125,9 @@ int wsc_connect(const struct wsc_options *o, struct wsc **ret)
 	pthread_mutex_init(&c->reconnect_lock, NULL);
 	pthread_cond_init(&c->reap_cond, NULL);
 	c->timeout_ms = o->timeout_ms;
-	c->keepalive_ms = o->keepalive_ms && o->keepalive_ms < WSC_KEEPALIVE_MIN_MS
-				  ? WSC_KEEPALIVE_MIN_MS
-				  : o->keepalive_ms;
+	c->health_ms = o->health_ms && o->health_ms < WSC_HEALTH_MIN_MS
+				  ? WSC_HEALTH_MIN_MS
+				  : o->health_ms;
 	c->direct = o->direct;
 	c->max_recv = o->max_recv_bytes ? o->max_recv_bytes : WSC_MAX_RECV_DEFAULT;
 	c->md_flags = o->wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY |
@@ -1651,7 +1646,7 @@ static int op_call(struct wsc *c, const char *method, const ProtobufCMessage *re
 	grpc_event ev;
 	grpc_op ops[4];
 	size_t n = 0;
-	bool stalled;
+	int stalled;
 	int r;
 
 	op_reap(c);
@@ -1748,7 +1743,7 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 	grpc_call_error e;
 	grpc_event ev;
 	grpc_op ops[6];
-	bool stalled = false;
+	int stalled = 0;
 	int r;
 
 	if (!st)
@@ -1822,9 +1817,16 @@ int wsc_unary_ex(struct wsc *c, const char *method, const ProtobufCMessage *req,
 		c->abandoned = u;
 		atomic_fetch_add(&c->n_abandoned, 1);
 		pthread_mutex_unlock(&c->lock);
+		if (stalled == 2)
+			return status_local(st, ENOTCONN,
+					    "%s: agentd does not answer: a health check had no "
+					    "reply, after %.1f s of waiting on this call",
+					    method, c->health_ms / 1000.0);
 		if (stalled)
 			status_local(st, ETIMEDOUT, "%s: no call had an answer from agentd for %u ms",
 				     method, c->timeout_ms);
+		else if (timeout_ms == 0)
+			status_local(st, ETIMEDOUT, "%s: cut short: the client is going", method);
 		else
 			status_local(st, ETIMEDOUT,
 				     "%s: no answer %d ms past the deadline (the connection is stuck)",
@@ -1870,7 +1872,7 @@ static void stream_stick(struct wsc_stream *s, int err, const char *fmt, ...)
 }
 
 /* Whether agentd answers a Health check on @c's connection within
- * keepalive_ms (10 s at most: a cancel waits for it): any status it sends
+ * health_ms (10 s at most: a cancel waits for it): any status it sends
  * counts, only gRPC's own DEADLINE_EXCEEDED or UNAVAILABLE (nothing came
  * back) does not. agentd answers it on its completion queue threads, not
  * its loop. Blocks up to that plus WSC_STUCK_GRACE_MS. */
@@ -1882,7 +1884,7 @@ static bool peer_answers(struct wsc *c)
 
 	r = wsc_unary_ex(c, "/grpc.health.v1.Health/Check", &req.base,
 			 &grpc__health__v1__health_check_response__descriptor, NULL,
-			 c->keepalive_ms < 10000 ? c->keepalive_ms : 10000, &st);
+			 c->health_ms < 10000 ? c->health_ms : 10000, &st);
 	return r == 0 || st.has_errno ||
 	       (st.code != WSB_DEADLINE_EXCEEDED && st.code != WSB_UNAVAILABLE);
 }
@@ -1891,10 +1893,10 @@ static bool peer_answers(struct wsc *c)
  * Wait for the batch of @s tagged @tag to end: 1 if it succeeded, 0 if it
  * failed, -1 if the stream is stuck (left behind: "Stuck calls"; nothing
  * will be waited for on it any more, and the batch may still run). With
- * keepalive_ms or @send the wait runs in slices of WSC_STREAM_SLICE_MS, to
+ * health_ms or @send the wait runs in slices of WSC_STREAM_SLICE_MS, to
  * see another thread leave the stream stuck, and leaves it stuck itself:
- * with keepalive_ms, when agentd does not answer a Health check made after
- * each keepalive_ms of waiting (peer_answers()); with @send (a send batch,
+ * with health_ms, when agentd does not answer a Health check made after
+ * each health_ms of waiting (peer_answers()); with @send (a send batch,
  * which may never end), WSC_STUCK_GRACE_MS after the stream was cancelled
  * (wsc_stream_cancel()). Else it waits for good. The calling thread; one
  * waiter per tag.
@@ -1902,13 +1904,13 @@ static bool peer_answers(struct wsc *c)
 static int stream_wait(struct wsc_stream *s, void *tag, bool send)
 {
 	struct wsc *c = s->c;
-	int64_t keep_ns = (int64_t)c->keepalive_ms * 1000000, cancel_ns = 0, probe_ns;
+	int64_t keep_ns = (int64_t)c->health_ms * 1000000, cancel_ns = 0, probe_ns;
 
 	if (atomic_load(&s->stuck))
 		return -1;
-	if (!c->keepalive_ms && !send)
+	if (!c->health_ms && !send)
 		return cq_wait(c, s->cq, tag, s->polls) ? 1 : 0;
-	probe_ns = c->keepalive_ms ? wsb_mono_ns() + keep_ns : INT64_MAX;
+	probe_ns = c->health_ms ? wsb_mono_ns() + keep_ns : INT64_MAX;
 	for (;;) {
 		gpr_timespec until = gpr_time_add(
 			gpr_now(GPR_CLOCK_MONOTONIC),
@@ -1939,7 +1941,7 @@ static int stream_wait(struct wsc_stream *s, void *tag, bool send)
 				stream_stick(s, ENOTCONN,
 					     "agentd does not answer: a health check had no reply, "
 					     "after %.1f s of waiting on this call",
-					     c->keepalive_ms / 1000.0);
+					     c->health_ms / 1000.0);
 				return -1;
 			}
 			probe_ns = wsb_mono_ns() + keep_ns;

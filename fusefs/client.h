@@ -37,9 +37,8 @@
 struct wsc;
 struct wsc_stream;
 
-/** Shortest keepalive interval wsc uses, milliseconds (wsc_options): twice
- * what agentd accepts, so that a ping a little early is no strike. */
-#define WSC_KEEPALIVE_MIN_MS 2000u
+/** Shortest health_ms wsc uses, milliseconds (wsc_options). */
+#define WSC_HEALTH_MIN_MS 1000u
 
 /** Default largest message wsc accepts from the server: 64 MiB. */
 #define WSC_MAX_RECV_DEFAULT ((size_t)64 * 1024 * 1024)
@@ -62,15 +61,16 @@ struct wsc_options {
 	const char *session;
 	/** Deadline of wsc_unary() calls, milliseconds; 0 = none. */
 	uint32_t timeout_ms;
-	/** While a call or stream is open, send an HTTP/2 PING after this many
-	 * milliseconds in which nothing came from the server, and close the
-	 * connection when its ack has not come within as long again: every
-	 * open call and stream then fails UNAVAILABLE (a frozen agentd or a
-	 * dead link, which would otherwise leave a stream waiting for good).
-	 * 0 = none; less than WSC_KEEPALIVE_MIN_MS counts as that. gRPC's
-	 * keepalive (doc/keepalive.md); agentd accepts pings WSC_KEEPALIVE_MIN_MS
-	 * apart (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS). */
-	uint32_t keepalive_ms;
+	/** While a stream's wait, or a unary call without a deadline, has
+	 * had no answer for this many milliseconds, ask agentd's Health
+	 * service on a call of its own; when that has no answer either (a
+	 * frozen agentd, a dead link), the call or stream fails (UNAVAILABLE
+	 * or DEADLINE_EXCEEDED) instead of waiting for good (client.c "Stuck
+	 * calls"). 0 = never; less than WSC_HEALTH_MIN_MS counts as that.
+	 * Not gRPC's keepalive pings: their acks are read only while some
+	 * thread polls, and a caller busy with local I/O (a pager that does
+	 * not read wsctl's stdout) would have the connection cut. */
+	uint32_t health_ms;
 	/** Largest message accepted from the server, bytes; 0 = 64 MiB. */
 	size_t max_recv_bytes;
 	/** Wait for the channel to connect instead of failing UNAVAILABLE at

@@ -275,6 +275,10 @@ static void *signal_thread(void *arg)
 		s = g_sig.active;
 		if (s)
 			wsc_stream_cancel(s);
+		/* A call without a deadline (exec -i's WriteStdin, blocked on
+		 * a frozen agentd) ends too, so that main can join its thread. */
+		if (s && g_client)
+			wsc_cut_long(g_client);
 		pthread_mutex_unlock(&g_sig.lock);
 		/* The main thread may wait on local I/O (put - from a pipe
 		 * that says nothing): EINTR, and it sees interrupted(). */
@@ -869,7 +873,7 @@ static void *stdin_thread(void *arg)
 		if (wsc_unary_ex(g_client, M_WRITE_STDIN, &req.base, &wsbridge__v1__empty__descriptor,
 				 NULL, 0, &st) < 0) {
 			/* FAILED_PRECONDITION: it closed its stdin or exited. */
-			if (g_verbose || st.code != WSB_FAILED_PRECONDITION)
+			if (!interrupted() && (g_verbose || st.code != WSB_FAILED_PRECONDITION))
 				msg("exec: stdin: %s (%s)", st.msg, wsb_status_name(st.code));
 			break;
 		}
@@ -3063,9 +3067,9 @@ static void help(void)
 	       "                         'kubectl exec -i POD -- agentd --stdio'\n"
 	       "      --token-file FILE  bearer token (default $WSBRIDGE_TOKEN_FILE)\n"
 	       "      --rpc-timeout SEC  deadline of each non-streaming call (default 30);\n"
-	       "                         a stream (exec, get, put) whose agentd sent nothing\n"
-	       "                         for SEC is checked with a ping and fails when that\n"
-	       "                         has no answer within SEC more (0: never)\n"
+	       "                         a stream (exec, get, put) waiting on agentd for SEC\n"
+	       "                         asks it for its health, and fails when that has no\n"
+	       "                         answer (0: never)\n"
 	       "  -v, --verbose          show the server's message with every error\n"
 	       "  -h, --help             show this help\n"
 	       "  -V, --version          show the version\n"
@@ -3237,8 +3241,8 @@ int main(int argc, char **argv)
 	if (o.exec_cmd && addr_given)
 		usage_error("-a and --exec both say how to reach agentd: give one");
 	/* A stream has no deadline (a command may run for days): a frozen
-	 * agentd or a dead link is found by keepalive pings instead. */
-	o.keepalive_ms = o.timeout_ms;
+	 * agentd or a dead link is found by health checks instead. */
+	o.health_ms = o.timeout_ms;
 	if (!o.exec_cmd) {
 		const char *why;
 
