@@ -142,8 +142,8 @@ extern char **environ;
 /** How long a unary call's batch may outlive its deadline before the caller
  * stops waiting for it (wsc_unary_ex, "Stuck calls"), ms. */
 #define WSC_STUCK_GRACE_MS 1000
-/** With health_ms, how long a stream's wait runs before it looks whether
- * the stream was left stuck, ms (stream_wait()). */
+/** How long a wait that checks on agentd's health (or on a stream left
+ * stuck, or a cut) runs before it looks again, ms (slice_end()). */
 #define WSC_STREAM_SLICE_MS 100
 /** Most calls left behind that way at once; past it callers wait on. */
 #define WSC_ABANDON_MAX 256
@@ -973,6 +973,26 @@ static void heard(struct wsc *c, int64_t now_ns)
 
 static bool peer_answers(struct wsc *c);
 
+/* The end of a wait's next slice: now + WSC_STREAM_SLICE_MS. */
+static gpr_timespec slice_end(void)
+{
+	return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+			    gpr_time_from_millis(WSC_STREAM_SLICE_MS, GPR_TIMESPAN));
+}
+
+/* For a wait that checks on agentd every health_ms: false when a Health
+ * check was due (*@due_ns, CLOCK_MONOTONIC, passed) and had no answer
+ * (peer_answers()); else true, with *@due_ns moved on if one was made. */
+static bool health_ok(struct wsc *c, int64_t *due_ns)
+{
+	if (wsb_mono_ns() < *due_ns)
+		return true;
+	if (!peer_answers(c))
+		return false;
+	*due_ns = wsb_mono_ns() + (int64_t)c->health_ms * 1000000;
+	return true;
+}
+
 /*
  * cq_wait_until() on a polling queue for a call begun at @start_ns
  * (CLOCK_MONOTONIC) with a deadline of @timeout_ms: when that is longer than
@@ -998,24 +1018,17 @@ static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 		 * health_ms, whether agentd still answers ("Stuck calls");
 		 * and within a slice of wsc_cut_long() (a signal: the caller
 		 * is about to go). */
-		int64_t probe_ns = wsb_mono_ns() + (int64_t)c->health_ms * 1000000;
+		int64_t due_ns = wsb_mono_ns() + (int64_t)c->health_ms * 1000000;
 
 		for (;;) {
-			gpr_timespec w = gpr_time_add(
-				gpr_now(GPR_CLOCK_MONOTONIC),
-				gpr_time_from_millis(WSC_STREAM_SLICE_MS, GPR_TIMESPAN));
-
-			ev = cq_wait_until(c, cq, tag, true, w);
+			ev = cq_wait_until(c, cq, tag, true, slice_end());
 			if (ev.type != GRPC_QUEUE_TIMEOUT)
 				return ev;
 			if (atomic_load_explicit(&c->cut_ns, memory_order_relaxed))
 				return ev;
-			if (wsb_mono_ns() >= probe_ns) {
-				if (!peer_answers(c)) {
-					*stalled = 2;
-					return ev;
-				}
-				probe_ns = wsb_mono_ns() + (int64_t)c->health_ms * 1000000;
+			if (!health_ok(c, &due_ns)) {
+				*stalled = 2;
+				return ev;
 			}
 		}
 	}
@@ -1904,23 +1917,20 @@ static bool peer_answers(struct wsc *c)
 static int stream_wait(struct wsc_stream *s, void *tag, bool send)
 {
 	struct wsc *c = s->c;
-	int64_t keep_ns = (int64_t)c->health_ms * 1000000, cancel_ns = 0, probe_ns;
+	int64_t cancel_ns = 0, due_ns;
 
 	if (atomic_load(&s->stuck))
 		return -1;
 	if (!c->health_ms && !send)
 		return cq_wait(c, s->cq, tag, s->polls) ? 1 : 0;
-	probe_ns = c->health_ms ? wsb_mono_ns() + keep_ns : INT64_MAX;
+	due_ns = c->health_ms ? wsb_mono_ns() + (int64_t)c->health_ms * 1000000 : INT64_MAX;
 	for (;;) {
-		gpr_timespec until = gpr_time_add(
-			gpr_now(GPR_CLOCK_MONOTONIC),
-			gpr_time_from_millis(WSC_STREAM_SLICE_MS, GPR_TIMESPAN));
 		grpc_event ev;
 		int64_t now;
 
 		if (atomic_load(&s->stuck))
 			return -1;
-		ev = cq_wait_until(c, s->cq, tag, s->polls, until);
+		ev = cq_wait_until(c, s->cq, tag, s->polls, slice_end());
 		if (ev.type == GRPC_OP_COMPLETE)
 			return ev.success ? 1 : 0;
 		if (ev.type != GRPC_QUEUE_TIMEOUT)
@@ -1936,15 +1946,12 @@ static int stream_wait(struct wsc_stream *s, void *tag, bool send)
 							   "be written to agentd");
 				return -1;
 			}
-		} else if (now >= probe_ns) {
-			if (!peer_answers(c)) {
-				stream_stick(s, ENOTCONN,
-					     "agentd does not answer: a health check had no reply, "
-					     "after %.1f s of waiting on this call",
-					     c->health_ms / 1000.0);
-				return -1;
-			}
-			probe_ns = wsb_mono_ns() + keep_ns;
+		} else if (!health_ok(c, &due_ns)) {
+			stream_stick(s, ENOTCONN,
+				     "agentd does not answer: a health check had no reply, "
+				     "after %.1f s of waiting on this call",
+				     c->health_ms / 1000.0);
+			return -1;
 		}
 	}
 }
