@@ -648,6 +648,34 @@ out:
 	return r;
 }
 
+/* fsops_kill_suidgid() on a descriptor: 1, 0 or -errno. */
+static int kill_suidgid_fd(int fd)
+{
+	struct stat st;
+	unsigned kill;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	kill = wsb_suidgid_kill_bits(st.st_mode);
+	if (!kill)
+		return 0;
+	if (fchmod(fd, st.st_mode & 07777 & ~kill) < 0)
+		return -errno;
+	return 1;
+}
+
+int fsops_kill_suidgid(struct fsops_handles *h, uint64_t id)
+{
+	struct fsops_handle *e = handle_get(h, id);
+	int r;
+
+	if (!e)
+		return -EBADF;
+	r = kill_suidgid_fd(e->fd);
+	handle_put(h, e);
+	return r;
+}
+
 int fsops_fsync(struct fsops_handles *h, uint64_t id, bool datasync)
 {
 	struct fsops_handle *e = handle_get(h, id);
@@ -1039,6 +1067,8 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 		fd = e->fd;
 		if ((sa->valid & FSOPS_SET_SIZE) && ftruncate(fd, (off_t)sa->size) < 0)
 			goto fail_errno;
+		if ((sa->valid & FSOPS_SET_SIZE) && sa->kill_suidgid)
+			(void)kill_suidgid_fd(fd);
 		if ((sa->valid & FSOPS_SET_MODE) && fchmod(fd, sa->mode & 07777) < 0)
 			goto fail_errno;
 		if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID)) &&
@@ -1075,6 +1105,8 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 			goto out;
 		}
 		r = ftruncate(wfd, (off_t)sa->size) < 0 ? -errno : 0;
+		if (r == 0 && sa->kill_suidgid)
+			(void)kill_suidgid_fd(wfd);
 		close(wfd);
 		if (r < 0)
 			goto out;

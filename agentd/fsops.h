@@ -151,6 +151,17 @@ int fsops_release(struct fsops_handles *h, uint64_t id);
 ssize_t fsops_read(struct fsops_handles *h, uint64_t id, uint64_t offset, void *buf, size_t size);
 
 /**
+ * Clear S_ISUID, and S_ISGID where S_IXGRP is set, of the regular file
+ * handle @p id has open (wsb_suidgid_kill_bits()), as a write, truncate or
+ * open(O_TRUNC) by a process without CAP_FSETID does: agentd may have that
+ * capability, the client's writer (FUSE_WRITE_KILL_SUIDGID and its kin)
+ * had not. Returns 1 when it cleared bits, 0 when there were none, or
+ * -errno (-EBADF for an unknown id; fchmod(2)'s, -EPERM when agentd owns
+ * neither the file nor CAP_FOWNER). Any thread.
+ */
+int fsops_kill_suidgid(struct fsops_handles *h, uint64_t id);
+
+/**
  * Write @p len bytes of @p data at byte @p offset of handle @p id: pwrite(2),
  * or write(2) at the end of the file for a handle opened with O_APPEND
  * (offset ignored). Loops over short writes. Returns the byte count written
@@ -289,6 +300,9 @@ enum {
 
 struct fsops_setattr {
 	unsigned valid;       /**< OR of FSOPS_SET_* */
+	/** With FSOPS_SET_SIZE: as fsops_kill_suidgid() after it; its
+	 *  failure fails nothing (only the bits are at stake). */
+	bool kill_suidgid;
 	mode_t mode;          /**< permission bits (07777) */
 	uid_t uid;
 	gid_t gid;

@@ -585,6 +585,17 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		return fail_path(call, r, "open", &q->path);
 	if (q->reopen)
 		fsops_fident(&ad->root, ad->handles, id, &ident);
+	/* After O_TRUNC: open(2) by the host's process would have cleared
+	 * them (proto OpenRequest.kill_suidgid). A failure leaves the open
+	 * standing, as the truncation it follows. */
+	if (q->kill_suidgid && q->truncate && S_ISREG(st.st_mode)) {
+		int k = fsops_kill_suidgid(ad->handles, id);
+
+		if (k > 0 && fsops_fstat(ad->handles, id, &st) == 0)
+			rep.suidgid_killed = true;
+		else if (k < 0)
+			wsb_debug("open: clearing set-ID bits after O_TRUNC: %s", strerror(-k));
+	}
 	attr_from_stat(&a, &st);
 	attr_set_ident(&a, &ident);
 	rep.handle = id;
@@ -732,6 +743,18 @@ static void do_write(struct rpc_call *call, const ProtobufCMessage *req, void *d
 			   q->setattr_after->valid);
 		return;
 	}
+	/* Before the write, as the kernel does (file_remove_privs()); a
+	 * failure (agentd owns neither file nor CAP_FOWNER) leaves the write
+	 * to be made, as only the bits are at stake. */
+	if (q->kill_suidgid && q->data.len > 0) {
+		int k = fsops_kill_suidgid(ad->handles, q->handle);
+
+		if (k == -EBADF)
+			return fail_handle(call, k, "write", q->handle);
+		if (k < 0)
+			wsb_debug("write: clearing set-ID bits: %s", strerror(-k));
+		rep.suidgid_killed = k > 0;
+	}
 	n = fsops_write(ad->handles, q->handle, q->offset, q->data.data, q->data.len, &st);
 	if (n < 0)
 		return fail_handle(call, (int)n, "write", q->handle);
@@ -822,6 +845,7 @@ static void do_setattr(struct rpc_call *call, const ProtobufCMessage *req, void 
 			   q->valid);
 		return;
 	}
+	sa.kill_suidgid = q->kill_suidgid;
 	r = fsops_setattr(&ad->root, ad->handles, q->path.data, q->path.len, q->handle, &sa, &st);
 	if (r < 0) {
 		if (q->handle)

@@ -47,6 +47,8 @@
 
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <linux/fuse.h>
+#include <sys/uio.h>
 
 #include "fs.h"
 #include "wsbridge.pb-c.h"
@@ -1676,6 +1678,139 @@ static int file_stat(struct wsfs *fs, struct wsfs_file *f, struct stat *st)
 	return r;
 }
 
+/*
+ * After a call that asked agentd to clear the set-ID bits (kill_suidgid) of
+ * the file @f has open (node @ino) and answered with its mode @mode: an
+ * agentd from before the field left bits wsb_suidgid_kill_bits() names,
+ * so a SetAttr on the handle clears them. Returns true when it sent one
+ * (what the call's reply said is stale then; the kept attributes are
+ * dropped), false when no bits were left. Its failure fails nothing, as
+ * agentd's own attempt. Any FUSE request thread, or gb_main().
+ */
+static bool kill_left(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, mode_t mode)
+{
+	Wsbridge__V1__SetAttrRequest q = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	struct hslot s = { f, &q.handle, false };
+	unsigned kill = wsb_suidgid_kill_bits(mode);
+
+	if (!kill)
+		return false;
+	q.valid = WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
+	q.mode = mode & 07777 & ~kill;
+	(void)file_rpc(fs, &s, 1, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
+		       &rep);
+	free_reply(rep);
+	mutated(fs);
+	node_attr_drop(fs->nodes, ino);
+	return true;
+}
+
+/* ---- the kernel's requests as read: FUSE_HANDLE_KILLPRIV_V2 ----
+ *
+ * Without FUSE_HANDLE_KILLPRIV_V2 the kernel asks GETXATTR
+ * security.capability before every write(2) to a file (fs/inode.c
+ * file_remove_privs(): a FUSE inode never gets S_NOSEC) and GETATTR before
+ * every chown (fs/fuse/dir.c fuse_setattr()): a round trip each, half of
+ * those a run of 4 KiB writes makes. With it the superblock is SB_NOSEC
+ * (fs/fuse/inode.c process_init_reply()), the kernel asks once per inode,
+ * and the server clears the set-ID bits itself: the kernel flags a write,
+ * an O_TRUNC open or create and a truncate by a process without
+ * CAP_FSETID (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID,
+ * FATTR_KILL_SUIDGID; FUSE protocol 7.33) and agentd clears them
+ * (proto kill_suidgid), as its own write in the pod does not when agentd
+ * has CAP_FSETID. A chown's FATTR_KILL_SUIDGID needs nothing: the pod's
+ * chown(2) clears them for any caller. File capabilities: agentd's write,
+ * truncate and chown in the pod remove security.capability themselves.
+ * One case differs from a local file: S_ISGID without S_IXGRP, which
+ * Linux 6.2 and later also clears for a writer outside the file's group;
+ * agentd does not know the writer's groups and keeps it.
+ *
+ * libfuse 3.14 negotiates neither the flag nor passes the request flags
+ * on; through fuse_session_custom_io(), io_read() sees each request as read
+ * from /dev/fuse, before libfuse handles it on the same thread, and
+ * io_writev() adds the flag to INIT's reply when the kernel offered it.
+ */
+
+/* The request this thread read last asks to clear set-ID bits. */
+static __thread bool req_kill_suidgid;
+
+/* fuse_custom_io.read: read(2) of /dev/fuse (-1 and errno on failure, as
+ * libfuse expects), noting what libfuse 3.14 drops. Worker threads. */
+static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
+{
+	struct wsfs *fs = userdata;
+	const struct fuse_in_header *h = buf;
+	ssize_t n = read(fd, buf, len);
+	size_t got = n > 0 ? (size_t)n : 0, arg = sizeof(*h);
+
+	req_kill_suidgid = false;
+	if (got < sizeof(*h))
+		return n;
+	switch (h->opcode) {
+	case FUSE_WRITE:
+		if (got >= arg + offsetof(struct fuse_write_in, lock_owner))
+			req_kill_suidgid = ((const struct fuse_write_in *)(h + 1))->write_flags &
+					   FUSE_WRITE_KILL_SUIDGID;
+		break;
+	case FUSE_OPEN:
+		if (got >= arg + sizeof(struct fuse_open_in))
+			req_kill_suidgid = ((const struct fuse_open_in *)(h + 1))->open_flags &
+					   FUSE_OPEN_KILL_SUIDGID;
+		break;
+	case FUSE_CREATE:
+		if (got >= arg + sizeof(struct fuse_create_in))
+			req_kill_suidgid = ((const struct fuse_create_in *)(h + 1))->open_flags &
+					   FUSE_OPEN_KILL_SUIDGID;
+		break;
+	case FUSE_INIT:
+		if (got >= arg + offsetof(struct fuse_init_in, flags) + sizeof(uint32_t) &&
+		    (((const struct fuse_init_in *)(h + 1))->flags & FUSE_HANDLE_KILLPRIV_V2))
+			atomic_store(&fs->init_unique, h->unique);
+		break;
+	default:
+		break;
+	}
+	return n;
+}
+
+/* fuse_custom_io.writev: writev(2) to /dev/fuse; INIT's reply gains
+ * FUSE_HANDLE_KILLPRIV_V2 when the kernel offered it. Worker threads (and
+ * notifications: any thread). */
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	struct wsfs *fs = userdata;
+	const struct fuse_out_header *oh = count > 0 ? iov[0].iov_base : NULL;
+	uint64_t init = atomic_load(&fs->init_unique);
+
+	if (init && oh && iov[0].iov_len >= sizeof(*oh) && oh->unique == init &&
+	    oh->error == 0 && count == 2 &&
+	    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t) &&
+	    iov[1].iov_len <= sizeof(struct fuse_init_out) + 64) {
+		unsigned char out[sizeof(struct fuse_init_out) + 64];
+		struct iovec v[2] = { iov[0], { out, iov[1].iov_len } };
+		uint32_t flags;
+
+		memcpy(out, iov[1].iov_base, iov[1].iov_len);
+		memcpy(&flags, out + offsetof(struct fuse_init_out, flags), sizeof(flags));
+		flags |= FUSE_HANDLE_KILLPRIV_V2;
+		memcpy(out + offsetof(struct fuse_init_out, flags), &flags, sizeof(flags));
+		atomic_store(&fs->init_unique, 0);
+		return writev(fd, v, 2);
+	}
+	return writev(fd, iov, count);
+}
+
+int wsfs_io_attach(struct wsfs *fs, struct fuse_session *se)
+{
+	static const struct fuse_custom_io io = { .read = io_read, .writev = io_writev };
+	int r;
+
+	/* libfuse hands fuse_custom_io the session's userdata: @fs. */
+	r = fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	return r < 0 ? r : 0;
+}
+
 /* ---- init / destroy ---- */
 
 static void ws_init(void *userdata, struct fuse_conn_info *conn)
@@ -3000,6 +3135,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	char *path = NULL;
 	size_t len;
+	bool kill;
 	int r;
 
 	/*
@@ -3014,6 +3150,12 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	 */
 	if ((to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && (to_set & FUSE_SET_ATTR_MODE))
 		to_set &= ~FUSE_SET_ATTR_MODE;
+	/* FATTR_KILL_SUIDGID (FUSE_HANDLE_KILLPRIV_V2: fs.c "the kernel's
+	 * requests as read"; libfuse 3.14 passes the bit on, under the name
+	 * FUSE_SET_ATTR_KILL_SUID): with a size, agentd clears the set-ID
+	 * bits after truncating; a chown's needs nothing, as above. */
+	kill = (to_set & FATTR_KILL_SUIDGID) && (to_set & FUSE_SET_ATTR_SIZE);
+	to_set &= ~FATTR_KILL_SUIDGID;
 	/* Gathered writes of the file stay: the SETATTR goes after them
 	 * (sab_defer(), gb_send()); any other request sends them first. */
 	wb_wait_sent(fs);
@@ -3055,6 +3197,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
 		q.size = (uint64_t)attr->st_size;
+		q.kill_suidgid = kill;
 		node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
@@ -3142,6 +3285,24 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		else
 			r = rpc(fs, M("SetAttr"), &q.base, &wsbridge__v1__attr_reply__descriptor,
 				&rep);
+	}
+	if (r == 0 && q.kill_suidgid && rep->attr && wsb_suidgid_kill_bits(rep->attr->mode)) {
+		/* An agentd from before kill_suidgid left them: a call of
+		 * its own, on the same handle or path. */
+		Wsbridge__V1__SetAttrRequest k = WSBRIDGE__V1__SET_ATTR_REQUEST__INIT;
+		Wsbridge__V1__AttrReply *krep = NULL;
+
+		k.path = q.path;
+		k.handle = q.handle;
+		k.valid = WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__MODE;
+		k.mode = rep->attr->mode & 07777 & ~wsb_suidgid_kill_bits(rep->attr->mode);
+		if (rpc(fs, M("SetAttr"), &k.base, &wsbridge__v1__attr_reply__descriptor, &krep) == 0 &&
+		    krep->attr) {
+			free_reply(rep);
+			rep = krep;
+		} else {
+			free_reply(krep);
+		}
 	}
 	gen = mutated(fs);
 	if (to_set & FUSE_SET_ATTR_SIZE)
@@ -3870,6 +4031,7 @@ static void ws_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * table keeps it: node_pin_get()). */
 	uint64_t pin = 0;
 	struct node_fh *other;
+	bool kill = req_kill_suidgid; /* before a wait: this thread's request */
 
 	wb_wait(fs);
 	/* Opens of one inode one at a time (open_own()): a retry that finds no
@@ -3939,6 +4101,7 @@ again:
 	q.path = q.reopen ? bin("\0", 1) : bin(path, len);
 	q.access = access_of(fi->flags);
 	q.truncate = fi->flags & O_TRUNC;
+	q.kill_suidgid = q.truncate && kill;
 	q.append = fi->flags & O_APPEND;
 	q.nofollow = true;
 	/* Reading a file whose contents this mount has not seen: bring the
@@ -4061,6 +4224,11 @@ again:
 		release_handle(fs, rep->handle);
 	if (r == 0 && !replaced)
 		attr_keep(fs, ino, aver0, at0, rep->attr); /* after Open's read */
+	/* The kernel keeps its mode across an O_TRUNC open (fs/fuse/file.c
+	 * fuse_finish_open()): it asks anew (attributes only). */
+	if (r == 0 && q.kill_suidgid &&
+	    (rep->suidgid_killed || kill_left(fs, file_of(fi), ino, st.st_mode)) && fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	if (r == 0 && q.truncate)
 		node_ksize_lower(fs->nodes, ino, 0); /* the kernel's i_size (atomic_o_trunc) */
 	if (r == 0 && replaced && fs->se) {
@@ -4162,6 +4330,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	q.create = true;
 	q.exclusive = fi->flags & O_EXCL;
 	q.truncate = fi->flags & O_TRUNC;
+	q.kill_suidgid = q.truncate && req_kill_suidgid;
 	q.append = fi->flags & O_APPEND;
 	q.nofollow = true;
 	q.mode = mode & 07777;
@@ -4199,6 +4368,10 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		node_forget(fs->nodes, id, 1);
 		goto out;
 	}
+	/* An O_TRUNC create of a file that was there; the reply carries
+	 * the mode. */
+	if (q.kill_suidgid && rep->existed && kill_left(fs, file_of(fi), id, e.attr.st_mode))
+		e.attr.st_mode &= ~(mode_t)wsb_suidgid_kill_bits(e.attr.st_mode);
 	/* A file made now: what GETATTR answers, and a SETATTR kept behind
 	 * (sab_defer()) starts from, until its first write is sent. Only the
 	 * create's own bump of mgen (known_update()) between. */
@@ -4680,7 +4853,9 @@ static int write_pos(struct wsfs *fs, struct wsfs_file *f, Wsbridge__V1__WriteRe
  * @timeout_ms each. @behind: the kernel was told already (write-behind or
  * gathered): a failure goes to every handle of the file (wb_error()) and
  * its pages are dropped, and a short write is carried on. @writepage: the
- * kernel's writeback of a mapping (fi->writepage). Keeps what the replies
+ * kernel's writeback of a mapping (fi->writepage). @kill: a writer without
+ * CAP_FSETID wrote some of it (FUSE_WRITE_KILL_SUIDGID): agentd clears the
+ * set-ID bits first, and the kernel's attributes go when it did. Keeps what the replies
  * say (own_keep(), node_seen_*). @after: a SETATTR kept behind (taken,
  * counted in sab_n) for agentd to make after the last Write, or NULL; then
  * *@after_r is 0 or -errno if agentd made it or tried, 1 if not (the
@@ -4689,8 +4864,9 @@ static int write_pos(struct wsfs *fs, struct wsfs_file *f, Wsbridge__V1__WriteRe
  * other writes (wb_begin() or wb_wait()).
  */
 static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const char *buf,
-		     size_t size, uint64_t off, bool behind, bool writepage, uint64_t timeout_ms,
-		     Wsbridge__V1__SetAttrRequest *after, int *after_r, size_t *done_out)
+		     size_t size, uint64_t off, bool behind, bool writepage, bool kill,
+		     uint64_t timeout_ms, Wsbridge__V1__SetAttrRequest *after, int *after_r,
+		     size_t *done_out)
 {
 	Wsbridge__V1__WriteRequest q = WSBRIDGE__V1__WRITE_REQUEST__INIT;
 	struct hslot s = { f, &q.handle, true };
@@ -4699,7 +4875,7 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 	 * holds no lock against one): this reply would lack it. One kept
 	 * after gen0 moves mgen itself. @after counts until it is done. */
 	unsigned sab0 = atomic_load(&fs->sab_n);
-	bool after_done = false, keep;
+	bool after_done = false, keep, killed = false;
 	size_t done = 0;
 	struct stat st;
 	bool have_st = false;
@@ -4719,6 +4895,7 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 
 		q.offset = off + done;
 		q.data = bin(buf + done, want);
+		q.kill_suidgid = kill;
 		q.setattr_after = done + want == size ? after : NULL;
 		if (writepage && f->append)
 			r = write_pos(fs, f, &q, &rep);
@@ -4729,6 +4906,7 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 			break;
 		n = rep->written < want ? rep->written : want;
 		done += n;
+		killed = killed || rep->suidgid_killed;
 		have_st = attr_to_stat(rep->attr, &st) == 0;
 		/* A Write reply carries no identity (Attr.btime_ns,
 		 * .generation): the handle's file's, so that the own record
@@ -4764,6 +4942,12 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 	 * the fstat after the write, would lack that part. */
 	keep = r == 0 && have_st && done == size &&
 	       (after_done ? *after_r == 0 && sab0 == 1 : sab0 == 0);
+	if (kill && have_st && done > 0 && kill_left(fs, f, ino, st.st_mode))
+		killed = true, keep = false;
+	/* The kernel keeps its mode across a write (fs/fuse/file.c): it asks
+	 * anew (attributes only, no page lock: safe inside a WRITE). */
+	if (killed && fs->se)
+		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	own_keep(fs, ino, keep ? &st : NULL, gen0, gen, oseq0);
 	if ((f->direct_io && !writepage) || (behind && r < 0)) {
 		/* Not through the kernel's pages (O_APPEND, file_opened()), or
@@ -4852,6 +5036,7 @@ struct wsfs_gather {
 	bool begun;       /* ... and holds its write-behind slot */
 	bool folded;      /* a change kept behind sets mtime after it (gb_fold()) */
 	bool told;        /* the kernel was told the size it makes (gb_attr()) */
+	bool kill;        /* a write in it asked to clear set-ID bits */
 };
 
 /* Whether run @g may take its write-behind slot now: every older run of
@@ -5004,8 +5189,8 @@ static void gb_send(struct wsfs *fs, struct wsfs_gather *g, fuse_req_t req, size
 	 * round trip for both. */
 	if (solo && atomic_load(&fs->sab_n) > 0)
 		after = sab_take_node(fs, g->id, g->seq, &so);
-	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, wb_timeout_ms(fs),
-			after ? &after->q : NULL, &after_r, &done);
+	(void)write_out(fs, g->f, g->id, g->buf, g->len, g->off, true, false, g->kill,
+			wb_timeout_ms(fs), after ? &after->q : NULL, &after_r, &done);
 	wb_end(fs, wseq);
 	if (after) {
 		if (after_r <= 0)
@@ -5226,7 +5411,7 @@ void wsfs_send_behind(struct wsfs *fs)
  * thread.
  */
 static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const char *buf,
-		   size_t size, uint64_t off, bool may_start, struct wsfs_gather **full)
+		   size_t size, uint64_t off, bool may_start, bool kill, struct wsfs_gather **full)
 {
 	struct wsfs_gather *g;
 	bool kick;
@@ -5258,6 +5443,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 		memcpy(g->buf + g->len, buf, size);
 		g->len += size;
 		g->folded = false;
+		g->kill = g->kill || kill;
 		pthread_mutex_unlock(&fs->gb_lock);
 		return true;
 	}
@@ -5278,6 +5464,7 @@ static bool gb_add(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t id, const ch
 	memcpy(g->buf, buf, size);
 	g->len = size;
 	g->off = off;
+	g->kill = kill;
 	g->id = id;
 	g->f = f;
 	node_fh_ref(fs->nodes, &f->link);
@@ -5309,6 +5496,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	struct wsfs_file *f = file_of(fi);
 	/* Write-behind (above): libfuse keeps @buf until this returns. */
 	bool behind = fs->cfg.write_behind > 0 && !fi->writepage && !f->append && !f->direct_io;
+	bool kill = req_kill_suidgid && !fi->writepage;
 	bool sequential, first;
 	uint32_t timeout_ms = fs->cfg.rpc_timeout_ms;
 	uint64_t wseq = 0;
@@ -5347,7 +5535,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (behind) {
 		struct wsfs_gather *full;
 
-		if (gb_add(fs, f, ino, buf, size, (uint64_t)off, sequential || first, &full)) {
+		if (gb_add(fs, f, ino, buf, size, (uint64_t)off, sequential || first, kill, &full)) {
 			if (full)
 				gb_send(fs, full, req, size);
 			else
@@ -5366,8 +5554,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	} else {
 		wb_wait(fs);
 	}
-	r = write_out(fs, f, ino, buf, size, (uint64_t)off, behind, fi->writepage, timeout_ms,
-		      NULL, NULL, &done);
+	r = write_out(fs, f, ino, buf, size, (uint64_t)off, behind, fi->writepage, kill,
+		      timeout_ms, NULL, NULL, &done);
 	if (behind)
 		wb_end(fs, wseq);
 	else if (r < 0 && done == 0)

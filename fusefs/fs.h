@@ -244,6 +244,9 @@ struct wsfs {
 	/** O_WRONLY|O_APPEND opens use FOPEN_DIRECT_IO (kernel FUSE >= 7.39,
 	 * file_opened()); set by init, read-only after. */
 	bool direct_append;
+	/** The unique of INIT when the kernel offered FUSE_HANDLE_KILLPRIV_V2,
+	 * until its reply took the flag; 0 otherwise (fs.c io_read()). */
+	atomic_uint_fast64_t init_unique;
 
 	/* Long calls and their pinger thread (fs.c "Long calls"); protected
 	 * by ping_lock. */
@@ -402,6 +405,16 @@ extern const struct fuse_lowlevel_ops wsfs_ll_ops;
  * (copied). Starts no thread. Returns 0 and sets *ret, or -ENOMEM.
  */
 int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret);
+
+/**
+ * Make session @p se (mounted: fuse_session_mount()) read and write
+ * /dev/fuse through fs.c's hooks (fuse_session_custom_io(), libfuse 3.14),
+ * which negotiate FUSE_HANDLE_KILLPRIV_V2 and pass the requests' set-ID
+ * flags on (fs.c "the kernel's requests as read"). @p se's userdata must
+ * be @p fs. Returns 0, or -errno (-ENOMEM) with @p se left as it was. Call
+ * before the session loop.
+ */
+int wsfs_io_attach(struct wsfs *fs, struct fuse_session *se);
 
 /** Free @p fs (the monitor must be stopped). NULL is a no-op. */
 void wsfs_free(struct wsfs *fs);

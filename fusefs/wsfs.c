@@ -734,6 +734,10 @@ int main(int argc, char **argv)
 		fuse_remove_signal_handlers(se);
 		goto out;
 	}
+	r = wsfs_io_attach(fs, se);
+	if (r < 0)
+		wsb_warn("cannot hook /dev/fuse (%s): the kernel asks about "
+			 "security.capability before each write", strerror(-r));
 	(void)wsfs_conn_open(fs);
 	r = wsfs_gather_start(fs);
 	if (r == 0)

@@ -177,6 +177,24 @@ void wsb_time_to_wire(const struct timespec *ts, int64_t *ns, int64_t *s, uint32
  */
 struct timespec wsb_time_of_wire(int64_t ns, int64_t s, uint32_t nsec);
 
+/**
+ * The bits of file mode @p mode that a write, truncate or open(O_TRUNC)
+ * by a process without CAP_FSETID clears: S_ISUID, and S_ISGID where
+ * S_IXGRP is set (S_ISGID alone marks mandatory locking); none for a file
+ * that is not regular. Rule: Linux fs/attr.c setattr_should_drop_suidgid()
+ * and fs/inode.c file_remove_privs(). Pure; any thread.
+ */
+static inline unsigned wsb_suidgid_kill_bits(unsigned mode)
+{
+	unsigned kill = mode & 04000u;
+
+	if ((mode & 0170000u) != 0100000u) /* S_IFMT, S_IFREG */
+		return 0;
+	if ((mode & 02010u) == 02010u) /* S_ISGID | S_IXGRP */
+		kill |= 02000u;
+	return kill;
+}
+
 /** Whether a peer's @p nsec can be a time's nanoseconds (below 10^9). */
 static inline bool wsb_time_wire_ok(uint32_t nsec)
 {

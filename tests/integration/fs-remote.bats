@@ -2084,6 +2084,58 @@ PY
 }
 
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
+@test "A1: small and large writes, truncate, ftruncate and O_TRUNC by a writer without CAP_FSETID clear set-ID bits as on ext4; a writer with it keeps them" {
+	local d n local_dir="$BATS_TEST_TMPDIR/local"
+	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir -p "$local_dir"
+	for d in "$MNT" "$local_dir"; do
+		for n in small big trunc ftrunc otrunc creat root; do
+			printf 'x\n' >"$d/$n"
+			chmod 6755 "$d/$n"
+		done
+		# Set-group-ID without group execute: kept for a writer in the
+		# file's group (fs/attr.c setattr_should_drop_sgid).
+		printf 'x\n' >"$d/nox"
+		chmod 2644 "$d/nox"
+		# Small writes are gathered and sent by close, 1 MiB ones sent
+		# behind the write: both paths carry the request's flag.
+		setpriv --bounding-set=-fsetid -- "$PY" - "$d" <<-'EOF'
+		import os, sys
+		d = sys.argv[1]
+		fd = os.open(d + "/small", os.O_WRONLY)
+		for i in range(100):
+		    os.pwrite(fd, b"0123456789", 10 * i)
+		os.close(fd)
+		fd = os.open(d + "/big", os.O_WRONLY)
+		for i in range(3):
+		    os.write(fd, b"b" * (1 << 20))
+		os.close(fd)
+		os.truncate(d + "/trunc", 1)
+		fd = os.open(d + "/ftrunc", os.O_WRONLY)
+		os.ftruncate(fd, 1)
+		os.close(fd)
+		os.close(os.open(d + "/otrunc", os.O_WRONLY | os.O_TRUNC))
+		os.close(os.open(d + "/creat", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+		fd = os.open(d + "/nox", os.O_WRONLY | os.O_APPEND)
+		os.write(fd, b"y")
+		os.close(fd)
+		EOF
+		printf y >>"$d/root"
+	done
+	for n in small big trunc ftrunc otrunc creat; do
+		assert_eq "$(stat -c %a "$local_dir/$n")" 755 "local mode of $n"
+	done
+	for n in small big trunc ftrunc otrunc creat nox root; do
+		assert_eq "$(stat -c %a "$MNT/$n")" "$(stat -c %a "$local_dir/$n")" "mount mode of $n"
+		assert_eq "$(stat -c %a "$ROOT/$n")" "$(stat -c %a "$local_dir/$n")" "POD mode of $n"
+		cmp "$ROOT/$n" "$local_dir/$n"
+	done
+	assert_eq "$(stat -c %a "$local_dir/root")" 6755 "local mode after root's append"
+}
+
+# shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "A2: a descriptor writes on after another closed, with no write permission left and agentd not root" {
 	local d
 	wsb_runsc && skip "agentd runs as root in the sandbox here"

@@ -37,6 +37,7 @@
 #include <cmocka.h>
 
 #include "fsops.h"
+#include "wsb.h"
 #include "resolve.h"
 
 static const bool use_openat2 = true;
@@ -1495,6 +1496,51 @@ static void test_birth_no_statx(void **state)
 		#t " walk", t, setup, teardown, (void *)&use_walk                    \
 	}
 
+/* A writer without CAP_FSETID (FUSE_HANDLE_KILLPRIV_V2): S_ISUID goes,
+ * S_ISGID with S_IXGRP goes, S_ISGID alone and the rest stay; by handle,
+ * and after a truncate by path or by handle. */
+static void test_kill_suidgid(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_setattr sa = { .valid = FSOPS_SET_SIZE, .size = 2, .kill_suidgid = true,
+				    .atime = { 0, UTIME_OMIT }, .mtime = { 0, UTIME_OMIT } };
+	char p[300];
+	struct stat st;
+	uint64_t id;
+
+	assert_int_equal(wsb_suidgid_kill_bits(S_IFREG | 06755), 06000);
+	assert_int_equal(wsb_suidgid_kill_bits(S_IFREG | 04700), 04000);
+	assert_int_equal(wsb_suidgid_kill_bits(S_IFREG | 02644), 0);
+	assert_int_equal(wsb_suidgid_kill_bits(S_IFREG | 03675), 02000);
+	assert_int_equal(wsb_suidgid_kill_bits(S_IFDIR | 06755), 0);
+
+	snprintf(p, sizeof(p), "%s/f", fx->rootdir);
+	assert_int_equal(chmod(p, 07755), 0);
+	assert_int_equal(fsops_open(&fx->root, fx->h, 0, P("f"), O_WRONLY, 0, &id, NULL, NULL,
+				    NULL), 0);
+	assert_int_equal(fsops_kill_suidgid(fx->h, id), 1);
+	assert_int_equal(lstat_at(fx->rootdir, "f").st_mode & 07777, 01755);
+	assert_int_equal(fsops_kill_suidgid(fx->h, id), 0); /* none left */
+	assert_int_equal(fsops_kill_suidgid(fx->h, id + 1000), -EBADF);
+	/* after a truncate through the handle */
+	assert_int_equal(chmod(p, 06711), 0);
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, NULL, 0, id, &sa, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0711);
+	assert_int_equal(st.st_size, 2);
+	assert_int_equal(fsops_release(fx->h, id), 0);
+	/* by path; S_ISGID without S_IXGRP stays */
+	assert_int_equal(chmod(p, 06701), 0);
+	sa.size = 1;
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("f"), 0, &sa, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 02701);
+	assert_int_equal(lstat_at(fx->rootdir, "f").st_size, 1);
+	/* without the flag, nothing goes */
+	assert_int_equal(chmod(p, 06755), 0);
+	sa.kill_suidgid = false;
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("f"), 0, &sa, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 06755);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1507,6 +1553,7 @@ int main(void)
 		BOTH(test_rename_flags),
 		BOTH(test_trailing_slash),
 		BOTH(test_setattr_symlink_nofollow),
+		BOTH(test_kill_suidgid),
 		BOTH(test_create_modes),
 		BOTH(test_links),
 		BOTH(test_xattr_nofollow),
