@@ -827,8 +827,10 @@ static uint64_t reply_node(fuse_req_t req, struct wsfs *fs, uint64_t id, const s
 	e.attr = *st;
 	e.attr_timeout = t.attr;
 	e.entry_timeout = t.entry;
-	if (S_ISREG(st->st_mode))
+	if (S_ISREG(st->st_mode)) {
 		(void)node_ksize_told(fs->nodes, id, st->st_size);
+		node_told_set(fs->nodes, id, st);
+	}
 	if (empty)
 		known_begin(fs, id, seq0);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
@@ -2514,6 +2516,26 @@ static int attr_fits(struct wsfs *fs, fuse_ino_t ino, const struct stat *st)
 static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, off_t size);
 
 /*
+ * Outage attributes. While agentd is away (C1), a GETATTR fails with
+ * ENOTCONN; a process polling a descriptor with fstat(2) then gives up
+ * the file (tail -f: "no files remaining"), though the file is fine and
+ * nothing changed that the mount could know of. So the attributes the
+ * kernel was last told of a regular file the mount holds open
+ * (node_told_set() at every entry and attribute reply) answer a GETATTR
+ * of it that failed so, with no caching (attr_timeout 0: it asks again
+ * each time, and agentd's answer once it is back): the file shows as it
+ * was. Not for a file the mount wrote, truncated or allocated, whose size
+ * the kernel may hold from its own writes (node_told_get()); a read or
+ * anything else still fails.
+ */
+static void reply_attr(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino, const struct stat *st,
+		       double ttl)
+{
+	node_told_set(fs->nodes, ino, st);
+	fuse_reply_attr(req, st, ttl);
+}
+
+/*
  * Answer GETATTR of @ino (asked at @t0_ns) with @st. When a watch
  * invalidation of the inode crosses the reply, the kernel drops the
  * reply's attributes (fs/fuse/inode.c fuse_change_attributes(): the
@@ -2565,7 +2587,7 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 	}
 	if (f && (grew || (at && at >= t0_ns - WSFS_CROSS_NS)))
 		isize_cover(fs, ino, f, st->st_size);
-	fuse_reply_attr(req, st, ttl);
+	reply_attr(fs, req, ino, st, ttl);
 	if (f) {
 		int64_t at2 = node_noted(fs->nodes, ino, NULL);
 
@@ -2597,13 +2619,13 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	first_request(fs);
 	if (own_attr(fs, ino, &st) && gb_attr(fs, ino, &st, false) &&
 	    attr_fits(fs, ino, &st) == 0) {
-		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		reply_attr(fs, req, ino, &st, fs->cfg.attr_timeout);
 		return;
 	}
 	if (atomic_load(&fs->gb_n) > 0) {
 		wb_wait_writes(fs);
 		if (own_attr(fs, ino, &st) && attr_fits(fs, ino, &st) == 0) {
-			fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+			reply_attr(fs, req, ino, &st, fs->cfg.attr_timeout);
 			return;
 		}
 	}
@@ -2613,7 +2635,7 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	if (node_gone_get(fs->nodes, ino, &st)) {
-		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		reply_attr(fs, req, ino, &st, fs->cfg.attr_timeout);
 		return;
 	}
 	r = node_stat(fs, ino, fi, &st);
@@ -2636,6 +2658,16 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		 * its listing ends; ESTALE, path_of()'s, would reach the
 		 * caller, which has no path to look up again. */
 		r = -ENOENT;
+	}
+	if ((r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down))) &&
+	    node_told_get(fs->nodes, ino, &st)) {
+		int64_t k = node_ksize(fs->nodes, ino);
+
+		/* A store may have grown the kernel's i_size past it. */
+		if (k > st.st_size)
+			st.st_size = k;
+		fuse_reply_attr(req, &st, 0);
+		return;
 	}
 	if (r < 0) {
 		reply_err(req, r);
@@ -3160,7 +3192,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	 * (sab_defer(), gb_send()); any other request sends them first. */
 	wb_wait_sent(fs);
 	if (sab_defer(fs, ino, attr, to_set, &st, &taken0)) {
-		fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+		reply_attr(fs, req, ino, &st, fs->cfg.attr_timeout);
 		sab_told(fs, ino, taken0);
 		return;
 	}
@@ -3169,7 +3201,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		 * then the change may wait for close. */
 		wb_wait_writes(fs);
 		if (sab_defer(fs, ino, attr, to_set, &st, &taken0)) {
-			fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+			reply_attr(fs, req, ino, &st, fs->cfg.attr_timeout);
 			sab_told(fs, ino, taken0);
 			return;
 		}
@@ -3341,7 +3373,7 @@ out:
 	if (r < 0)
 		reply_err(req, r);
 	else
-		fuse_reply_attr(req, &st, ttl_for(fs, seq0, &st).attr);
+		reply_attr(fs, req, ino, &st, ttl_for(fs, seq0, &st).attr);
 	free(path);
 	free_reply(rep);
 }
@@ -4380,6 +4412,7 @@ static void ws_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	file_of(fi)->created = !rep->existed;
 	file_of(fi)->owner = (uint32_t)e.attr.st_uid;
 	(void)node_ksize_told(fs->nodes, id, e.attr.st_size);
+	node_told_set(fs->nodes, id, &e.attr);
 	{
 		struct ttl t = ttl_for(fs, seq0, &e.attr);
 
@@ -6249,8 +6282,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					e.attr_timeout = t.attr;
 					e.entry_timeout = t.entry;
 					ids[n_ids++] = id;
-					if (S_ISREG(st->st_mode))
+					if (S_ISREG(st->st_mode)) {
 						(void)node_ksize_told(fs->nodes, id, st->st_size);
+						node_told_set(fs->nodes, id, st);
+					}
 				}
 			}
 			fuse_add_direntry_plus(req, buf + used, size - used, name, &e,

@@ -54,6 +54,7 @@ struct node {
 	struct node_own *own;  /* node_own_set(), or NULL */
 	struct node_attr *attr; /* node_attr_put(), or NULL */
 	struct stat *gone;      /* node_gone_set(): a removed directory's, or NULL */
+	struct stat *told;      /* node_told_set(), or NULL */
 	uint64_t aver;         /* t->attr_clock at the last attr_drop() */
 	struct node_fh *files; /* open files, most recent first */
 	unsigned n_files;
@@ -604,6 +605,7 @@ static void maybe_free(struct node_table *t, struct node *n)
 		free(n->own);
 		free(n->attr);
 		free(n->gone);
+		free(n->told);
 		kept_free(t, n);
 		free(n);
 		n = next;
@@ -722,6 +724,7 @@ void node_table_free(struct node_table *t)
 			free(n->own);
 			free(n->attr);
 			free(n->gone);
+			free(n->told);
 			free(n);
 		}
 	}
@@ -1776,6 +1779,36 @@ void node_gone_set(struct node_table *t, uint64_t id, const struct stat *st)
 			*n->gone = *st;
 	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+void node_told_set(struct node_table *t, uint64_t id, const struct stat *st)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && S_ISREG(st->st_mode) && (n->told || n->n_files)) {
+		if (!n->told)
+			n->told = malloc(sizeof(*n->told));
+		if (n->told)
+			*n->told = *st;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret)
+{
+	struct node *n;
+	bool have = false;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->told && n->n_files && !n->wrote) {
+		*ret = *n->told;
+		have = true;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return have;
 }
 
 bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret)

@@ -674,6 +674,22 @@ void node_gone_set(struct node_table *t, uint64_t id, const struct stat *st);
  * false when nothing was kept (or the node is named again). Any thread. */
 bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret);
 
+/**
+ * Note that the kernel was told @p st (copied) as node @p id's attributes
+ * (an entry or attribute reply): kept for a regular file while the mount
+ * has it open (from the first note made while a file is registered on
+ * it), for node_told_get(). Out of memory keeps nothing. Any thread.
+ */
+void node_told_set(struct node_table *t, uint64_t id, const struct stat *st);
+
+/**
+ * What node_told_set() kept for @p id into *@p ret, while a file is open on
+ * the node and the mount never wrote, truncated or allocated it
+ * (node_note(): the kernel's size may be its own then). Returns true then,
+ * else false. Any thread.
+ */
+bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret);
+
 /** Drop what is kept for @p id (a no-op for an unknown id). */
 void node_attr_drop(struct node_table *t, uint64_t id);
 

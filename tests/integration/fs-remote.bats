@@ -2388,6 +2388,31 @@ relay_up() {
 	no_problems
 }
 
+@test "C1: tail -f of a file goes on through an agentd restart: what the POD appends after it shows" {
+	wsb_runsc && skip "restarts agentd outside the sandbox"
+	local out=$BATS_TEST_TMPDIR/tail.out tp
+	up tcp
+	printf 'one\n' >"$ROOT/log"
+	tail -f "$MNT/log" >"$out" 2>"$BATS_TEST_TMPDIR/tail.err" &
+	tp=$!
+	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
+	WSB_PIDS+=("$tp")
+	poll_until 5 grep -q one "$out"
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	# tail(1) polls a file on FUSE with fstat(2) each second: several
+	# polls, beyond attr_timeout, while agentd is away.
+	sleep 3
+	agentd_start --root "$ROOT" --listen "$ADDR"
+	printf 'two\n' >>"$ROOT/log"
+	poll_until $((RPC_TIMEOUT + 5)) grep -q two "$out" ||
+		{ cat "$BATS_TEST_TMPDIR/tail.err" >&2; return 1; }
+	proc_alive "$tp"
+	assert_eq "$(cat "$out")" $'one\ntwo'
+	kill "$tp"
+	wait "$tp" 2>/dev/null || true
+}
+
 # holder_start PATH: run $BATS_TEST_TMPDIR/holder.py (the test wrote it)
 # on PATH, its stdin on the FIFO holder.in, which fd 7 holds open (a line
 # written there lets the script go on), its output in holder.out, which
@@ -2396,6 +2421,7 @@ holder_start() {
 	local holder=$BATS_TEST_TMPDIR/holder
 	mkfifo "$holder.in"
 	"$PY" "$holder.py" "$1" <"$holder.in" >"$holder.out" 2>&1 3>&- &
+	# shellcheck disable=SC2031 # WSB_PIDS is the test's global (a @test is no subshell)
 	WSB_PIDS+=("$!")
 	exec 7>"$holder.in"
 }

@@ -447,6 +447,37 @@ static void test_unlink_and_open_files(void **state)
 	assert_int_equal(node_count(t), 1);
 }
 
+/* What the kernel was told of a file, kept while the mount holds it open
+ * and has not written it (fs.c "Outage attributes"). */
+static void test_told(void **state)
+{
+	struct node_table *t = *state;
+	struct stat st = { .st_mode = S_IFREG | 0644, .st_size = 10 }, got;
+	struct node_fh fh;
+	uint64_t f = add(t, NODE_ROOT_ID, "log", 60, REG);
+
+	node_told_set(t, f, &st); /* not open: not kept */
+	assert_int_equal(node_fh_add(t, f, &fh), 0);
+	assert_false(node_told_get(t, f, &got));
+	node_told_set(t, f, &st);
+	st.st_size = 20;
+	node_told_set(t, f, &st); /* the last one counts */
+	assert_true(node_told_get(t, f, &got));
+	assert_int_equal(got.st_size, 20);
+	st.st_mode = S_IFDIR | 0755;
+	node_told_set(t, f, &st); /* only a regular file's */
+	assert_true(node_told_get(t, f, &got));
+	assert_int_equal(got.st_mode, S_IFREG | 0644);
+	(void)node_fh_put(t, &fh); /* closed: not answered for */
+	assert_false(node_told_get(t, f, &got));
+	assert_int_equal(node_fh_add(t, f, &fh), 0);
+	assert_true(node_told_get(t, f, &got));
+	node_note(t, f, 0, true); /* the mount wrote it: the kernel's own size */
+	assert_false(node_told_get(t, f, &got));
+	(void)node_fh_put(t, &fh);
+	assert_false(node_told_get(t, 999999, &got));
+}
+
 /* A node made without a name (a create whose directory lost its name):
  * reached by its id and open files only; freed by its forget and close. */
 static void test_new_detached(void **state)
@@ -1223,6 +1254,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kept, setup, teardown),
 		cmocka_unit_test(test_link_inside),
 		cmocka_unit_test_setup_teardown(test_unlink_and_open_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_new_detached, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ksize, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pins, setup, teardown),
