@@ -6225,9 +6225,35 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	} else {
 		/* Offset 0 (opendir, rewinddir), a change since, or not in
 		 * this handle's last reply: a fresh listing (a removed
-		 * directory fails ENOENT there, as getdents(2)). */
+		 * directory fails ENOENT there, as getdents(2)). A reader
+		 * part-way through the listing the handle holds when agentd
+		 * went away (the watch's loss moves node_attr_ver()) goes on
+		 * with it, as getdents(2) may give the names as of
+		 * opendir(3), rather than fail half-way. */
+		bool hold = pos != 0 && d->have && pos >= d->start && pos <= d->end;
+		struct wsfs_dir held = { .ents = d->ents, .n = d->n, .cap = d->cap, .aver = d->aver,
+					 .ngen = d->ngen, .start = d->start, .end = d->end };
+
+		if (hold) {
+			d->ents = NULL;
+			d->n = d->cap = 0;
+			d->have = false;
+		}
 		d->at_end = false;
 		r = dir_load(fs, ino, d);
+		if (hold && (r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down)))) {
+			dir_free(d);
+			d->ents = held.ents;
+			d->n = held.n;
+			d->cap = held.cap;
+			d->have = true;
+			d->aver = held.aver;
+			d->ngen = held.ngen;
+			d->end = held.end;
+			r = 0;
+		} else if (hold) {
+			dirents_free(held.ents, held.n);
+		}
 	}
 	d->start = pos;
 	i = pos < NODE_DIR_OFF_MIN ? 0 : dir_find(d, pos);

@@ -2413,6 +2413,39 @@ relay_up() {
 	wait "$tp" 2>/dev/null || true
 }
 
+@test "C1: a listing read half-way when agentd goes away reads to its end, every name once" {
+	wsb_runsc && skip "kills agentd outside the sandbox"
+	local fifo=$BATS_TEST_TMPDIR/go rp
+	up tcp
+	mkdir "$ROOT/big"
+	(cd "$ROOT/big" && seq -f "entry-with-a-longish-name-%05g" 1 3000 | xargs touch)
+	mkfifo "$fifo"
+	# readdir(3) asks the kernel 32 KiB at a time: 100 names come from
+	# the first of several READDIRPLUS replies.
+	"$PY" - "$MNT/big" "$fifo" >"$BATS_TEST_TMPDIR/names" 2>"$BATS_TEST_TMPDIR/err" <<-'EOF' &
+	import os, sys
+	it = os.scandir(sys.argv[1])
+	names = [next(it).name for _ in range(100)]
+	print("half", flush=True, file=sys.stderr)
+	open(sys.argv[2]).read()
+	names += [e.name for e in it]
+	print("\n".join(sorted(names)))
+	EOF
+	rp=$!
+	poll_until 10 grep -q half "$BATS_TEST_TMPDIR/err"
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	# wsfs finds agentd gone (it checks every 250 ms) and drops what the
+	# kernel caches of the workspace, the listing's pages too.
+	bounded_fail "cat" cat "$MNT/big/entry-with-a-longish-name-00001"
+	echo go >"$fifo"
+	wait "$rp" || { cat "$BATS_TEST_TMPDIR/err" >&2; return 1; }
+	assert_eq "$(wc -l <"$BATS_TEST_TMPDIR/names")" 3000 "names read"
+	assert_eq "$(sort -u "$BATS_TEST_TMPDIR/names" | wc -l)" 3000 "names read once"
+	agentd_start --root "$ROOT" --listen "$ADDR"
+	recovers "after restart: ls" bash -c '[ "$(ls "$1" | wc -l)" = 3000 ]' _ "$MNT/big"
+}
+
 # holder_start PATH: run $BATS_TEST_TMPDIR/holder.py (the test wrote it)
 # on PATH, its stdin on the FIFO holder.in, which fd 7 holds open (a line
 # written there lets the script go on), its output in holder.out, which
