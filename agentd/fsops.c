@@ -1067,7 +1067,7 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 		fd = e->fd;
 		if ((sa->valid & FSOPS_SET_SIZE) && ftruncate(fd, (off_t)sa->size) < 0)
 			goto fail_errno;
-		if ((sa->valid & FSOPS_SET_SIZE) && sa->kill_suidgid)
+		if (sa->kill_suidgid)
 			(void)kill_suidgid_fd(fd);
 		if ((sa->valid & FSOPS_SET_MODE) && fchmod(fd, sa->mode & 07777) < 0)
 			goto fail_errno;
@@ -1105,12 +1105,14 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 			goto out;
 		}
 		r = ftruncate(wfd, (off_t)sa->size) < 0 ? -errno : 0;
-		if (r == 0 && sa->kill_suidgid)
-			(void)kill_suidgid_fd(wfd);
 		close(wfd);
 		if (r < 0)
 			goto out;
 	}
+	if (sa->kill_suidgid && S_ISREG(st.st_mode) && fstat(fd, &st) == 0 &&
+	    wsb_suidgid_kill_bits(st.st_mode))
+		(void)chmod_opath(fd, st.st_mode,
+				  st.st_mode & 07777 & ~wsb_suidgid_kill_bits(st.st_mode));
 	if (sa->valid & FSOPS_SET_MODE) {
 		r = chmod_opath(fd, st.st_mode, sa->mode);
 		if (r < 0)

@@ -300,8 +300,8 @@ enum {
 
 struct fsops_setattr {
 	unsigned valid;       /**< OR of FSOPS_SET_* */
-	/** With FSOPS_SET_SIZE: as fsops_kill_suidgid() after it; its
-	 *  failure fails nothing (only the bits are at stake). */
+	/** As fsops_kill_suidgid(), after the size if any, before the rest;
+	 *  its failure fails nothing (only the bits are at stake). */
 	bool kill_suidgid;
 	mode_t mode;          /**< permission bits (07777) */
 	uid_t uid;

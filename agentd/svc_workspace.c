@@ -586,9 +586,10 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	if (q->reopen)
 		fsops_fident(&ad->root, ad->handles, id, &ident);
 	/* After O_TRUNC: open(2) by the host's process would have cleared
-	 * them (proto OpenRequest.kill_suidgid). A failure leaves the open
-	 * standing, as the truncation it follows. */
-	if (q->kill_suidgid && q->truncate && S_ISREG(st.st_mode)) {
+	 * them (proto OpenRequest.kill_suidgid); not for a file it created,
+	 * which nothing truncated (the kernel flags every O_TRUNC create). A
+	 * failure leaves the open standing, as the truncation it follows. */
+	if (q->kill_suidgid && q->truncate && !created && S_ISREG(st.st_mode)) {
 		int k = fsops_kill_suidgid(ad->handles, id);
 
 		if (k > 0 && fsops_fstat(ad->handles, id, &st) == 0)

@@ -1721,8 +1721,10 @@ static bool kill_left(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, mode
  * CAP_FSETID (FUSE_WRITE_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID,
  * FATTR_KILL_SUIDGID; FUSE protocol 7.33) and agentd clears them
  * (proto kill_suidgid), as its own write in the pod does not when agentd
- * has CAP_FSETID. A chown's FATTR_KILL_SUIDGID needs nothing: the pod's
- * chown(2) clears them for any caller. File capabilities: agentd's write,
+ * has CAP_FSETID; so does a SETATTR that sets nothing, the kernel's own
+ * request (before fallocate(2) and copy_file_range(2), ws_setattr()). A
+ * chown's FATTR_KILL_SUIDGID needs nothing: the pod's chown(2) clears
+ * them for any caller. File capabilities: agentd's write,
  * truncate and chown in the pod remove security.capability themselves.
  * One case differs from a local file: S_ISGID without S_IXGRP, which
  * Linux 6.2 and later also clears for a writer outside the file's group;
@@ -3182,12 +3184,22 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	 */
 	if ((to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && (to_set & FUSE_SET_ATTR_MODE))
 		to_set &= ~FUSE_SET_ATTR_MODE;
-	/* FATTR_KILL_SUIDGID (FUSE_HANDLE_KILLPRIV_V2: fs.c "the kernel's
+	/*
+	 * FATTR_KILL_SUIDGID (FUSE_HANDLE_KILLPRIV_V2: fs.c "the kernel's
 	 * requests as read"; libfuse 3.14 passes the bit on, under the name
 	 * FUSE_SET_ATTR_KILL_SUID): with a size, agentd clears the set-ID
-	 * bits after truncating; a chown's needs nothing, as above. */
+	 * bits after truncating; a chown's needs nothing, as above. A SETATTR
+	 * that sets nothing is the kernel's own request to clear them (fs/
+	 * fuse/dir.c fuse_setattr() drops ATTR_KILL_SUID and ATTR_KILL_SGID
+	 * and leaves them to the server): __remove_privs() for a writer
+	 * without CAP_FSETID before fallocate(2), copy_file_range(2) or a
+	 * write, and chown(2) to -1, -1 (utimensat(2) with both times
+	 * UTIME_OMIT returns before the file system).
+	 */
 	kill = (to_set & FATTR_KILL_SUIDGID) && (to_set & FUSE_SET_ATTR_SIZE);
 	to_set &= ~FATTR_KILL_SUIDGID;
+	if (to_set == 0)
+		kill = true;
 	/* Gathered writes of the file stay: the SETATTR goes after them
 	 * (sab_defer(), gb_send()); any other request sends them first. */
 	wb_wait_sent(fs);
@@ -3229,7 +3241,6 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		}
 		q.valid |= WSBRIDGE__V1__SET_ATTR_REQUEST__VALID__SIZE;
 		q.size = (uint64_t)attr->st_size;
-		q.kill_suidgid = kill;
 		node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
 	}
 	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
@@ -3240,6 +3251,7 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		set_time(&mt, to_set & FUSE_SET_ATTR_MTIME_NOW, &attr->st_mtim);
 		q.mtime = &mt;
 	}
+	q.kill_suidgid = kill;
 
 	r = node_info(fs->nodes, ino, &info);
 	if (r < 0)

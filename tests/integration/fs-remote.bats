@@ -2084,14 +2084,14 @@ PY
 }
 
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
-@test "A1: small and large writes, truncate, ftruncate and O_TRUNC by a writer without CAP_FSETID clear set-ID bits as on ext4; a writer with it keeps them" {
+@test "A1: writes, truncates, O_TRUNC, fallocate, copy_file_range and chown by a writer without CAP_FSETID clear set-ID bits as on ext4; a new file and a writer with it keep them" {
 	local d n local_dir="$BATS_TEST_TMPDIR/local"
 	command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
 	agentd_unix
 	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	mkdir -p "$local_dir"
 	for d in "$MNT" "$local_dir"; do
-		for n in small big trunc ftrunc otrunc creat root; do
+		for n in small big trunc ftrunc otrunc creat falloc cfr chown chown1 root; do
 			printf 'x\n' >"$d/$n"
 			chmod 6755 "$d/$n"
 		done
@@ -2118,16 +2118,31 @@ PY
 		os.close(fd)
 		os.close(os.open(d + "/otrunc", os.O_WRONLY | os.O_TRUNC))
 		os.close(os.open(d + "/creat", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+		fd = os.open(d + "/falloc", os.O_WRONLY)
+		os.posix_fallocate(fd, 0, 8192)
+		os.close(fd)
+		src = os.open(d + "/nox", os.O_RDONLY)
+		fd = os.open(d + "/cfr", os.O_WRONLY)
+		os.copy_file_range(src, fd, 2)
+		os.close(fd)
+		os.close(src)
+		os.chown(d + "/chown", -1, -1)
+		os.chown(d + "/chown1", 0, 0)
+		# Made now (FUSE_CREATE, flagged as any O_TRUNC create):
+		# nothing was truncated, nothing is cleared.
+		os.umask(0)
+		os.close(os.open(d + "/new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o6755))
 		fd = os.open(d + "/nox", os.O_WRONLY | os.O_APPEND)
 		os.write(fd, b"y")
 		os.close(fd)
 		EOF
 		printf y >>"$d/root"
 	done
-	for n in small big trunc ftrunc otrunc creat; do
+	for n in small big trunc ftrunc otrunc creat falloc cfr chown chown1; do
 		assert_eq "$(stat -c %a "$local_dir/$n")" 755 "local mode of $n"
 	done
-	for n in small big trunc ftrunc otrunc creat nox root; do
+	assert_eq "$(stat -c %a "$local_dir/new")" 6755 "local mode of a new file"
+	for n in small big trunc ftrunc otrunc creat falloc cfr chown chown1 new nox root; do
 		assert_eq "$(stat -c %a "$MNT/$n")" "$(stat -c %a "$local_dir/$n")" "mount mode of $n"
 		assert_eq "$(stat -c %a "$ROOT/$n")" "$(stat -c %a "$local_dir/$n")" "POD mode of $n"
 		cmp "$ROOT/$n" "$local_dir/$n"

@@ -1534,8 +1534,15 @@ static void test_kill_suidgid(void **state)
 	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("f"), 0, &sa, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 02701);
 	assert_int_equal(lstat_at(fx->rootdir, "f").st_size, 1);
+	/* with nothing else to set (the kernel's own request), by path */
+	assert_int_equal(chmod(p, 06755), 0);
+	sa.valid = 0;
+	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("f"), 0, &sa, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0755);
+	assert_int_equal(lstat_at(fx->rootdir, "f").st_size, 1);
 	/* without the flag, nothing goes */
 	assert_int_equal(chmod(p, 06755), 0);
+	sa.valid = FSOPS_SET_SIZE;
 	sa.kill_suidgid = false;
 	assert_int_equal(fsops_setattr(&fx->root, fx->h, P("f"), 0, &sa, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 06755);
