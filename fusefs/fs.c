@@ -4989,6 +4989,11 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 	       (after_done ? *after_r == 0 && sab0 == 1 : sab0 == 0);
 	if (kill && have_st && done > 0 && kill_left(fs, f, ino, st.st_mode))
 		killed = true, keep = false;
+	/* The pod's kernel clears the bits itself for an agentd without
+	 * CAP_FSETID (not root; gVisor), and its event is an echo of this
+	 * write (the reply's attributes): the mode the kernel holds goes. */
+	if (have_st && !killed && (node_told_mode(fs->nodes, ino) & ~st.st_mode & 06000))
+		killed = true;
 	/* The kernel keeps its mode across a write (fs/fuse/file.c): it asks
 	 * anew (attributes only, no page lock: safe inside a WRITE). */
 	if (killed && fs->se)

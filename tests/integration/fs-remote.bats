@@ -2142,12 +2142,39 @@ PY
 		assert_eq "$(stat -c %a "$local_dir/$n")" 755 "local mode of $n"
 	done
 	assert_eq "$(stat -c %a "$local_dir/new")" 6755 "local mode of a new file"
+	assert_eq "$(stat -c %a "$local_dir/root")" 6755 "local mode after root's append"
+	if wsb_runsc; then
+		# gVisor clears the bits on agentd's own writes too (as for
+		# a writer without CAP_FSETID; set-group-ID without group
+		# execute as well): the mount shows the pod's mode.
+		for n in nox root; do
+			assert_eq "$(stat -c %a "$MNT/$n")" "$(stat -c %a "$ROOT/$n")" "mount mode of $n"
+			chmod "$(stat -c %a "$ROOT/$n")" "$local_dir/$n"
+		done
+	fi
 	for n in small big trunc ftrunc otrunc creat falloc cfr chown chown1 new nox root; do
 		assert_eq "$(stat -c %a "$MNT/$n")" "$(stat -c %a "$local_dir/$n")" "mount mode of $n"
 		assert_eq "$(stat -c %a "$ROOT/$n")" "$(stat -c %a "$local_dir/$n")" "POD mode of $n"
 		cmp "$ROOT/$n" "$local_dir/$n"
 	done
-	assert_eq "$(stat -c %a "$local_dir/root")" 6755 "local mode after root's append"
+}
+
+@test "A1: agentd not root: the bits the pod's kernel clears on agentd's write are gone on the mount too" {
+	local d
+	wsb_runsc && skip "agentd runs as root in the sandbox here"
+	agentd_nobody
+	d=$NOBODY_DIR
+	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
+	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	printf 'x\n' >"$MNT/s"
+	chmod 4755 "$MNT/s"
+	stat "$MNT/s" >/dev/null # the kernel holds 4755
+	# A writer with CAP_FSETID (root here): the host's kernel keeps the
+	# bit, agentd (nobody) has no CAP_FSETID, so the pod's clears it; the
+	# event of that is an echo of the mount's own write.
+	printf 'y\n' >>"$MNT/s"
+	assert_eq "$(stat -c %a "$d/root/s")" 755 "POD mode"
+	assert_eq "$(stat -c %a "$MNT/s")" 755 "mount mode"
 }
 
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
