@@ -827,10 +827,9 @@ static uint64_t reply_node(fuse_req_t req, struct wsfs *fs, uint64_t id, const s
 	e.attr = *st;
 	e.attr_timeout = t.attr;
 	e.entry_timeout = t.entry;
-	if (S_ISREG(st->st_mode)) {
+	if (S_ISREG(st->st_mode))
 		(void)node_ksize_told(fs->nodes, id, st->st_size);
-		node_told_set(fs->nodes, id, st);
-	}
+	node_told_set(fs->nodes, id, st);
 	if (empty)
 		known_begin(fs, id, seq0);
 	if (fuse_reply_entry(req, &e) == -ENOENT) {
@@ -2521,14 +2520,17 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
  * Outage attributes. While agentd is away (C1), a GETATTR fails with
  * ENOTCONN; a process polling a descriptor with fstat(2) then gives up
  * the file (tail -f: "no files remaining"), though the file is fine and
- * nothing changed that the mount could know of. So the attributes the
- * kernel was last told of a regular file the mount holds open
- * (node_told_set() at every entry and attribute reply) answer a GETATTR
- * of it that failed so, with no caching (attr_timeout 0: it asks again
- * each time, and agentd's answer once it is back): the file shows as it
- * was. Not for a file the mount wrote, truncated or allocated, whose size
- * the kernel may hold from its own writes (node_told_get()); a read or
- * anything else still fails.
+ * nothing changed that the mount could know of, and with
+ * default_permissions every path walk fails (the kernel asks each
+ * directory's attributes for its permission check). So the attributes the
+ * kernel was last told of a regular file the mount holds open, or of a
+ * directory (node_told_set() at every entry and attribute reply; a write
+ * through the mount grows the size as the kernel does, node_told_grow(),
+ * and an O_TRUNC open, fallocate or copy_file_range into it drops them)
+ * answer a GETATTR of it that failed so, with no caching (attr_timeout 0:
+ * it asks again each time, and agentd's answer once it is back): the file
+ * shows as it was. A read, a listing begun anew or anything else still
+ * fails.
  */
 static void reply_attr(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino, const struct stat *st,
 		       double ttl)
@@ -2599,6 +2601,14 @@ static void getattr_reply(struct wsfs *fs, fuse_req_t req, fuse_ino_t ino,
 	}
 }
 
+/* Whether the mount holds a file open on node @ino (node_info()). */
+static bool node_held(struct wsfs *fs, fuse_ino_t ino)
+{
+	struct node_info info;
+
+	return node_info(fs->nodes, ino, &info) == 0 && info.open_files > 0;
+}
+
 /* Whether node @ino has a name in the table (node_info().attached). */
 static bool node_attached(struct wsfs *fs, fuse_ino_t ino)
 {
@@ -2654,7 +2664,12 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		 * the name is gone then, or found where it went.
 		 */
 		r = -ESTALE;
-	} else if (r == -ESTALE && !fi && !node_attached(fs, ino)) {
+	} else if (r == -ENOENT && !fi && node_held(fs, ino)) {
+		/* An open descriptor's file lost (agentd restarted, the pod
+		 * moved it): its own error, as the C1 test of a replaced
+		 * file shows it, not that of a name. */
+		r = -ESTALE;
+	} else if (r == -ESTALE && !fi && !node_attached(fs, ino) && !node_held(fs, ino)) {
 		/* No name left, nor an open file (fstat(2) of a directory the
 		 * pod removed, which the kernel asks without one): ENOENT, as
 		 * its listing ends; ESTALE, path_of()'s, would reach the
@@ -4273,8 +4288,10 @@ again:
 	if (r == 0 && q.kill_suidgid &&
 	    (rep->suidgid_killed || kill_left(fs, file_of(fi), ino, st.st_mode)) && fs->se)
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
-	if (r == 0 && q.truncate)
+	if (r == 0 && q.truncate) {
 		node_ksize_lower(fs->nodes, ino, 0); /* the kernel's i_size (atomic_o_trunc) */
+		node_told_drop(fs->nodes, ino);
+	}
 	if (r == 0 && replaced && fs->se) {
 		/*
 		 * The kernel's inode is the old file's, which the pod has just
@@ -5582,6 +5599,8 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	pthread_mutex_unlock(&f->lock);
 	if (first)
 		node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
+	/* Before the reply, after which the kernel's i_size covers it. */
+	node_told_grow(fs->nodes, ino, off + (off_t)size);
 	if (behind) {
 		struct wsfs_gather *full;
 
@@ -6325,10 +6344,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					e.attr_timeout = t.attr;
 					e.entry_timeout = t.entry;
 					ids[n_ids++] = id;
-					if (S_ISREG(st->st_mode)) {
+					if (S_ISREG(st->st_mode))
 						(void)node_ksize_told(fs->nodes, id, st->st_size);
-						node_told_set(fs->nodes, id, st);
-					}
+					node_told_set(fs->nodes, id, st);
 				}
 			}
 			fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
@@ -6673,6 +6691,7 @@ static void ws_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	q.punch_hole = mode & FALLOC_FL_PUNCH_HOLE;
 	q.zero_range = mode & FALLOC_FL_ZERO_RANGE;
 	node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
+	node_told_drop(fs->nodes, ino); /* the kernel's own i_size */
 	r = file_rpc_long(fs, &s, 1, M("Fallocate"), &q.base, &wsbridge__v1__empty__descriptor,
 			  NULL);
 	mutated(fs);
@@ -6735,6 +6754,7 @@ static void ws_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
 	q.offset_out = (uint64_t)off_out;
 	q.length = len;
 	node_note(fs->nodes, ino_out, 0, true); /* getattr_reply() */
+	node_told_drop(fs->nodes, ino_out); /* the kernel's own i_size */
 	r = file_rpc_long(fs, s, 2, M("CopyFileRange"), &q.base,
 			  &wsbridge__v1__copy_file_range_reply__descriptor, &rep);
 	mutated(fs);

@@ -1787,11 +1787,37 @@ void node_told_set(struct node_table *t, uint64_t id, const struct stat *st)
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && S_ISREG(st->st_mode) && (n->told || n->n_files)) {
+	if (n && ((S_ISREG(st->st_mode) && (n->mode & S_IFMT) == S_IFREG &&
+		   (n->told || n->n_files)) ||
+		  (S_ISDIR(st->st_mode) && (n->mode & S_IFMT) == S_IFDIR))) {
 		if (!n->told)
 			n->told = malloc(sizeof(*n->told));
 		if (n->told)
 			*n->told = *st;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_told_grow(struct node_table *t, uint64_t id, int64_t end)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n && n->told && S_ISREG(n->told->st_mode) && n->told->st_size < end)
+		n->told->st_size = end;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_told_drop(struct node_table *t, uint64_t id)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_id(t, id);
+	if (n) {
+		free(n->told);
+		n->told = NULL;
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -1803,7 +1829,7 @@ bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret)
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->told && n->n_files && !n->wrote) {
+	if (n && n->told && (n->n_files || S_ISDIR(n->told->st_mode))) {
 		*ret = *n->told;
 		have = true;
 	}

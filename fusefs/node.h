@@ -676,17 +676,26 @@ bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret);
 
 /**
  * Note that the kernel was told @p st (copied) as node @p id's attributes
- * (an entry or attribute reply): kept for a regular file while the mount
- * has it open (from the first note made while a file is registered on
- * it), for node_told_get(). Out of memory keeps nothing. Any thread.
+ * (an entry or attribute reply), for node_told_get(): kept for a directory,
+ * and for a regular file from the first note made while a file is
+ * registered on it. Out of memory keeps nothing. Any thread.
  */
 void node_told_set(struct node_table *t, uint64_t id, const struct stat *st);
 
+/** A write through the mount ended at byte @p end of node @p id's file:
+ * the kernel's i_size is at least that (fs/fuse/file.c
+ * fuse_write_update_attr()), and so is what node_told_get() gives. */
+void node_told_grow(struct node_table *t, uint64_t id, int64_t end);
+
+/** Forget what node_told_set() kept for @p id: the kernel set the size
+ * itself in a way node_told_grow() does not follow (an O_TRUNC open, a
+ * fallocate(2), a copy_file_range(2) into it). */
+void node_told_drop(struct node_table *t, uint64_t id);
+
 /**
- * What node_told_set() kept for @p id into *@p ret, while a file is open on
- * the node and the mount never wrote, truncated or allocated it
- * (node_note(): the kernel's size may be its own then). Returns true then,
- * else false. Any thread.
+ * What node_told_set() kept for @p id into *@p ret: a directory's, or a
+ * regular file's while a file is open on the node. Returns true then, else
+ * false. Any thread.
  */
 bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret);
 

@@ -2430,29 +2430,41 @@ relay_up() {
 	no_problems
 }
 
-@test "C1: tail -f of a file goes on through an agentd restart: what the POD appends after it shows" {
+@test "C1: tail -f and tail -F of a file the mount appended to go on through an agentd restart (default_permissions): what the POD appends after it shows once" {
 	wsb_runsc && skip "restarts agentd outside the sandbox"
-	local out=$BATS_TEST_TMPDIR/tail.out tp
-	up tcp
-	printf 'one\n' >"$ROOT/log"
-	tail -f "$MNT/log" >"$out" 2>"$BATS_TEST_TMPDIR/tail.err" &
+	local out=$BATS_TEST_TMPDIR/tail.out outF=$BATS_TEST_TMPDIR/tailF.out tp tpF
+	agentd_tcp
+	# default_permissions: the kernel checks each directory of a path
+	# walk against attributes it asks for (tail -F stats the name).
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT,default_permissions"
+	mkdir "$ROOT/logs"
+	printf 'one\n' >"$ROOT/logs/log"
+	echo mount >>"$MNT/logs/log"
+	tail -f "$MNT/logs/log" >"$out" 2>"$BATS_TEST_TMPDIR/tail.err" &
 	tp=$!
+	tail -F "$MNT/logs/log" >"$outF" 2>"$BATS_TEST_TMPDIR/tailF.err" &
+	tpF=$!
 	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
-	WSB_PIDS+=("$tp")
-	poll_until 5 grep -q one "$out"
+	WSB_PIDS+=("$tp" "$tpF")
+	poll_until 5 grep -q mount "$out"
+	poll_until 5 grep -q mount "$outF"
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
 	# tail(1) polls a file on FUSE with fstat(2) each second: several
 	# polls, beyond attr_timeout, while agentd is away.
 	sleep 3
 	agentd_start --root "$ROOT" --listen "$ADDR"
-	printf 'two\n' >>"$ROOT/log"
+	printf 'two\n' >>"$ROOT/logs/log"
 	poll_until $((RPC_TIMEOUT + 5)) grep -q two "$out" ||
 		{ cat "$BATS_TEST_TMPDIR/tail.err" >&2; return 1; }
+	poll_until $((RPC_TIMEOUT + 5)) grep -q two "$outF" ||
+		{ cat "$BATS_TEST_TMPDIR/tailF.err" >&2; return 1; }
 	proc_alive "$tp"
-	assert_eq "$(cat "$out")" $'one\ntwo'
-	kill "$tp"
-	wait "$tp" 2>/dev/null || true
+	proc_alive "$tpF"
+	assert_eq "$(cat "$out")" $'one\nmount\ntwo'
+	assert_eq "$(cat "$outF")" $'one\nmount\ntwo'
+	kill "$tp" "$tpF"
+	wait "$tp" "$tpF" 2>/dev/null || true
 }
 
 @test "C1: a listing read half-way when agentd goes away reads to its end, every name once" {
@@ -2565,6 +2577,11 @@ said() {
 	print("pread", err(lambda: os.pread(fd, 100, 0)))
 	print("fstat", err(lambda: (os.fstat(fd).st_ino, os.fstat(fd).st_size)))
 	print("reopen", err(lambda: open("/proc/self/fd/%d" % fd).read()), flush=True)
+	# Once the mount has caught up with the pod (the name went to
+	# another file): still the descriptor's own error, not ENOENT.
+	import time
+	time.sleep(2)
+	print("fstat", err(lambda: (os.fstat(fd).st_ino, os.fstat(fd).st_size)), flush=True)
 	EOF
 	holder_start "$MNT/x1"
 	poll_until 10 said opened || { cat "$holder.out" >&3; return 1; }
@@ -2578,12 +2595,44 @@ said() {
 	recovers "after restart: create" touch "$MNT/q"
 	echo >&7
 	poll_until 30 said reopen || { cat "$holder.out" >&3; return 1; }
+	poll_until 10 bash -c '[ "$(grep -c ^fstat "$1")" = 2 ]' _ "$holder.out"
 	exec 7>&-
 	# Before: fstat gave the new file's inode and size 4, and the reopen
 	# read "new" (a local disk, or the mount while agentd stays up, gives
 	# the old file for both).
-	assert_eq "$(sed 1d "$holder.out")" $'pread Input/output error\nfstat Stale file handle\nreopen Input/output error'
+	assert_eq "$(sed 1d "$holder.out")" $'pread Input/output error\nfstat Stale file handle\nreopen Input/output error\nfstat Stale file handle'
 	no_problems
+}
+
+@test "C1: a descriptor whose file the POD renamed while agentd was down: fstat fails ESTALE after the restart, and still once the mount has caught up, never ENOENT" {
+	wsb_runsc && skip "restarts agentd outside the sandbox"
+	local fifo=$BATS_TEST_TMPDIR/go rp
+	up tcp
+	printf 'L1\n' >"$ROOT/log8"
+	mkfifo "$fifo"
+	"$PY" - "$MNT/log8" "$fifo" >"$BATS_TEST_TMPDIR/out" 2>&1 <<-'EOF' &
+	import os, sys, time
+	fd = os.open(sys.argv[1], os.O_RDONLY)
+	print("opened", flush=True)
+	open(sys.argv[2]).read()
+	for i in range(8):
+	    try:
+	        os.fstat(fd)
+	        print("ok")
+	    except OSError as e:
+	        print(os.strerror(e.errno))
+	    time.sleep(0.5)
+	EOF
+	rp=$!
+	poll_until 10 grep -q opened "$BATS_TEST_TMPDIR/out"
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	mv "$ROOT/log8" "$ROOT/log8.1"
+	agentd_start --root "$ROOT" --listen "$ADDR"
+	recovers "after restart: create" touch "$MNT/q"
+	echo go >"$fifo"
+	wait "$rp"
+	assert_eq "$(sed 1d "$BATS_TEST_TMPDIR/out" | sort -u)" "Stale file handle"
 }
 
 @test "C1: a directory that is a process's cwd stays its cwd through an agentd restart, also when looked up while agentd was away" {
@@ -2598,14 +2647,16 @@ said() {
 	assert_eq "$(readlink "/proc/$pid/cwd")" "$MNT/g2"
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
-	# Lookups of it (and under it) while agentd is away fail, as every
-	# call does; the kernel dropped its entry for that, and the cwd stayed
-	# "(deleted)" after agentd was back.
-	bounded_fail "stat" stat "$MNT/g2"
-	bounded_fail "stat below" stat "$MNT/g2/sub"
+	# A stat of it (and under it) while agentd is away gives what the
+	# mount knew (outage attributes); once it failed, and the kernel
+	# dropped its entry for that, and the cwd stayed "(deleted)" after
+	# agentd was back. A listing, which needs agentd, fails.
+	bounded "stat" stat "$MNT/g2"
+	bounded "stat below" stat "$MNT/g2/sub"
+	bounded_fail "ls" ls "$MNT/g2/sub"
 	assert_eq "$(readlink "/proc/$pid/cwd")" "$MNT/g2"
 	agentd_start --root "$ROOT" --listen "$ADDR"
-	recovers "after restart: stat" stat "$MNT/g2/sub"
+	recovers "after restart: ls" ls "$MNT/g2/sub"
 	assert_eq "$(readlink "/proc/$pid/cwd")" "$MNT/g2"
 	# What git does first: getcwd(3) in that cwd.
 	run "$PY" -c 'import os, sys; os.chdir("/proc/%s/cwd" % sys.argv[1]); print(os.getcwd())' "$pid"

@@ -456,6 +456,9 @@ static void test_told(void **state)
 	struct node_fh fh;
 	uint64_t f = add(t, NODE_ROOT_ID, "log", 60, REG);
 
+	struct stat dst = { .st_mode = S_IFDIR | 0755, .st_nlink = 2 };
+	uint64_t d = add(t, NODE_ROOT_ID, "dir", 61, S_IFDIR);
+
 	node_told_set(t, f, &st); /* not open: not kept */
 	assert_int_equal(node_fh_add(t, f, &fh), 0);
 	assert_false(node_told_get(t, f, &got));
@@ -464,17 +467,29 @@ static void test_told(void **state)
 	node_told_set(t, f, &st); /* the last one counts */
 	assert_true(node_told_get(t, f, &got));
 	assert_int_equal(got.st_size, 20);
-	st.st_mode = S_IFDIR | 0755;
-	node_told_set(t, f, &st); /* only a regular file's */
+	node_told_set(t, f, &dst); /* not a directory's on a file's node */
 	assert_true(node_told_get(t, f, &got));
 	assert_int_equal(got.st_mode, S_IFREG | 0644);
+	node_told_grow(t, f, 15); /* a write within: the size stays */
+	assert_true(node_told_get(t, f, &got));
+	assert_int_equal(got.st_size, 20);
+	node_told_grow(t, f, 4096); /* past the end: the kernel's i_size grew */
+	assert_true(node_told_get(t, f, &got));
+	assert_int_equal(got.st_size, 4096);
 	(void)node_fh_put(t, &fh); /* closed: not answered for */
 	assert_false(node_told_get(t, f, &got));
 	assert_int_equal(node_fh_add(t, f, &fh), 0);
 	assert_true(node_told_get(t, f, &got));
-	node_note(t, f, 0, true); /* the mount wrote it: the kernel's own size */
+	node_told_drop(t, f); /* an O_TRUNC open: the kernel's own size */
 	assert_false(node_told_get(t, f, &got));
 	(void)node_fh_put(t, &fh);
+	/* a directory's, open or not */
+	node_told_set(t, d, &dst);
+	assert_true(node_told_get(t, d, &got));
+	assert_int_equal(got.st_nlink, 2);
+	node_told_set(t, d, &st); /* not a file's on a directory's node */
+	assert_true(node_told_get(t, d, &got));
+	assert_int_equal(got.st_mode, S_IFDIR | 0755);
 	assert_false(node_told_get(t, 999999, &got));
 }
 
