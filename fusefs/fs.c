@@ -150,6 +150,7 @@ struct wsfs_dir {
 	bool at_end;    /* a reply reached the end (ents freed by the READDIR after) */
 	uint64_t aver;  /* node_attr_ver() of the directory before it was listed */
 	uint64_t ngen;  /* node_names_gen() before it was listed */
+	uint64_t clock; /* node_attr_clock() before it was listed */
 	uint64_t start; /* the offset the last reply began at */
 	uint64_t end;   /* the offset the last reply ended at */
 };
@@ -2524,9 +2525,11 @@ static void isize_cover(struct wsfs *fs, fuse_ino_t ino, struct wsfs_file *f, of
  * default_permissions every path walk fails (the kernel asks each
  * directory's attributes for its permission check). So the attributes the
  * kernel was last told of a regular file the mount holds open, or of a
- * directory (node_told_set() at every entry and attribute reply; a write
- * through the mount grows the size as the kernel does, node_told_grow(),
- * and an O_TRUNC open, fallocate or copy_file_range into it drops them)
+ * directory (node_told_set() at every entry and attribute reply, and at
+ * an O_TRUNC open; a write through the mount or a store of pages grows
+ * the size as the kernel does, node_told_grow(); a fallocate or
+ * copy_file_range into the file, or a mode the kernel must ask again,
+ * drops them)
  * answer a GETATTR of it that failed so, with no caching (attr_timeout 0:
  * it asks again each time, and agentd's answer once it is back): the file
  * shows as it was. A read, a listing begun anew or anything else still
@@ -4290,7 +4293,7 @@ again:
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 	if (r == 0 && q.truncate) {
 		node_ksize_lower(fs->nodes, ino, 0); /* the kernel's i_size (atomic_o_trunc) */
-		node_told_drop(fs->nodes, ino);
+		node_told_set(fs->nodes, ino, &st); /* the kernel's size now: 0 */
 	}
 	if (r == 0 && replaced && fs->se) {
 		/*
@@ -4681,10 +4684,18 @@ static int store_range(struct wsfs *fs, fuse_ino_t ino, uint64_t off, const uint
 {
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
 
+	int r;
+
 	if (!len)
 		return 0;
 	bv.buf[0].mem = (void *)data;
-	return fuse_lowlevel_notify_store(fs->se, ino, (off_t)off, &bv, 0);
+	r = fuse_lowlevel_notify_store(fs->se, ino, (off_t)off, &bv, 0);
+	if (r == 0) {
+		/* fuse_notify_store() extends i_size to cover the bytes. */
+		node_ksize_covered(fs->nodes, ino, (int64_t)(off + len));
+		node_told_grow(fs->nodes, ino, (int64_t)(off + len));
+	}
+	return r;
 }
 
 void wsfs_store_pages(struct wsfs *fs, struct wsfs_store *s)
@@ -5012,9 +5023,13 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 	if (have_st && !killed && (node_told_mode(fs->nodes, ino) & ~st.st_mode & 06000))
 		killed = true;
 	/* The kernel keeps its mode across a write (fs/fuse/file.c): it asks
-	 * anew (attributes only, no page lock: safe inside a WRITE). */
-	if (killed && fs->se)
+	 * anew (attributes only, no page lock: safe inside a WRITE); what it
+	 * was told goes with them (its GETATTR tells it again), or every
+	 * later write would find the old bits there. */
+	if (killed && fs->se) {
 		(void)fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
+		node_told_drop(fs->nodes, ino);
+	}
 	own_keep(fs, ino, keep ? &st : NULL, gen0, gen, oseq0);
 	if ((f->direct_io && !writepage) || (behind && r < 0)) {
 		/* Not through the kernel's pages (O_APPEND, file_opened()), or
@@ -5599,12 +5614,13 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	pthread_mutex_unlock(&f->lock);
 	if (first)
 		node_note(fs->nodes, ino, 0, true); /* getattr_reply() */
-	/* Before the reply, after which the kernel's i_size covers it. */
-	node_told_grow(fs->nodes, ino, off + (off_t)size);
 	if (behind) {
 		struct wsfs_gather *full;
 
 		if (gb_add(fs, f, ino, buf, size, (uint64_t)off, sequential || first, kill, &full)) {
+			/* The reply says it is written: the kernel's i_size
+			 * covers it then. */
+			node_told_grow(fs->nodes, ino, off + (off_t)size);
 			if (full)
 				gb_send(fs, full, req, size);
 			else
@@ -5618,6 +5634,7 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	if (behind) {
 		wseq = wb_begin(fs, f->ino, (uint64_t)off, (uint64_t)off + size);
 		timeout_ms = wb_timeout_ms(fs);
+		node_told_grow(fs->nodes, ino, off + (off_t)size);
 		fuse_reply_write(req, size);
 		req = NULL;
 	} else {
@@ -5625,12 +5642,14 @@ static void ws_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	}
 	r = write_out(fs, f, ino, buf, size, (uint64_t)off, behind, fi->writepage, kill,
 		      timeout_ms, NULL, NULL, &done);
-	if (behind)
+	if (behind) {
 		wb_end(fs, wseq);
-	else if (r < 0 && done == 0)
+	} else if (r < 0 && done == 0) {
 		reply_err(req, r);
-	else
+	} else {
+		node_told_grow(fs->nodes, ino, off + (off_t)done);
 		fuse_reply_write(req, done);
+	}
 }
 
 static void ws_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -6061,6 +6080,7 @@ static int dir_load(struct wsfs *fs, fuse_ino_t ino, struct wsfs_dir *d)
 
 	dir_clear(d);
 	d->aver = node_attr_ver(fs->nodes, ino);
+	d->clock = node_attr_clock(fs->nodes);
 	r = path_of(fs, ino, &path, &len);
 	if (r == -ESTALE)
 		r = -ENOENT; /* a removed directory */
@@ -6268,7 +6288,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		 * opendir(3), rather than fail half-way. */
 		bool hold = pos != 0 && d->have && pos >= d->start && pos <= d->end;
 		struct wsfs_dir held = { .ents = d->ents, .n = d->n, .cap = d->cap, .aver = d->aver,
-					 .ngen = d->ngen, .start = d->start, .end = d->end };
+					 .ngen = d->ngen, .clock = d->clock, .start = d->start,
+					 .end = d->end };
 
 		if (hold) {
 			d->ents = NULL;
@@ -6285,6 +6306,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			d->have = true;
 			d->aver = held.aver;
 			d->ngen = held.ngen;
+			d->clock = held.clock;
 			d->end = held.end;
 			r = 0;
 		} else if (hold) {
@@ -6336,8 +6358,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 				/* An entry from before an own rename in the
 				 * directory goes without its node (the kernel
-				 * looks it up when it needs it). */
-				if (node_lookup(fs->nodes, d->ngen, ino, name, strlen(name), st->st_ino,
+				 * looks it up when it needs it), and so does one
+				 * whose node's attributes went since the listing
+				 * was fetched (the pod changed the file, agentd
+				 * went away): the kernel would take its older
+				 * size over the one it holds (fs/fuse/inode.c
+				 * fuse_change_attributes() cuts i_size and the
+				 * pages; tail -f says "file truncated"). */
+				uint64_t cid = node_child(fs->nodes, ino, name, strlen(name));
+
+				if ((!cid || node_attr_ver(fs->nodes, cid) <= d->clock) &&
+				    node_lookup(fs->nodes, d->ngen, ino, name, strlen(name), st->st_ino,
 						st_ident(st), st->st_mode, (uint32_t)st->st_nlink,
 						&id) == 0) {
 					e.ino = id;

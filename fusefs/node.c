@@ -1629,6 +1629,16 @@ int64_t node_noted(struct node_table *t, uint64_t id, bool *ret_wrote)
 	return at;
 }
 
+uint64_t node_attr_clock(struct node_table *t)
+{
+	uint64_t c;
+
+	pthread_mutex_lock(&t->lock);
+	c = t->attr_clock;
+	pthread_mutex_unlock(&t->lock);
+	return c;
+}
+
 uint64_t node_attr_ver(struct node_table *t, uint64_t id)
 {
 	struct node *n;

@@ -619,6 +619,11 @@ int64_t node_ksize(struct node_table *t, uint64_t id);
 /** The version a put for @p id must match; UINT64_MAX for an unknown id. */
 uint64_t node_attr_ver(struct node_table *t, uint64_t id);
 
+/** The clock node_attr_ver() reads: a node's version above the clock
+ * taken at some moment means its attributes were dropped since (a change
+ * reported or made, node_attr_drop_all()). Any thread. */
+uint64_t node_attr_clock(struct node_table *t);
+
 /**
  * Keep @p st (copied) for @p id, asked for at @p at_ns (CLOCK_MONOTONIC ns)
  * under version @p ver, if that is still the node's version, the node is
@@ -682,14 +687,15 @@ bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret);
  */
 void node_told_set(struct node_table *t, uint64_t id, const struct stat *st);
 
-/** A write through the mount ended at byte @p end of node @p id's file:
- * the kernel's i_size is at least that (fs/fuse/file.c
- * fuse_write_update_attr()), and so is what node_told_get() gives. */
+/** A write through the mount, or a store of pages, ended at byte @p end
+ * of node @p id's file: the kernel's i_size is at least that (fs/fuse/
+ * file.c fuse_write_update_attr(), fuse_notify_store()), and so is what
+ * node_told_get() gives. */
 void node_told_grow(struct node_table *t, uint64_t id, int64_t end);
 
 /** Forget what node_told_set() kept for @p id: the kernel set the size
- * itself in a way node_told_grow() does not follow (an O_TRUNC open, a
- * fallocate(2), a copy_file_range(2) into it). */
+ * itself in a way node_told_grow() does not follow (a fallocate(2), a
+ * copy_file_range(2) into it), or it will ask again. */
 void node_told_drop(struct node_table *t, uint64_t id);
 
 /**

@@ -2500,6 +2500,79 @@ relay_up() {
 	recovers "after restart: ls" bash -c '[ "$(ls "$1" | wc -l)" = 3000 ]' _ "$MNT/big"
 }
 
+# tail_listing OUTAGE: tail -f a file of a directory of 600 names while
+# a reader stops part-way through the directory's listing; the POD appends
+# to the file, the reader reads the rest (with agentd killed first, when
+# OUTAGE is 1), the POD appends again. The follower must print each line
+# once: an entry served from the listing with the file's older size made
+# the kernel cut its i_size ("file truncated", lines printed twice).
+tail_listing() {
+	local out=$BATS_TEST_TMPDIR/tail.out tp last rd=$BATS_TEST_TMPDIR/rd i
+	up tcp
+	mkdir "$ROOT/d"
+	for i in $(seq 1 600); do : >"$ROOT/d/f$i"; done
+	# The file goes where a listing reaches it only after its first page
+	# (offsets are hash order, stable in this mount).
+	last=$("$PY" -c 'import os, sys; print([e.name for e in os.scandir(sys.argv[1])][-40])' "$MNT/d")
+	mv "$ROOT/d/$last" "$ROOT/d/log"
+	printf 'one\n' >"$ROOT/d/log"
+	touch "$ROOT/d/newname" # the kernel's cached listing goes
+	poll_until 5 test -e "$MNT/d/newname"
+	mkfifo "$rd.in"
+	cat >"$rd.py" <<-'EOF'
+	import ctypes, os, sys
+	libc = ctypes.CDLL(None, use_errno=True)
+	fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+	buf = ctypes.create_string_buffer(512)
+	def one():
+	    return libc.syscall(217, fd, buf, 512) # getdents64
+	print("first", one(), flush=True)
+	sys.stdin.readline()
+	while one() > 0:
+	    pass
+	print("end", flush=True)
+	EOF
+	"$PY" "$rd.py" "$MNT/d" <"$rd.in" >"$rd.out" 2>&1 3>&- &
+	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
+	WSB_PIDS+=("$!")
+	exec 7>"$rd.in"
+	poll_until 5 grep -q first "$rd.out"
+	tail -f "$MNT/d/log" >"$out" 2>"$BATS_TEST_TMPDIR/tail.err" &
+	tp=$!
+	# shellcheck disable=SC2030,SC2031 # bats @test is not a subshell; WSB_PIDS is its global
+	WSB_PIDS+=("$tp")
+	poll_until 5 grep -q one "$out"
+	printf 'two\nthree\nfour\n' >>"$ROOT/d/log"
+	poll_until 5 grep -q four "$out"
+	if [ "$1" = 1 ]; then
+		kill -KILL "$AGENTD_PID"
+		wait_gone "$AGENTD_PID" 5
+		sleep 0.5
+	fi
+	echo go >&7
+	poll_until 10 grep -q end "$rd.out"
+	exec 7>&-
+	sleep 2.5 # tail polls each second
+	[ "$1" = 1 ] && agentd_start --root "$ROOT" --listen "$ADDR"
+	printf 'five\n' >>"$ROOT/d/log"
+	poll_until $((RPC_TIMEOUT + 5)) grep -q five "$out" ||
+		{ cat "$BATS_TEST_TMPDIR/tail.err" >&2; return 1; }
+	sleep 1
+	kill "$tp"
+	wait "$tp" 2>/dev/null || true
+	assert_eq "$(cat "$BATS_TEST_TMPDIR/tail.err")" ""
+	assert_eq "$(cat "$out")" $'one\ntwo\nthree\nfour\nfive'
+}
+
+@test "R1: a listing read on after the POD appended to a file in it gives the kernel no older size: tail -f of the file prints each line once" {
+	tail_listing 0
+}
+
+@test "C1: a listing read on after agentd went away gives the kernel no older size: tail -f of a file in it prints each line once" {
+	wsb_runsc && skip "kills agentd outside the sandbox"
+	tail_listing 1
+}
+
 # holder_start PATH: run $BATS_TEST_TMPDIR/holder.py (the test wrote it)
 # on PATH, its stdin on the FIFO holder.in, which fd 7 holds open (a line
 # written there lets the script go on), its output in holder.out, which
