@@ -4,8 +4,9 @@
  * wsfs's FUSE low-level operations (libfuse 3 fuse_lowlevel_ops): each
  * request becomes one or a few synchronous unary RPCs of
  * wsbridge.v1.Workspace (proto/wsbridge.proto) through the client adapter
- * (client.h). Runs on libfuse's worker threads (fuse_session_loop_mt); no
- * handler sends a kernel notification (those come from watch.c's thread).
+ * (client.h). Runs on libfuse's worker threads (fuse_session_loop_mt). A
+ * handler's own kernel notifications say at each why the kernel holds
+ * no lock they need; the watch's come from watch.c's thread.
  *
  * Naming: nodeids come from node.h's table; a node's wire path is built on
  * each request. Attributes are the server's, so st_ino is the pod's inode
@@ -5020,8 +5021,11 @@ static int write_out(struct wsfs *fs, struct wsfs_file *f, fuse_ino_t ino, const
 	/* The pod's kernel clears the bits itself for an agentd without
 	 * CAP_FSETID (not root; gVisor), and its event is an echo of this
 	 * write (the reply's attributes): the mode the kernel holds goes. */
-	if (have_st && !killed && (node_told_mode(fs->nodes, ino) & ~st.st_mode & 06000))
-		killed = true;
+	if (have_st && !killed) {
+		struct stat told;
+
+		killed = node_told_get(fs->nodes, ino, &told) && (told.st_mode & ~st.st_mode & 06000);
+	}
 	/* The kernel keeps its mode across a write (fs/fuse/file.c): it asks
 	 * anew (attributes only, no page lock: safe inside a WRITE); what it
 	 * was told goes with them (its GETATTR tells it again), or every

@@ -1847,19 +1847,6 @@ bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret)
 	return have;
 }
 
-mode_t node_told_mode(struct node_table *t, uint64_t id)
-{
-	struct node *n;
-	mode_t mode = 0;
-
-	pthread_mutex_lock(&t->lock);
-	n = by_id(t, id);
-	if (n && n->told && n->n_files)
-		mode = n->told->st_mode;
-	pthread_mutex_unlock(&t->lock);
-	return mode;
-}
-
 bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret)
 {
 	struct node *n;

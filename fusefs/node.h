@@ -705,10 +705,6 @@ void node_told_drop(struct node_table *t, uint64_t id);
  */
 bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret);
 
-/** The st_mode node_told_set() kept for @p id while a file is open on it
- * (written or not), or 0. Any thread. */
-mode_t node_told_mode(struct node_table *t, uint64_t id);
-
 /** Drop what is kept for @p id (a no-op for an unknown id). */
 void node_attr_drop(struct node_table *t, uint64_t id);
 
