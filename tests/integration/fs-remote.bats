@@ -2565,6 +2565,7 @@ tail_listing() {
 }
 
 @test "R1: a listing read on after the POD appended to a file in it gives the kernel no older size: tail -f of the file prints each line once" {
+	wsb_runsc && skip "changes the pod's files from the host; gVisor's inotify sees only changes made in the sandbox"
 	tail_listing 0
 }
 
