@@ -171,6 +171,7 @@ struct exec_process {
 
 	unsigned open_handles;            /* handles whose close_cb is pending */
 	bool exited;                      /* reaped */
+	bool group_gone;                  /* the group emptied after the reap (tree_signal()) */
 	bool reported;                    /* EXITED */
 	bool paused;
 	bool pty_hup;                     /* PTY: no slave fd open, not reaped */
@@ -752,6 +753,23 @@ static bool cg_remove(struct exec_process *p, bool final)
 
 /* ---- signalling ---- */
 
+/*
+ * Whether the process group of reaped leader @p p (no cgroup) is no longer
+ * its tree's: it was empty when looked at once (ESRCH, kept), or a process
+ * now has the leader's pid. A pid is reused only once no process has it as
+ * pid, pgid or sid (kernel/pid.c), so while the group has members nobody
+ * gets the number; once it is free again, the next process given it can
+ * make a group of that number (a command agentd started after, which
+ * Signal of this one would kill: it did). Loop thread.
+ */
+static bool group_gone(struct exec_process *p)
+{
+	if (!p->group_gone &&
+	    (kill(p->pid, 0) == 0 || errno == EPERM || (kill(-p->pid, 0) < 0 && errno == ESRCH)))
+		p->group_gone = true;
+	return p->group_gone;
+}
+
 /* Signal the whole tree; only while the process is ours. */
 static void tree_signal(struct exec_process *p, int sig)
 {
@@ -763,7 +781,7 @@ static void tree_signal(struct exec_process *p, int sig)
 	 * another process's group's (a pid is reused once no process has it
 	 * as pid, pgid or sid): where the cgroup holds the tree, only the
 	 * cgroup is signalled then. */
-	if (!p->exited || p->cg_fd < 0)
+	if (!p->exited || (p->cg_fd < 0 && !group_gone(p)))
 		(void)kill(-p->pid, sig);
 	if (p->cg_fd >= 0)
 		cg_signal(p->cg_fd, sig, p->pid);
@@ -1116,6 +1134,8 @@ static void maybe_report(struct exec_process *p)
 static void process_exited(struct exec_process *p, int status)
 {
 	p->exited = true;
+	if (p->cg_fd < 0)
+		(void)group_gone(p); /* empty now: its number is free from here on */
 	if (WIFSIGNALED(status)) {
 		p->ex.signal = WTERMSIG(status);
 		p->ex.core_dumped = WCOREDUMP(status);

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -1054,6 +1055,78 @@ static void test_signal_delivered_once(void **state)
 	result_done(&r);
 }
 
+/*
+ * Without a cgroup, a command whose shell was reaped while a setsid'd child
+ * holds its output open is RUNNING with an empty process group. Once
+ * another process gets the shell's pid and makes a group of that number (a
+ * command started after), Signal of the first must not reach it: it killed
+ * that group. The pid is handed out with /proc/sys/kernel/ns_last_pid
+ * (root); skipped where it cannot be.
+ */
+static void test_signal_not_a_reused_group(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = { .shell = "setsid sleep 300 & echo $!", .cwd_fd = -1 };
+	char path[64];
+	struct result r;
+	char a0[] = "sleep", a1[] = "300", *sleep_argv[] = { a0, a1, NULL };
+	posix_spawnattr_t attr;
+	pid_t leader, gc, other = -1;
+	uint64_t t0;
+	int tries, fd;
+
+	/* its own group, of its pid's number */
+	posix_spawnattr_init(&attr);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+	posix_spawnattr_setpgroup(&attr, 0);
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	exec_ref(r.p);
+	leader = exec_pid(r.p);
+	while (!r.out[0] || !strchr((char *)r.out[0], '\n'))
+		uv_run(&f->loop, UV_RUN_ONCE);
+	gc = first_line_pid(&r);
+	snprintf(path, sizeof(path), "/proc/%d", (int)leader);
+	t0 = now_ms();
+	while (access(path, F_OK) == 0 && now_ms() - t0 < 3000)
+		run_ms(f, 10); /* until the reaper reaped the shell */
+	assert_int_not_equal(access(path, F_OK), 0);
+	assert_false(r.exited); /* gc holds its stdout: RUNNING */
+	for (tries = 0; tries < 50 && other != leader; tries++) {
+		fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || dprintf(fd, "%d", (int)leader - 1) < 0) {
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		close(fd);
+		assert_int_equal(posix_spawnp(&other, "sleep", NULL, &attr, sleep_argv, environ), 0);
+		if (other != leader) {
+			kill(other, SIGKILL);
+			run_ms(f, 20); /* the reaper takes it */
+		}
+	}
+	if (other != leader) {
+		kill(gc, SIGKILL);
+		exec_kill(r.p, EXEC_KILLED_DETACHED);
+		run_until_exited(f, &r);
+		exec_unref(r.p);
+		result_done(&r);
+		posix_spawnattr_destroy(&attr);
+		print_message("# cannot hand out a pid here (ns_last_pid)\n");
+		skip();
+	}
+	posix_spawnattr_destroy(&attr);
+	assert_int_equal(exec_signal(r.p, SIGKILL), 0);
+	run_ms(f, 100);
+	assert_true(alive(other));
+	kill(other, SIGKILL);
+	kill(gc, SIGKILL);
+	run_until_exited(f, &r);
+	exec_unref(r.p);
+	result_done(&r);
+}
+
 /* The reaper reaps an orphan re-parented to us (a subreaper, as agentd). */
 static void test_reap_orphan(void **state)
 {
@@ -1509,6 +1582,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_signal_tree, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_spawn_fd_pressure, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_delivered_once, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_signal_not_a_reused_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reap_orphan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tags_and_info, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_killed_cgroup, setup_small, teardown),
