@@ -79,6 +79,8 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
+/* 64 random bits from getrandom(2); the clock and pid if it fails (it
+ * does not once the kernel's pool is ready, before any pod starts). */
 static uint64_t random_key(void)
 {
 	uint64_t k = 0;
@@ -150,7 +152,11 @@ static int reopen_fd(int fd, int flags)
  * Open @p path as a regular file with @p flags: resolve to an O_PATH fd
  * first (following a final symlink if @p follow), check the type, then
  * reopen, so that a FIFO or device is never opened. Returns the fd, the
- * fstat in *st; -EISDIR for a directory, -EINVAL for another non-regular file.
+ * fstat in *st; -EISDIR for a directory, -EINVAL for another non-regular file,
+ * -EWOULDBLOCK when a process in the pod holds a lease the open would break
+ * (fcntl(2) F_SETLEASE: without O_NONBLOCK the open waits for the holder,
+ * up to /proc/sys/fs/lease-break-time, 45 s, and again after each renewal,
+ * keeping a completion-queue thread or the loop thread that long).
  */
 static int open_regular(const struct resolve_root *root, const void *path, size_t len,
 			bool follow, int flags, struct stat *st)
@@ -172,7 +178,7 @@ static int open_regular(const struct resolve_root *root, const void *path, size_
 		fd = -EINVAL;
 		goto out;
 	}
-	fd = reopen_fd(pfd, flags);
+	fd = reopen_fd(pfd, flags | O_NONBLOCK);
 out:
 	close(pfd);
 	return fd;
@@ -195,8 +201,6 @@ struct fsops_handles {
 	pthread_mutex_t lock;
 	unsigned max;
 	unsigned count;            /* handles in the table + slots reserved */
-	uint64_t seq;              /* ids are mix64(seq ^ key); under lock */
-	uint64_t key;
 	struct fsops_handle *buckets[HANDLE_BUCKETS];
 };
 
@@ -208,7 +212,6 @@ int fsops_handles_new(unsigned max, struct fsops_handles **ret)
 		return -ENOMEM;
 	pthread_mutex_init(&h->lock, NULL);
 	h->max = max ? max : FSOPS_MAX_HANDLES_DEFAULT;
-	h->key = random_key();
 	*ret = h;
 	return 0;
 }
@@ -449,8 +452,11 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 	e->flags = flags;
 	e->owner = owner;
 	e->refs = 1;
+	/* Random: an id one client holds says nothing of another's (ids
+	 * derived from a counter were found from one id in three guesses,
+	 * then read and released another client's handles). */
 	do {
-		e->id = mix64(++h->seq ^ h->key);
+		e->id = random_key();
 	} while (e->id == 0 || *handle_slot(h, e->id));
 	e->next = h->buckets[e->id % HANDLE_BUCKETS];
 	h->buckets[e->id % HANDLE_BUCKETS] = e;

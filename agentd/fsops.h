@@ -16,7 +16,8 @@
  * umask itself).
  *
  * Open files are kept in a handle table (struct fsops_handles): ids are
- * random-looking nonzero 64-bit numbers, never reused within a table's life.
+ * random nonzero 64-bit numbers (getrandom(2)), unique among the table's
+ * handles, so that one client's ids say nothing of another's.
  * Each handle has an owner: the key of the client session it was opened
  * under (session.h), or 0 for none; fsops_handles_release_owner() releases
  * a session's handles when it ends.
@@ -518,7 +519,9 @@ int fsops_write_file(const struct resolve_root *root, const void *path, size_t l
  * Read regular file @p path (followed inside the root) whole, if it has at
  * most @p limit bytes. Returns 0 with a malloc'd buffer *ret (one extra NUL
  * byte at the end, not counted) of *ret_len bytes, or -EISDIR, -EINVAL (not
- * a regular file), -EFBIG (larger than @p limit), -ENOENT, -EXDEV, ...
+ * a regular file), -EFBIG (larger than @p limit), -EWOULDBLOCK (a process
+ * holds a lease on it, fcntl(2) F_SETLEASE: agentd does not wait for it to
+ * be broken), -ENOENT, -EXDEV, ...
  */
 int fsops_read_file(const struct resolve_root *root, const void *path, size_t len, size_t limit,
 		    char **ret, size_t *ret_len);
@@ -529,7 +532,8 @@ struct fsops_download;
  * Start reading regular file @p path (followed inside the root) from byte
  * @p offset for @p length bytes (0 = to the end of the file as it is now).
  * Returns 0, *ret (free with fsops_download_free) and the fstat(2) in
- * *ret_st (may be NULL), or -EISDIR, -EINVAL (not a regular file), -ENOENT...
+ * *ret_st (may be NULL), or -EISDIR, -EINVAL (not a regular file),
+ * -EWOULDBLOCK (leased, as fsops_read_file()), -ENOENT...
  */
 int fsops_download_begin(const struct resolve_root *root, const void *path, size_t len,
 			 uint64_t offset, uint64_t length, struct stat *ret_st,

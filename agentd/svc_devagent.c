@@ -140,6 +140,19 @@ static int check_name(struct rpc_call *call, const struct resolve_root *root, si
 	return 0;
 }
 
+/* Whether the client cancelled @p call or its deadline passed, before file
+ * @p i of @p n; ends the call then. The files before i stay written. */
+static bool gone(struct rpc_call *call, size_t i, size_t n)
+{
+	if (!rpc_cancelled(call) && rpc_deadline_ms(call) > 0)
+		return false;
+	rpc_finish(call, WSB_CANCELLED, ECANCELED,
+		   "CreateFiles: cancelled or past its deadline after %zu of %zu files; "
+		   "those stay written, the rest were not",
+		   i, n);
+	return true;
+}
+
 static void do_create_files(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
 	const CreateFileRequest *q = (const void *)req;
@@ -166,6 +179,8 @@ static void do_create_files(struct rpc_call *call, const ProtobufCMessage *req, 
 	for (i = 0; i < q->n_files; i++) {
 		const char *file = q->files[i] ? q->files[i] : "";
 
+		if (gone(call, 0, q->n_files))
+			goto out;
 		paths[i] = join(app, file);
 		if (!paths[i]) {
 			rpc_fail_errno(call, ENOMEM, "CreateFiles");
@@ -177,6 +192,10 @@ static void do_create_files(struct rpc_call *call, const ProtobufCMessage *req, 
 	for (i = 0; i < q->n_files; i++) {
 		const char *c = q->contents[i] ? q->contents[i] : "";
 
+		/* One request may name millions of files (hours of work on
+		 * a cq thread): stop once nobody waits for the answer. */
+		if (gone(call, i, q->n_files))
+			goto out;
 		r = fsops_write_file(&ad->root, paths[i], strlen(paths[i]), c, strlen(c), &opts);
 		if (r < 0) {
 			fail_path(call, r, "create", paths[i]);

@@ -560,6 +560,15 @@ static bool start_check(struct rpc_call *call, const Wsbridge__V1__ExecRequest *
 			   req->n_env, START_MAX_ENV);
 		return false;
 	}
+	if (req->stdin.len > EXEC_STDIN_QUEUE_MAX) {
+		/* Every command's stdin waits in agentd until the command
+		 * reads it: unchecked, 20 Starts of 60 MiB took 1.3 GB. */
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS,
+			   "stdin of %zu bytes is more than a command's stdin may queue (%zu); "
+			   "send the rest with WriteStdin (stdin_open)",
+			   req->stdin.len, EXEC_STDIN_QUEUE_MAX);
+		return false;
+	}
 	if (req->detach && req->kill_on_detach) {
 		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
 			   "detach and kill_on_detach exclude each other (the command would die "

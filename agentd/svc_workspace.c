@@ -1187,6 +1187,16 @@ static void do_copy_file_range(struct rpc_call *call, const ProtobufCMessage *re
 
 /* ---- Upload: client stream ---- */
 
+/** Uploads open at once at most: each holds two descriptors (its directory
+ * and its temp file) until it commits or ends, and a client opening
+ * thousands without ever committing ran agentd out of descriptors; gRPC
+ * C-core then stops accepting connections for good (its listener gives up
+ * at an accept(2) failing EMFILE). */
+#define UPLOADS_MAX 64u
+
+/* Uploads between do_upload() and upload_end(). Any thread. */
+static atomic_uint n_uploads;
+
 struct upload_call {
 	struct agentd *ad;
 	struct fsops_upload *u;
@@ -1206,6 +1216,7 @@ static void upload_drop(struct upload_call *uc)
 
 static void upload_end(struct upload_call *uc)
 {
+	atomic_fetch_sub(&n_uploads, 1);
 	fsops_upload_abort(uc->u); /* no-op once committed (u == NULL) */
 	free(uc->path.data);
 	free(uc);
@@ -1359,9 +1370,18 @@ static void upload_chunk(struct rpc_call *call, ProtobufCMessage *msg, int err, 
 
 static void do_upload(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
-	struct upload_call *uc = calloc(1, sizeof(*uc));
+	struct upload_call *uc;
 
+	if (atomic_fetch_add(&n_uploads, 1) >= UPLOADS_MAX) {
+		atomic_fetch_sub(&n_uploads, 1);
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, EAGAIN,
+			   "%u uploads are open already (the limit): retry once one ended",
+			   UPLOADS_MAX);
+		return;
+	}
+	uc = calloc(1, sizeof(*uc));
 	if (!uc) {
+		atomic_fetch_sub(&n_uploads, 1);
 		rpc_fail_errno(call, ENOMEM, "upload");
 		return;
 	}

@@ -116,6 +116,32 @@ class DevAgent(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ROOT, "emptyname", "ok.txt")),
                          "a rejected CreateFiles wrote part of its files")
 
+    def test_create_files_stops_at_its_deadline(self):
+        # One request may name a great many files: agentd stops writing once
+        # the caller's deadline passed (it wrote all 400,000 of four calls
+        # that had given up after 5 s, its threads busy for minutes).
+        n = 200000
+        names = ["f%d" % i for i in range(n)]
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.CreateFiles(devagent_pb2.CreateFileRequest(
+                files=names, contents=["x"] * n, app_name="many"), timeout=0.5,
+                metadata=self.md)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED,
+                         describe(cm.exception))
+        d = os.path.join(ROOT, "many")
+        count = lambda: len(os.listdir(d)) if os.path.isdir(d) else 0
+        deadline, last = time.monotonic() + 20, -1
+        while time.monotonic() < deadline:
+            now = count()
+            if now == last:
+                break
+            last = now
+            time.sleep(1)
+        self.assertLess(last, n, "agentd wrote every file after the deadline")
+        self.assertEqual(count(), last, "agentd still writes files 20 s after the deadline")
+        # It still answers, and the next call works.
+        self.assertEqual(self.create(["after.txt"], ["after\n"], "many").status, "success")
+
     # ExecuteCommands
 
     def test_execute_commands_transcript(self):

@@ -192,6 +192,17 @@ class Errors(Base):
                    lambda: list(self.ex.Start(pb.ExecRequest(argv=[b"true"], shell=b"true"),
                                               timeout=TIMEOUT)),
                    "Exec with both argv and shell")
+        # Start's stdin waits in agentd until the command reads it: at most
+        # what WriteStdin may queue (20 Starts of 60 MiB took 1.3 GB).
+        e = self.fails(SC.RESOURCE_EXHAUSTED, "ENOBUFS",
+                       lambda: list(self.ex.Start(pb.ExecRequest(
+                           argv=[b"true"], stdin=b"x" * (8 * 1024 * 1024 + 1)), timeout=TIMEOUT)),
+                       "Exec with more stdin than may queue")
+        self.assertIn("WriteStdin", e.details())
+        out = b"".join(ev.stdout.data for ev in self.ex.Start(pb.ExecRequest(
+            argv=[b"wc", b"-c"], stdin=b"x" * (8 * 1024 * 1024)), timeout=TIMEOUT)
+            if ev.HasField("stdout"))
+        self.assertEqual(out.strip(), b"8388608")
 
 
 class Behaviour(Base):
@@ -664,6 +675,83 @@ class Behaviour(Base):
                 time.sleep(0.05)
         else:
             self.fail("downloads still refused 5 s after the 64 were cancelled")
+
+    def test_upload_streams_limited(self):
+        # Each Upload open holds two descriptors in agentd until it commits:
+        # 64 at once at most (before: a client holding thousands ran agentd
+        # out of descriptors, and gRPC then accepted no connection again).
+        gate = threading.Event()
+
+        def idle(i):
+            yield pb.UploadChunk(header=pb.UploadHeader(path=b"idle-%d" % i), data=b"x")
+            gate.wait(TIMEOUT)
+        futs = []
+        try:
+            for i in range(64):
+                futs.append(self.ws.Upload.future(idle(i), timeout=TIMEOUT))
+            # An upload without a commit changes nothing (ABORTED) while
+            # agentd takes it; the 65th open at once is refused.
+            deadline = time.monotonic() + 10
+            while True:
+                with self.assertRaises(grpc.RpcError) as cm:
+                    self.ws.Upload(iter([pb.UploadChunk(header=pb.UploadHeader(path=b"probe"),
+                                                        data=b"y")]), timeout=TIMEOUT)
+                e = cm.exception
+                if e.code() != SC.ABORTED or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertEqual((e.code(), trailer(e)), (SC.RESOURCE_EXHAUSTED, "EAGAIN"),
+                             describe(e))
+            self.assertIn("64 uploads", e.details())
+        finally:
+            for f in futs:
+                f.cancel()
+            gate.set()
+        # Once they ended, uploads work again, and none left a file.
+        for _ in range(100):
+            try:
+                self.ws.Upload(iter([pb.UploadChunk(header=pb.UploadHeader(path=b"one-more"),
+                                                    data=b"y", commit=True)]), timeout=TIMEOUT)
+                break
+            except grpc.RpcError as e:
+                if e.code() != SC.RESOURCE_EXHAUSTED:
+                    raise
+                time.sleep(0.05)
+        else:
+            self.fail("uploads still refused 5 s after the 64 were cancelled")
+        with open(rp("one-more"), "rb") as f:
+            self.assertEqual(f.read(), b"y")
+        self.assertEqual([n for n in os.listdir(ROOT)
+                          if n.startswith((".wsb-upload.", "idle-", "probe"))], [])
+
+    def test_download_of_a_leased_file_does_not_wait(self):
+        # A process in the pod that holds a lease on a file (fcntl(2)
+        # F_SETLEASE) kept every open of it waiting for the lease to be
+        # broken, 45 s, and with it one of agentd's threads: four such
+        # Downloads held every thread and an unrelated Stat waited 43 s.
+        import fcntl
+        import signal
+        with open(rp("leased"), "wb") as f:
+            f.write(b"leased bytes")
+        old = signal.signal(signal.SIGIO, signal.SIG_IGN)  # a break is SIGIO
+        fd = os.open(rp("leased"), os.O_RDONLY)
+        try:
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+            except OSError as e:
+                self.skipTest("no lease here: %s" % e)
+            t0 = time.monotonic()
+            self.fails(SC.RESOURCE_EXHAUSTED, "EAGAIN", lambda: list(self.ws.Download(
+                pb.DownloadRequest(path=b"leased"), timeout=TIMEOUT)), "Download of a leased file",
+                "leased")
+            self.assertLess(time.monotonic() - t0, 5)
+            self.ws.Stat(pb.StatRequest(path=b"leased"), timeout=5)
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        finally:
+            os.close(fd)
+            signal.signal(signal.SIGIO, old)
+        self.assertEqual(b"".join(c.data for c in self.ws.Download(
+            pb.DownloadRequest(path=b"leased"), timeout=TIMEOUT)), b"leased bytes")
 
     def test_upload_exclusive_and_missing_parent(self):
         with open(rp("ex"), "w") as f:
