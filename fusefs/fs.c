@@ -4855,8 +4855,10 @@ static void ws_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /*
- * A handle of @f's file without O_APPEND (opened once, by path, checked to
- * be the same server inode), for the kernel's writeback of mmap'ed pages
+ * A handle of @f's file without O_APPEND (opened once: from @f's own handle,
+ * OpenRequest.reopen, which opens the same inode whether it has a name or
+ * not; else, as from an agentd that has no reopen, by path, checked to be
+ * the same server inode), for the kernel's writeback of mmap'ed pages
  * (FUSE_WRITE_CACHE, fi->writepage), which may pick any writable open file
  * of the inode: such a write has an offset and must not go to the end.
  * @failed: a handle agentd no longer knows, to be replaced. Returns 0 with
@@ -4874,6 +4876,19 @@ static int file_pos_handle(struct wsfs *fs, struct wsfs_file *f, uint64_t failed
 	if (f->sh_pos && f->sh_pos != failed)
 		goto out;
 	f->sh_pos = 0;
+	if (!f->broken && f->gen == atomic_load(&fs->conn_gen)) {
+		/* An unlinked file's mapped pages went nowhere (EIO) before. */
+		q.reopen = f->sh;
+		q.path = bin("\0", 1); /* ws_open(): names nothing */
+		q.access = WSBRIDGE__V1__ACCESS__WRONLY;
+		if (open_rpc(fs, &q, &rep) == 0) {
+			f->sh_pos = rep->handle;
+			goto out;
+		}
+		free_reply(rep);
+		rep = NULL;
+		q = (Wsbridge__V1__OpenRequest)WSBRIDGE__V1__OPEN_REQUEST__INIT;
+	}
 	r = path_of(fs, f->link.nodeid, &path, &len);
 	if (r < 0) {
 		r = -EIO;

@@ -595,6 +595,35 @@ teardown() {
 	assert_eq "$output" ""
 }
 
+@test "O2: a removed file open O_RDWR|O_APPEND: bytes written through mmap(2) reach it at their offset, as on a local disk" {
+	local prog out_local out_mnt
+	# The kernel writes mapped pages back through any writable handle
+	# of the file, with their offset; an O_APPEND handle would append
+	# them, so wsfs opens one without O_APPEND. For a file with no name
+	# left that open failed: fsync(2) EIO, the bytes lost.
+	prog=$(cat <<-'EOF'
+	import mmap, os, sys
+	p = sys.argv[1]
+	fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+	os.unlink(p)
+	os.write(fd, b"a" * 70000)
+	m = mmap.mmap(fd, 70000)
+	m[4097:4098] = b"M"
+	m.close()
+	os.write(fd, b"b" * 70000)
+	os.fsync(fd)
+	os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+	d = os.pread(fd, 200000, 0)
+	print(os.fstat(fd).st_size, len(d), d.count(b"M"), d.find(b"M"), d.count(b"b"))
+	EOF
+	)
+	mkdir "$BATS_TEST_TMPDIR/local"
+	out_local=$("$PY" -c "$prog" "$BATS_TEST_TMPDIR/local/f")
+	assert_eq "$out_local" "140000 140000 1 4097 70000" "local"
+	out_mnt=$("$PY" -c "$prog" "$MNT/f")
+	assert_eq "$out_mnt" "$out_local" "mount"
+}
+
 @test "O3: echo data > f; : > f; wc -c < f prints 0" {
 	echo data >"$MNT/f"
 	: >"$MNT/f"
