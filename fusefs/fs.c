@@ -3628,6 +3628,7 @@ static void ws_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 			wsfs_self_begin(fs, from, from_len,
 					q.exchange ? both : WSFS_SELF_MOVED_FROM);
 			wsfs_self_begin(fs, to, to_len, q.exchange ? both : WSFS_SELF_MOVED_TO);
+			wsfs_self_moved(fs, from, from_len, to, to_len, q.exchange);
 		}
 		r = rpc(fs, M("Rename"), &q.base, &wsbridge__v1__rename_reply__descriptor, &rep);
 		wsfs_self_end(fs, from, from_len, r == 0, NULL);

@@ -560,6 +560,19 @@ void wsfs_invalidate_all(struct wsfs *fs);
 void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kinds);
 
 /**
+ * After wsfs_self_begin() of a rename's two names (WSFS_SELF_MOVED_FROM on
+ * @p from, WSFS_SELF_MOVED_TO on @p to; both on each for RENAME_EXCHANGE,
+ * @p exchange): a MOVED event is this rename's echo only if it goes from
+ * @p from to @p to (or, for an exchange, the other way), not from one own
+ * rename's source to another's target: the pod's `mv a c` right after the
+ * mount exchanged a and x and renamed nb to c was taken for an echo, and
+ * the kernel kept its entry of a for watch_timeout. Paths as
+ * wsfs_self_begin()'s. Any thread; takes self_lock.
+ */
+void wsfs_self_moved(struct wsfs *fs, const char *from, size_t from_len, const char *to,
+		     size_t to_len, bool exchange);
+
+/**
  * The own operation wsfs_self_begin() announced on @p path (@p len bytes)
  * ended: @p ok, it changed the file (its echoes are expected for
  * WSFS_SELF_WINDOW_NS more); @p st, the file's attributes in its reply as

@@ -690,6 +690,10 @@ struct wsfs_self {
 	 * same is another's (an inode number reused within a timestamp
 	 * tick, or the pod linking the file back). */
 	bool made_await;
+	/* self_hash() of the name the own rename from this name (or the
+	 * exchange with it) went to, 0 none: a MOVED event is its echo only
+	 * if it goes there (wsfs_self_moved()). */
+	uint64_t moved_to;
 	size_t len;
 	char path[];
 };
@@ -773,6 +777,7 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 		e->has_attr = false;
 		e->n_prev = 0;
 		e->n_made = 0;
+		e->moved_to = 0;
 	}
 	if (!e) {
 		if (fs->n_self >= WSFS_SELF_MAX)
@@ -800,6 +805,7 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 		e->kinds &= ~(unsigned)(WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO | WSFS_SELF_CHANGED);
 		e->has_attr = false;
 		e->n_prev = 0;
+		e->moved_to = 0; /* wsfs_self_moved() says where */
 	}
 	if (kinds & (WSFS_SELF_CREATED | WSFS_SELF_MOVED_TO)) {
 		e->kinds &= ~(unsigned)(WSFS_SELF_DELETED | WSFS_SELF_MOVED_FROM);
@@ -813,6 +819,28 @@ void wsfs_self_begin(struct wsfs *fs, const char *path, size_t len, unsigned kin
 	e->inflight++;
 	e->gen++;
 out:
+	pthread_mutex_unlock(&fs->self_lock);
+}
+
+/* Set @from's record's moved_to to @to's hash (self_lock held). */
+static void self_moved_to(struct wsfs *fs, const char *from, size_t from_len, const char *to,
+			  size_t to_len, int64_t now)
+{
+	struct wsfs_self *e = self_find(fs, from, from_len, self_hash(from, from_len), now);
+
+	if (e)
+		e->moved_to = self_hash(to, to_len);
+}
+
+void wsfs_self_moved(struct wsfs *fs, const char *from, size_t from_len, const char *to,
+		     size_t to_len, bool exchange)
+{
+	int64_t now = wsfs_now_ns();
+
+	pthread_mutex_lock(&fs->self_lock);
+	self_moved_to(fs, from, from_len, to, to_len, now);
+	if (exchange)
+		self_moved_to(fs, to, to_len, from, from_len, now);
 	pthread_mutex_unlock(&fs->self_lock);
 }
 
@@ -990,6 +1018,7 @@ static void self_forget(struct wsfs *fs, const ProtobufCBinaryData *path)
 		e->has_attr = false;
 		e->n_prev = 0;
 		e->n_made = 0;
+		e->moved_to = 0;
 	}
 	pthread_mutex_unlock(&fs->self_lock);
 }
@@ -1105,6 +1134,23 @@ static bool self_match(struct wsfs *fs, const ProtobufCBinaryData *path, unsigne
 		       struct self_attr *attr, bool *has_attr)
 {
 	return self_match_wait(fs, path, kind, attr, has_attr, false, NULL);
+}
+
+/* Is a MOVED event from @from to @to the echo of one own rename (or
+ * exchange) between those two names (wsfs_self_moved())? */
+static bool self_moved_match(struct wsfs *fs, const ProtobufCBinaryData *from,
+			     const ProtobufCBinaryData *to)
+{
+	int64_t now = wsfs_now_ns();
+	struct wsfs_self *e;
+	bool hit;
+
+	pthread_mutex_lock(&fs->self_lock);
+	e = self_of(fs, from, now);
+	hit = e && self_live(e, now) && (e->kinds & WSFS_SELF_MOVED_FROM) &&
+	      e->moved_to == self_hash((const char *)to->data, to->len);
+	pthread_mutex_unlock(&fs->self_lock);
+	return hit && self_match(fs, to, WSFS_SELF_MOVED_TO, NULL, NULL);
 }
 
 static void self_attr_of_pb(const Wsbridge__V1__Attr *a, struct self_attr *ret)
@@ -1383,8 +1429,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		ev_gone(fs, &ev->path, ws->batch_ns, &ws->gone_checks);
 		break;
 	case WSBRIDGE__V1__WATCH_EVENT__KIND__MOVED:
-		if (self_match(fs, &ev->from, WSFS_SELF_MOVED_FROM, NULL, NULL) &&
-		    self_match(fs, &ev->path, WSFS_SELF_MOVED_TO, NULL, NULL)) {
+		if (self_moved_match(fs, &ev->from, &ev->path)) {
 			/* The pod's append right after the own rename. */
 			ev_folded(fs, ev, ws);
 			break;

@@ -120,6 +120,35 @@ size_is() {
 	assert_eq "$(cat "$MNT/late")" late
 }
 
+@test "R1: the POD's rename right after MNT's exchange and rename is seen at once: the old name is gone, the new one is the moved file" {
+	up
+	local d=$MNT/d
+	mkdir "$d"
+	echo X >"$d/x"
+	echo A >"$d/a"
+	# a <-> x (renameat2 RENAME_EXCHANGE), then nb -> c, then in the POD
+	# a -> c: that MOVED event was taken for the echo of the mount's own
+	# renames (a was one's source, c the other's target), and the kernel
+	# kept its entry of a for watch_timeout (60 s).
+	run "$PY" -c 'import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), 2):
+    sys.exit(os.strerror(ctypes.get_errno()))' "$d/a" "$d/x"
+	if [ "$status" != 0 ] && wsb_runsc; then
+		skip "the sandbox's renameat2 has no RENAME_EXCHANGE: $output"
+	fi
+	assert_status 0
+	assert_eq "$(cat "$d/a")" X "a after the exchange"
+	echo data >"$d/nb"
+	mv -T "$d/nb" "$d/c"
+	"$WSCTL" -a "$ADDR" exec --cwd d -- mv -T a c
+	run stat -c %i "$d/a"
+	assert_status 1
+	assert_eq "$(cat "$d/c")" X "c"
+	assert_eq "$(stat -c %i "$d/c")" "$("$WSCTL" -a "$ADDR" exec --cwd d -- stat -c %i c)" "c's inode"
+	assert_eq "$(cat "$d/x")" A "x"
+}
+
 @test "R1: a file the POD creates shows on MNT at once, even after MNT looked for it" {
 	up
 	# The kernel has listed the root and cached that 'new' does not exist.
