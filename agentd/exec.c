@@ -760,7 +760,11 @@ static bool cg_remove(struct exec_process *p, bool final)
  * pid, pgid or sid (kernel/pid.c), so while the group has members nobody
  * gets the number; once it is free again, the next process given it can
  * make a group of that number (a command agentd started after, which
- * Signal of this one would kill: it did). Loop thread.
+ * Signal of this one would kill: it did). Looked at when the leader is
+ * reaped, when an orphan of its group is (groups_check(): the group may
+ * have emptied then, before its number goes to a new leader that may be
+ * gone again by the next Signal while its group lives on), when a command
+ * gets its pid, and before each signal. Loop thread.
  */
 static bool group_gone(struct exec_process *p)
 {
@@ -1162,6 +1166,29 @@ static void walk_process(uv_handle_t *h, void *arg)
 		lp->found = true;
 }
 
+/*
+ * An orphan in process group @p pgid was reaped, or a command was given pid
+ * @p pgid: an exited command of that pid without a cgroup whose group it
+ * was may have emptied, or its number is another's now (group_gone()).
+ * agentd is the subreaper, so the last member of a group whose leader is
+ * gone is reaped here (unless another process outside the group is its
+ * parent). Loop thread.
+ */
+static void groups_check(int pgid, bool reused)
+{
+	struct exec_table *t;
+	struct exec_process *p;
+
+	for (t = g_tables; t; t = t->tnext)
+		for (p = t->head; p; p = p->next)
+			if (p->exited && p->pid == pgid && p->cg_fd < 0 && !p->group_gone) {
+				if (reused)
+					p->group_gone = true;
+				else
+					(void)group_gone(p);
+			}
+}
+
 /* The running process with OS pid @p pid in any table, or NULL. */
 static struct exec_process *find_pid(int pid)
 {
@@ -1181,7 +1208,7 @@ static void reap(struct exec_table *t)
 {
 	struct exec_process *p;
 	siginfo_t si;
-	int status, pid;
+	int status, pid, pgid;
 
 	for (;;) {
 		memset(&si, 0, sizeof(si));
@@ -1200,12 +1227,16 @@ static void reap(struct exec_table *t)
 				return;
 			}
 		}
+		pgid = p ? -1 : getpgid(pid); /* a zombie has its group still */
 		if (waitpid(pid, &status, WNOHANG) <= 0)
 			return;
-		if (p)
+		if (p) {
 			process_exited(p, status);
-		else
+		} else {
 			wsb_debug("exec: reaped pid %d (an orphan)", pid);
+			if (pgid > 0)
+				groups_check(pgid, false);
+		}
 	}
 }
 
@@ -2291,6 +2322,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	uv_ref((uv_handle_t *)&t->sigchld);
 	keep(t, p);
 	p->pid = pid;
+	groups_check(pid, true); /* an exited command's number, now this one's */
 	p->start_ns = now_ns();
 	uv_timer_init(t->loop, &p->timer);
 	p->timer.data = p;

@@ -1057,19 +1057,31 @@ static void test_signal_delivered_once(void **state)
 
 /*
  * Without a cgroup, a command whose shell was reaped while a setsid'd child
- * holds its output open is RUNNING with an empty process group. Once
- * another process gets the shell's pid and makes a group of that number (a
- * command started after), Signal of the first must not reach it: it killed
- * that group. The pid is handed out with /proc/sys/kernel/ns_last_pid
- * (root); skipped where it cannot be.
+ * holds its output open is RUNNING; once its group has emptied, another
+ * process given the shell's pid can make a group of that number (a command
+ * started after). Signal of the first must not reach that group: it killed
+ * it. @shell prints the setsid'd child's pid first, then, with @member, the
+ * pid of a member of the group that outlives the shell a while. @other is
+ * what gets the number, in a group of its own; it leaves that group
+ * populated (a process of it) until killed. The pid is handed out with
+ * /proc/sys/kernel/ns_last_pid (root); skipped where it cannot be.
  */
-static void test_signal_not_a_reused_group(void **state)
+/* Complete lines of stdout so far. */
+static unsigned lines(const struct result *r)
 {
-	struct fixture *f = *state;
-	struct exec_spec spec = { .shell = "setsid sleep 300 & echo $!", .cwd_fd = -1 };
+	unsigned n = 0;
+
+	for (const char *s = (const char *)r->out[0]; s && (s = strchr(s, '\n')); s++)
+		n++;
+	return n;
+}
+
+static void signal_reused_group(struct fixture *f, const char *shell, bool member,
+				char *const other_argv[])
+{
+	struct exec_spec spec = { .shell = shell, .cwd_fd = -1 };
 	char path[64];
 	struct result r;
-	char a0[] = "sleep", a1[] = "300", *sleep_argv[] = { a0, a1, NULL };
 	posix_spawnattr_t attr;
 	pid_t leader, gc, other = -1;
 	uint64_t t0;
@@ -1083,13 +1095,16 @@ static void test_signal_not_a_reused_group(void **state)
 	assert_int_equal(spawn(f, &spec, &r), 0);
 	exec_ref(r.p);
 	leader = exec_pid(r.p);
-	while (!r.out[0] || !strchr((char *)r.out[0], '\n'))
+	while (lines(&r) < (member ? 2 : 1))
 		uv_run(&f->loop, UV_RUN_ONCE);
 	gc = first_line_pid(&r);
 	snprintf(path, sizeof(path), "/proc/%d", (int)leader);
+	if (member) /* the group empties once the member is reaped */
+		snprintf(path, sizeof(path), "/proc/%d",
+			 atoi(strchr((char *)r.out[0], '\n') + 1));
 	t0 = now_ms();
-	while (access(path, F_OK) == 0 && now_ms() - t0 < 3000)
-		run_ms(f, 10); /* until the reaper reaped the shell */
+	while ((access(path, F_OK) == 0 || kill(leader, 0) == 0) && now_ms() - t0 < 5000)
+		run_ms(f, 10); /* until the reaper reaped the shell (and the member) */
 	assert_int_not_equal(access(path, F_OK), 0);
 	assert_false(r.exited); /* gc holds its stdout: RUNNING */
 	for (tries = 0; tries < 50 && other != leader; tries++) {
@@ -1100,31 +1115,55 @@ static void test_signal_not_a_reused_group(void **state)
 			break;
 		}
 		close(fd);
-		assert_int_equal(posix_spawnp(&other, "sleep", NULL, &attr, sleep_argv, environ), 0);
+		assert_int_equal(posix_spawnp(&other, other_argv[0], NULL, &attr, other_argv, environ),
+				 0);
 		if (other != leader) {
 			kill(other, SIGKILL);
 			run_ms(f, 20); /* the reaper takes it */
 		}
 	}
+	posix_spawnattr_destroy(&attr);
 	if (other != leader) {
 		kill(gc, SIGKILL);
 		exec_kill(r.p, EXEC_KILLED_DETACHED);
 		run_until_exited(f, &r);
 		exec_unref(r.p);
 		result_done(&r);
-		posix_spawnattr_destroy(&attr);
 		print_message("# cannot hand out a pid here (ns_last_pid)\n");
 		skip();
 	}
-	posix_spawnattr_destroy(&attr);
+	run_ms(f, 200); /* other may have exited and been reaped, its group living on */
+	assert_int_equal(kill(-leader, 0), 0);
 	assert_int_equal(exec_signal(r.p, SIGKILL), 0);
 	run_ms(f, 100);
-	assert_true(alive(other));
-	kill(other, SIGKILL);
+	assert_int_equal(kill(-leader, 0), 0); /* the other group was not signalled */
+	kill(-leader, SIGKILL);
 	kill(gc, SIGKILL);
 	run_until_exited(f, &r);
 	exec_unref(r.p);
 	result_done(&r);
+}
+
+/* The group is empty when the shell is reaped; a plain process takes the
+ * number. */
+static void test_signal_not_a_reused_group(void **state)
+{
+	char a0[] = "sleep", a1[] = "300", *argv[] = { a0, a1, NULL };
+
+	signal_reused_group(*state, "setsid sleep 300 & echo $!", false, argv);
+}
+
+/* The group outlives the shell (a member exits later, reaped as an orphan);
+ * the number goes to a shell that leaves a child in its group and exits:
+ * at the Signal nothing has the pid and the group is populated. */
+static void test_signal_not_a_reused_group_later(void **state)
+{
+	char a0[] = "sh", a1[] = "-c", a2[] = "sleep 300 >/dev/null 2>&1 & exit 0";
+	char *argv[] = { a0, a1, a2, NULL };
+
+	signal_reused_group(*state,
+			    "setsid sleep 300 & echo $!; sleep 0.3 >/dev/null 2>&1 & echo $!", true,
+			    argv);
 }
 
 /* The reaper reaps an orphan re-parented to us (a subreaper, as agentd). */
@@ -1583,6 +1622,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_spawn_fd_pressure, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_delivered_once, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_not_a_reused_group, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signal_not_a_reused_group_later, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reap_orphan, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tags_and_info, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_killed_cgroup, setup_small, teardown),
