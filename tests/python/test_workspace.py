@@ -206,6 +206,18 @@ class Errors(Base):
 
 
 class Behaviour(Base):
+    def once_freed(self, fn, what):
+        """fn() once it is no longer refused RESOURCE_EXHAUSTED (the streams
+        that held the limit were cancelled: agentd ends them shortly)."""
+        for _ in range(100):
+            try:
+                return fn()
+            except grpc.RpcError as e:
+                if e.code() != SC.RESOURCE_EXHAUSTED:
+                    raise
+                time.sleep(0.05)
+        self.fail("%s still refused 5 s after the 64 were cancelled" % what)
+
     def test_file_round_trip(self):
         r = self.ws.Open(pb.OpenRequest(path=b"rw.bin", access=pb.RDWR, create=True,
                                         mode=0o640), timeout=TIMEOUT)
@@ -665,16 +677,7 @@ class Behaviour(Base):
                 it.cancel()
             ch.close()
         # Once they ended, downloads work again.
-        for _ in range(100):
-            try:
-                self.assertEqual(small(), b"small")
-                break
-            except grpc.RpcError as e:
-                if e.code() != SC.RESOURCE_EXHAUSTED:
-                    raise
-                time.sleep(0.05)
-        else:
-            self.fail("downloads still refused 5 s after the 64 were cancelled")
+        self.assertEqual(self.once_freed(small, "downloads"), b"small")
 
     def test_upload_streams_limited(self):
         # Each Upload open holds two descriptors in agentd until it commits:
@@ -708,17 +711,9 @@ class Behaviour(Base):
                 f.cancel()
             gate.set()
         # Once they ended, uploads work again, and none left a file.
-        for _ in range(100):
-            try:
-                self.ws.Upload(iter([pb.UploadChunk(header=pb.UploadHeader(path=b"one-more"),
-                                                    data=b"y", commit=True)]), timeout=TIMEOUT)
-                break
-            except grpc.RpcError as e:
-                if e.code() != SC.RESOURCE_EXHAUSTED:
-                    raise
-                time.sleep(0.05)
-        else:
-            self.fail("uploads still refused 5 s after the 64 were cancelled")
+        self.once_freed(lambda: self.ws.Upload(iter([pb.UploadChunk(
+            header=pb.UploadHeader(path=b"one-more"), data=b"y", commit=True)]),
+            timeout=TIMEOUT), "uploads")
         with open(rp("one-more"), "rb") as f:
             self.assertEqual(f.read(), b"y")
         self.assertEqual([n for n in os.listdir(ROOT)
