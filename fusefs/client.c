@@ -973,6 +973,10 @@ static void heard(struct wsc *c, int64_t now_ns)
 
 static bool peer_answers(struct wsc *c);
 
+/* This thread waits for a Health check (peer_answers()): call_wait() ends
+ * it at wsc_cut_long(). */
+static __thread bool health_wait;
+
 /* The end of a wait's next slice: now + WSC_STREAM_SLICE_MS. */
 static gpr_timespec slice_end(void)
 {
@@ -1013,6 +1017,19 @@ static grpc_event call_wait(struct wsc *c, grpc_completion_queue *cq, void *tag,
 	grpc_event ev;
 
 	*stalled = 0;
+	if (health_wait) {
+		/* A signal came or comes (wsc_cut_long()): the caller is about
+		 * to go, and a check of a frozen agentd held it up to 10 s. */
+		for (;;) {
+			gpr_timespec w = slice_end();
+			bool last = gpr_time_cmp(w, until) >= 0;
+
+			ev = cq_wait_until(c, cq, tag, true, last ? until : w);
+			if (ev.type != GRPC_QUEUE_TIMEOUT || last ||
+			    atomic_load_explicit(&c->cut_ns, memory_order_relaxed))
+				return ev;
+		}
+	}
 	if (timeout_ms == 0 && c->health_ms) {
 		/* No deadline (WriteStdin waits on the command): after each
 		 * health_ms, whether agentd still answers ("Stuck calls");
@@ -1888,16 +1905,22 @@ static void stream_stick(struct wsc_stream *s, int err, const char *fmt, ...)
  * health_ms (10 s at most: a cancel waits for it): any status it sends
  * counts, only gRPC's own DEADLINE_EXCEEDED or UNAVAILABLE (nothing came
  * back) does not. agentd answers it on its completion queue threads, not
- * its loop. Blocks up to that plus WSC_STUCK_GRACE_MS. */
+ * its loop. Blocks up to that plus WSC_STUCK_GRACE_MS, or until
+ * wsc_cut_long() (true then: the caller's own wait sees the cut and ends
+ * as cut short, not as agentd's failure). */
 static bool peer_answers(struct wsc *c)
 {
 	Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
 	struct wsc_status st;
 	int r;
 
+	health_wait = true;
 	r = wsc_unary_ex(c, "/grpc.health.v1.Health/Check", &req.base,
 			 &grpc__health__v1__health_check_response__descriptor, NULL,
 			 c->health_ms < 10000 ? c->health_ms : 10000, &st);
+	health_wait = false;
+	if (atomic_load_explicit(&c->cut_ns, memory_order_relaxed))
+		return true;
 	return r == 0 || st.has_errno ||
 	       (st.code != WSB_DEADLINE_EXCEEDED && st.code != WSB_UNAVAILABLE);
 }
