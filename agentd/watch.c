@@ -1248,6 +1248,18 @@ static void watch_limit_hit(struct watcher *w, int err)
 	}
 }
 
+/* openat(@p dirfd, ".") with @p flags; without O_NOATIME where it is
+ * refused (EPERM: agentd owns not the directory and has no CAP_FOWNER,
+ * open(2)). Returns the fd or -errno. */
+static int open_dot(int dirfd, int flags)
+{
+	int fd = openat(dirfd, ".", flags | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 && (flags & O_NOATIME) && (errno == EPERM || errno == EINVAL))
+		fd = openat(dirfd, ".", (flags & ~O_NOATIME) | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
 /*
  * Open directory node @p n with @p flags, component by component from the
  * root fd, never following a symlink. Returns the fd or -errno.
@@ -1260,10 +1272,8 @@ static int node_open(const struct wsession *s, const struct wnode *n, int flags)
 
 	if (depth < 0)
 		return -ENOENT;
-	if (depth == 0) {
-		fd = openat(s->w->root_fd, ".", flags | O_DIRECTORY | O_CLOEXEC);
-		return fd < 0 ? -errno : fd;
-	}
+	if (depth == 0)
+		return open_dot(s->w->root_fd, flags);
 	chain = malloc((size_t)depth * sizeof(*chain));
 	if (!chain)
 		return -ENOMEM;
@@ -1291,9 +1301,7 @@ static int node_open(const struct wsession *s, const struct wnode *n, int flags)
 	free(chain);
 	if (flags & O_PATH)
 		return fd;
-	nfd = openat(fd, ".", flags | O_DIRECTORY | O_CLOEXEC);
-	if (nfd < 0)
-		nfd = -errno;
+	nfd = open_dot(fd, flags);
 	close(fd);
 	return nfd;
 }
@@ -1401,7 +1409,10 @@ static void scan_dir(struct wsession *s, struct wnode *n)
 	int fd, wd;
 
 	scan_dequeue(s, n);
-	fd = node_open(s, n, O_RDONLY | O_NONBLOCK);
+	/* Not an access of the directory: with relatime, the walk of one the
+	 * mount or the pod had just made moved its atime past its mtime, as
+	 * no read on a local disk would have. */
+	fd = node_open(s, n, O_RDONLY | O_NONBLOCK | O_NOATIME);
 	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP ||
 	    (fd == -EACCES && !node_searchable(s, n))) {
 		/* Gone or moved already: its parent reports that, and a rename

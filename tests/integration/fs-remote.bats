@@ -149,6 +149,18 @@ if libc.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), 2):
 	assert_eq "$(cat "$d/x")" A "x"
 }
 
+@test "a directory made through MNT or in the POD keeps its atime: agentd's walk of it is no access" {
+	wsb_runsc && skip "the sandbox keeps its own times"
+	up
+	mkdir "$MNT/made" "$BATS_TEST_TMPDIR/local"
+	mkdir "$ROOT/pod"
+	mkdir "$BATS_TEST_TMPDIR/local/made"
+	sleep 0.5 # agentd has walked both (to watch what comes into them)
+	assert_eq "$(stat -c %x "$ROOT/made")" "$(stat -c %y "$ROOT/made")" "atime = mtime of made"
+	assert_eq "$(stat -c %x "$ROOT/pod")" "$(stat -c %y "$ROOT/pod")" "atime = mtime of pod"
+	assert_eq "$(stat -c %x "$BATS_TEST_TMPDIR/local/made")" "$(stat -c %y "$BATS_TEST_TMPDIR/local/made")" "local"
+}
+
 @test "R1: a file the POD creates shows on MNT at once, even after MNT looked for it" {
 	up
 	# The kernel has listed the root and cached that 'new' does not exist.
