@@ -140,15 +140,27 @@ static int check_name(struct rpc_call *call, const struct resolve_root *root, si
 	return 0;
 }
 
-/* Whether the client cancelled @p call or its deadline passed, before file
- * @p i of @p n; ends the call then. The files before i stay written. */
+/*
+ * Whether the client cancelled @p call or its deadline passed, before file
+ * @p i of @p n; ends the call then, DEADLINE_EXCEEDED or CANCELLED as the
+ * gRPC status codes doc has them (a deadline that passed is
+ * DEADLINE_EXCEEDED even though rpc_cancelled() is true then too). The
+ * files before i stay written.
+ */
 static bool gone(struct rpc_call *call, size_t i, size_t n)
 {
-	if (!rpc_cancelled(call) && rpc_deadline_ms(call) > 0)
+	if (rpc_deadline_ms(call) == 0) {
+		rpc_finish(call, WSB_DEADLINE_EXCEEDED, ETIMEDOUT,
+			   "CreateFiles: past its deadline after %zu of %zu files; those "
+			   "stay written, the rest were not",
+			   i, n);
+		return true;
+	}
+	if (!rpc_cancelled(call))
 		return false;
 	rpc_finish(call, WSB_CANCELLED, ECANCELED,
-		   "CreateFiles: cancelled or past its deadline after %zu of %zu files; "
-		   "those stay written, the rest were not",
+		   "CreateFiles: cancelled after %zu of %zu files; those stay written, the "
+		   "rest were not",
 		   i, n);
 	return true;
 }
