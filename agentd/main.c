@@ -35,6 +35,10 @@
 #define MAX_LISTEN 16
 #define DRAIN_GRACE_MS 10000
 #define MAX_RECV_BYTES (64u << 20)
+/* --max-reply-bytes: default and range, bytes (rpc_server_config). */
+#define MAX_REPLY_DEFAULT ((size_t)256 << 20)
+#define MAX_REPLY_MIN ((size_t)8 << 20)
+#define MAX_REPLY_MAX ((size_t)1 << 40)
 
 static void usage(FILE *f)
 {
@@ -60,6 +64,10 @@ static void usage(FILE *f)
 		"                         (default %zu; %zu to %zu)\n"
 		"      --exit-keep SECONDS  how long an exit status is kept after the command\n"
 		"                         ends (default %llu)\n"
+		"      --max-reply-bytes BYTES  replies its clients have not read yet that\n"
+		"                         agentd holds at most; past it a reply over 4 KiB\n"
+		"                         (a Read, a listing, output) fails RESOURCE_EXHAUSTED\n"
+		"                         (default %zu; %zu to %zu)\n"
 		"      --threads N        completion-queue threads (default 4); one polls at a\n"
 		"                         time, another when a call takes over 2 ms\n"
 		"  -h, --help             show this help\n"
@@ -67,7 +75,8 @@ static void usage(FILE *f)
 		AGENTD_VIEW_LIMIT_DEFAULT, SESSION_GRACE_DEFAULT_S, SESSION_GRACE_MIN_S,
 		EXEC_MAX_PROCESSES_DEFAULT,
 		EXEC_JOURNAL_DEFAULT, (size_t)EXEC_JOURNAL_MIN, (size_t)EXEC_JOURNAL_MAX,
-		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000));
+		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000), MAX_REPLY_DEFAULT,
+		MAX_REPLY_MIN, MAX_REPLY_MAX);
 }
 
 /* True for a listen address that only this machine can reach. */
@@ -325,6 +334,7 @@ int main(int argc, char **argv)
 		{"journal-size", required_argument, NULL, 'J'},
 		{"exit-keep", required_argument, NULL, 'K'},
 		{"session-grace", required_argument, NULL, 'g'},
+		{"max-reply-bytes", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{0},
@@ -334,6 +344,7 @@ int main(int argc, char **argv)
 	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
 	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096, max_watches = 0;
 	unsigned long long session_grace = SESSION_GRACE_DEFAULT_S, reap_ms;
+	size_t max_reply = MAX_REPLY_DEFAULT;
 	struct exec_config exec_cfg = { .cgroups = true };
 	char *end;
 	static struct app app;
@@ -369,21 +380,27 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 		case 'J':
-		case 'K': {
+		case 'K':
+		case 'R': {
 			unsigned long long v;
-			const char *name = c == 'P' ? "max-procs" : c == 'J' ? "journal-size" : "exit-keep";
+			const char *name = c == 'P'   ? "max-procs"
+					   : c == 'J' ? "journal-size"
+					   : c == 'K' ? "exit-keep"
+						      : "max-reply-bytes";
 
 			errno = 0;
 			v = strtoull(optarg, &end, 10);
 			if (errno || *end || end == optarg || v == 0 || optarg[0] == '-' ||
 			    (c == 'P' && v > 100000) ||
 			    (c == 'J' && (v < EXEC_JOURNAL_MIN || v > EXEC_JOURNAL_MAX)) ||
-			    (c == 'K' && v > 366ULL * 24 * 3600)) {
-				if (c == 'J')
+			    (c == 'K' && v > 366ULL * 24 * 3600) ||
+			    (c == 'R' && (v < MAX_REPLY_MIN || v > MAX_REPLY_MAX))) {
+				if (c == 'J' || c == 'R')
 					fprintf(stderr,
 						"agentd: bad number '%s' for --%s (%zu to %zu bytes)\n",
-						optarg, name, (size_t)EXEC_JOURNAL_MIN,
-						(size_t)EXEC_JOURNAL_MAX);
+						optarg, name,
+						c == 'J' ? (size_t)EXEC_JOURNAL_MIN : MAX_REPLY_MIN,
+						c == 'J' ? (size_t)EXEC_JOURNAL_MAX : MAX_REPLY_MAX);
 				else
 					fprintf(stderr, "agentd: bad number '%s' for --%s\n", optarg,
 						name);
@@ -393,8 +410,10 @@ int main(int argc, char **argv)
 				exec_cfg.max_running = (unsigned)v;
 			else if (c == 'J')
 				exec_cfg.journal_bytes = (size_t)v;
-			else
+			else if (c == 'K')
 				exec_cfg.exit_keep_ms = v * 1000;
+			else
+				max_reply = (size_t)v;
 			break;
 		}
 		case 'v':
@@ -458,6 +477,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "agentd: --stdio and --listen exclude each other\n");
 		return 2;
 	}
+	if (max_reply < view_limit + (1u << 20)) {
+		fprintf(stderr,
+			"agentd: --max-reply-bytes %zu is too small for --view-limit %llu (a "
+			"ViewFile reply of that size could never go): give at least %llu\n",
+			max_reply, view_limit, view_limit + (1u << 20));
+		return 2;
+	}
 	if (!app.stdio && nlisten == 0)
 		listen[nlisten++] = DEFAULT_LISTEN;
 	if (token_file) {
@@ -514,6 +540,7 @@ int main(int argc, char **argv)
 	cfg.cq_threads = threads;
 	cfg.token = app.token;
 	cfg.max_recv_bytes = MAX_RECV_BYTES;
+	cfg.max_reply_bytes = max_reply;
 	/* A client gone without closing its connection ends its calls, and so
 	 * lets its session's grace start, within about the grace itself. */
 	cfg.keepalive_ms = (unsigned)(session_grace * 1000 / 2 < 30000 ? session_grace * 1000 / 2

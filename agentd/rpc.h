@@ -72,6 +72,10 @@ struct rpc_method {
 	bool no_auth; /**< served without a token (health checks only) */
 	rpc_handler_fn handler;
 	void *data;
+	/** Its replies go even past rpc_server_config.max_reply_bytes: the
+	 * call did work a retry would do again (ExecuteCommands ran its
+	 * commands), so refusing the reply would lose what it did. */
+	bool must_reply;
 };
 
 /** Settings for rpc_server_new(). */
@@ -86,6 +90,14 @@ struct rpc_server_config {
 	 * a peer that vanished without closing (host gone, a partition) ends
 	 * its calls. 0: gRPC's defaults (a server pings after 2 hours). */
 	unsigned keepalive_ms;
+	/** Bytes of reply messages sent and not yet taken by their clients
+	 * (gRPC completes a send once HTTP/2 flow control let it go: a client
+	 * that does not read holds its replies in agentd) past which a reply
+	 * of over RPC_REPLY_SMALL bytes is refused RESOURCE_EXHAUSTED (ENOBUFS)
+	 * instead (0: 256 MiB). Without it, clients that open many calls and
+	 * read none ran agentd out of memory (800 Ops streams each holding an
+	 * unread 1 MiB Read: 672 MB). */
+	size_t max_reply_bytes;
 	/** Called for every call that arrives (authorized, decoded), before its
 	 * handler, on the thread that runs the handler; or NULL. */
 	void (*on_call)(struct rpc_call *call, void *arg);
@@ -140,10 +152,23 @@ void rpc_server_free(struct rpc_server *s);
 
 /* ---- per-call API ---- */
 
+/** Replies of up to this many bytes are sent whatever their clients hold
+ * unread (rpc_server_config.max_reply_bytes): a Stat, Open or Write reply,
+ * whose call may have changed the workspace. */
+#define RPC_REPLY_SMALL 4096
+
+/** The status message of a reply refused for max_reply_bytes (static). */
+#define RPC_NO_ROOM_MSG                                                                   \
+	"agentd holds as many bytes of replies its clients have not read yet as "         \
+	"--max-reply-bytes allows; try again once they are read"
+
 /**
  * End a unary or client-streaming call with reply @p msg (borrowed; packed
- * before return) and status OK. Returns 0, or -ECANCELED if the client is
- * gone (the call is ended all the same).
+ * before return) and status OK. A reply of over RPC_REPLY_SMALL bytes that
+ * would take the server past max_reply_bytes ends the call
+ * RESOURCE_EXHAUSTED (errno ENOBUFS, RPC_NO_ROOM_MSG) instead, unless the
+ * method is must_reply. Returns 0, or -ECANCELED if the client is gone, or
+ * -ENOBUFS for a refused reply (the call is ended all the same).
  */
 int rpc_reply(struct rpc_call *call, const ProtobufCMessage *msg);
 
@@ -175,10 +200,20 @@ typedef void (*rpc_sent_fn)(struct rpc_call *call, bool ok, void *arg);
  * Send one message of a server stream. @p msg is borrowed and packed before
  * return. Only one send may be outstanding: call again only after @p sent ran.
  * Returns 0 (then @p sent will run exactly once), -EBUSY if a send is already
- * outstanding, -ECANCELED if the call is already dead (then @p sent does not
- * run).
+ * outstanding, -ECANCELED if the call is already dead, -ENOBUFS if @p msg
+ * is over RPC_REPLY_SMALL bytes and the server holds max_reply_bytes of
+ * unread replies (then @p sent does not run; end the call, as
+ * rpc_finish_send_error() does).
  */
 int rpc_send(struct rpc_call *call, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg);
+
+/**
+ * End @p call after rpc_send() failed with @p err (< 0): RESOURCE_EXHAUSTED
+ * with errno ENOBUFS and RPC_NO_ROOM_MSG for -ENOBUFS, else CANCELLED
+ * (ECANCELED) "@p what cancelled". Returns what rpc_finish() returns.
+ * The method's thread.
+ */
+int rpc_finish_send_error(struct rpc_call *call, int err, const char *what);
 
 /**
  * Callback for rpc_recv(): @p msg is the next decoded request, owned by the

@@ -114,6 +114,8 @@ struct rpc_server {
 	char *token;
 	size_t token_len;
 	size_t max_recv;
+	size_t max_reply;          /* max_reply_bytes */
+	atomic_size_t reply_bytes; /* of sends started and not completed */
 	void (*on_call)(struct rpc_call *call, void *arg);
 	void *on_call_arg;
 
@@ -169,6 +171,9 @@ struct rpc_call {
 	bool send_busy, recv_busy;
 
 	grpc_byte_buffer *send_buf;
+	/* Bytes of s->reply_bytes this call's SEND_MESSAGE batch (TAG_SEND)
+	 * and its reply with the status (TAG_STATUS) hold until they complete. */
+	size_t send_held, status_held;
 	rpc_sent_fn sent;
 	void *sent_arg;
 	grpc_byte_buffer *recv_buf;
@@ -277,6 +282,38 @@ static int unpack_buffer(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor 
 	return wsb_grpc_unpack(bb, 0, SIZE_MAX, desc, ret);
 }
 
+/*
+ * Take @p n bytes of the server's budget of replies in flight
+ * (max_reply_bytes) for a reply of call @p c; the caller keeps them in its
+ * send_held or status_held until the batch completes (reply_put). A reply
+ * of up to RPC_REPLY_SMALL bytes, or of a must_reply method, always gets
+ * them. Returns true, or false when the budget has no room (nothing
+ * taken). Any thread.
+ */
+static bool reply_take(const struct rpc_call *c, size_t n)
+{
+	struct rpc_server *s = c->srv;
+	size_t before = atomic_fetch_add(&s->reply_bytes, n);
+
+	if (n > RPC_REPLY_SMALL && before + n > s->max_reply &&
+	    !(c->reg && c->reg->m->must_reply)) {
+		atomic_fetch_sub(&s->reply_bytes, n);
+		wsb_debug("%s: a %zu-byte reply refused: %zu bytes of replies unread, at most %zu",
+			  rpc_method_path(c), n, before, s->max_reply);
+		return false;
+	}
+	return true;
+}
+
+/* Give back the bytes *@p held took of the budget (reply_take). */
+static void reply_put(struct rpc_server *s, size_t *held)
+{
+	if (*held) {
+		atomic_fetch_sub(&s->reply_bytes, *held);
+		*held = 0;
+	}
+}
+
 /* Start a batch owned by tag @p t; takes a call reference for it. On a
  * rejected batch the call is cancelled (a rejected batch poisons the call in
  * 1.51) and -ECANCELED returned. */
@@ -336,20 +373,22 @@ static int call_end(struct rpc_call *c, int code, int err, const char *msg);
 
 /*
  * End op @c by sending its OpReply on its stream: status @code, errno
- * name of @err (> 0) and @msg when not OK, @reply (packed here) when OK.
- * Returns 0 or -ECANCELED (the stream is gone).
+ * name of @err (> 0) and @msg when not OK, @reply (packed here) when OK;
+ * a @reply the budget has no room for (reply_take) is sent as
+ * RESOURCE_EXHAUSTED instead. Returns 0, -ECANCELED (the stream is gone)
+ * or -ENOBUFS (@reply refused).
  */
 static int op_send(struct rpc_call *c, int code, int err, const char *msg,
 		   const ProtobufCMessage *reply)
 {
 	struct rpc_call *p = c->parent;
-	const char *ename = err > 0 ? wsb_errno_name(err) : NULL;
-	size_t elen = ename ? strlen(ename) : 0, mlen = msg ? strlen(msg) : 0;
-	size_t n = reply ? protobuf_c_message_get_packed_size(reply) : 0;
+	const char *ename;
+	size_t elen, mlen, n = reply ? protobuf_c_message_get_packed_size(reply) : 0;
 	grpc_slice slice;
 	grpc_op ops[2];
 	uint8_t *w;
 	size_t k = 0;
+	bool refused = false;
 	int r;
 
 	if (p->send_busy || p->ended) {
@@ -357,6 +396,17 @@ static int op_send(struct rpc_call *c, int code, int err, const char *msg,
 		wsb_err("%s: an op ended while its stream could not send", rpc_method_path(c));
 		return -ECANCELED;
 	}
+	if (reply && !reply_take(c, n)) {
+		code = WSB_RESOURCE_EXHAUSTED;
+		err = ENOBUFS;
+		msg = RPC_NO_ROOM_MSG;
+		reply = NULL;
+		n = 0;
+		refused = true;
+	}
+	ename = err > 0 ? wsb_errno_name(err) : NULL;
+	elen = ename ? strlen(ename) : 0;
+	mlen = msg ? strlen(msg) : 0;
 	slice = grpc_slice_malloc(WSB_WIRE_VARINT_MAX + 3 * WSB_WIRE_LEN_HEAD_MAX + elen + mlen + n);
 	w = GRPC_SLICE_START_PTR(slice);
 	if (code != WSB_OK)
@@ -390,14 +440,18 @@ static int op_send(struct rpc_call *c, int code, int err, const char *msg,
 	p->sent = ops_sent;
 	p->sent_arg = NULL;
 	p->send_busy = true;
+	p->send_held = n;
 	tag_init(&p->t_send, TAG_SEND, p);
 	r = start_batch(p, ops, k, &p->t_send);
 	if (r < 0) {
 		/* No ops_sent() to come: the stream ends here. */
 		p->send_busy = false;
+		reply_put(p->srv, &p->send_held);
 		call_end(p, WSB_CANCELLED, 0, "the stream could not send");
 	} else if (atomic_load(&p->cancelled)) {
 		r = -ECANCELED;
+	} else if (refused) {
+		r = -ENOBUFS;
 	}
 	return r;
 }
@@ -599,7 +653,7 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 {
 	grpc_op ops[3];
 	grpc_slice details;
-	size_t n = 0;
+	size_t n = 0, size;
 	int r;
 
 	if (c->ended)
@@ -610,6 +664,12 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 		r = op_send(c, WSB_OK, 0, NULL, msg);
 		call_unref(c);
 		return r;
+	}
+	size = protobuf_c_message_get_packed_size(msg);
+	if (!reply_take(c, size)) {
+		r = send_status(c, WSB_RESOURCE_EXHAUSTED, ENOBUFS, RPC_NO_ROOM_MSG);
+		call_unref(c);
+		return r < 0 ? r : -ENOBUFS;
 	}
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {
@@ -625,9 +685,12 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
 	ops[n].data.send_status_from_server.status_details = &details;
 	n++;
+	c->status_held = size;
 	tag_init(&c->t_status, TAG_STATUS, c);
 	r = start_batch(c, ops, n, &c->t_status);
-	if (r == 0 && atomic_load(&c->cancelled))
+	if (r < 0)
+		reply_put(c->srv, &c->status_held);
+	else if (atomic_load(&c->cancelled))
 		r = -ECANCELED;
 	call_unref(c);
 	return r;
@@ -682,7 +745,7 @@ int rpc_fail_errno(struct rpc_call *c, int err, const char *fmt, ...)
 int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg)
 {
 	grpc_op ops[2];
-	size_t n = 0;
+	size_t n = 0, size;
 	int r;
 
 	if (c->parent || call_is_ops(c))
@@ -691,6 +754,9 @@ int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, 
 		return -EBUSY;
 	if (c->ended || atomic_load(&c->cancelled))
 		return -ECANCELED;
+	size = protobuf_c_message_get_packed_size(msg);
+	if (!reply_take(c, size))
+		return -ENOBUFS;
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {
 		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -699,6 +765,7 @@ int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, 
 	if (c->send_buf)
 		grpc_byte_buffer_destroy(c->send_buf);
 	c->send_buf = pack_buffer(msg);
+	c->send_held = size;
 	ops[n].op = GRPC_OP_SEND_MESSAGE;
 	ops[n].data.send_message.send_message = c->send_buf;
 	n++;
@@ -707,9 +774,18 @@ int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, 
 	c->send_busy = true;
 	tag_init(&c->t_send, TAG_SEND, c);
 	r = start_batch(c, ops, n, &c->t_send);
-	if (r < 0)
+	if (r < 0) {
 		c->send_busy = false;
+		reply_put(c->srv, &c->send_held);
+	}
 	return r;
+}
+
+int rpc_finish_send_error(struct rpc_call *c, int err, const char *what)
+{
+	if (err == -ENOBUFS)
+		return rpc_finish(c, WSB_RESOURCE_EXHAUSTED, ENOBUFS, "%s", RPC_NO_ROOM_MSG);
+	return rpc_finish(c, WSB_CANCELLED, ECANCELED, "%s cancelled", what);
 }
 
 int rpc_recv(struct rpc_call *c, rpc_recv_fn recv, void *arg)
@@ -959,6 +1035,7 @@ static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
 		unknown_start(c);
 		return;
 	case TAG_SEND:
+		reply_put(s, &c->send_held);
 		c->send_busy = false;
 		if (c->send_buf) {
 			grpc_byte_buffer_destroy(c->send_buf);
@@ -1007,6 +1084,7 @@ static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
 		call_unref(c);
 		return;
 	case TAG_STATUS:
+		reply_put(s, &c->status_held);
 		call_unref(c);
 		return;
 	case TAG_SHUTDOWN:
@@ -1215,6 +1293,8 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	s->loop = cfg->loop;
 	s->nthreads = cfg->cq_threads;
 	s->max_recv = cfg->max_recv_bytes ? cfg->max_recv_bytes : 4u << 20;
+	s->max_reply = cfg->max_reply_bytes ? cfg->max_reply_bytes : (size_t)256 << 20;
+	atomic_init(&s->reply_bytes, 0);
 	if (cfg->token) {
 		s->token = strdup(cfg->token);
 		if (!s->token) {

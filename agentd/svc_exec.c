@@ -323,7 +323,11 @@ static void stream_barrier_done(void *arg);
 static void stream_send(struct stream_ctx *c, const ProtobufCMessage *msg)
 {
 	/* rpc_send packs the message before it returns. */
-	if (rpc_send(c->call, msg, stream_sent, c) < 0)
+	int r = rpc_send(c->call, msg, stream_sent, c);
+
+	if (r == -ENOBUFS)
+		stream_end(c, WSB_RESOURCE_EXHAUSTED, RPC_NO_ROOM_MSG);
+	else if (r < 0)
 		stream_end(c, WSB_CANCELLED, "the call was cancelled");
 	else
 		c->sending = true;

@@ -1451,7 +1451,7 @@ static void download_step(struct rpc_call *call, struct download_call *dc)
 	c.hole = hole;
 	r = rpc_send(call, &c.base, download_sent, dc);
 	if (r < 0) {
-		rpc_finish(call, WSB_CANCELLED, ECANCELED, "download cancelled");
+		rpc_finish_send_error(call, r, "download");
 		download_end(dc);
 	}
 }
@@ -1642,7 +1642,7 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	free(ep);
 	free(a);
 	if (r < 0) {
-		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
+		rpc_finish_send_error(wc->call, r, "watch");
 		wc_free(wc);
 		return r;
 	}
@@ -1718,6 +1718,7 @@ static void watch_quiet(struct watch_call *wc)
 	wc->next = quiet_calls;
 	quiet_calls = wc;
 	if (rpc_send(wc->call, &b.base, quiet_sent, wc) < 0) {
+		/* (one event: never refused for the reply budget) */
 		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
 		wc_free(wc);
 		return;

@@ -61,6 +61,17 @@ teardown() {
 		assert_eq "$stderr" "agentd: bad number '$v' for --session-grace (5 to 86400 seconds)"
 	done
 
+	for v in 8388607 1099511627777 -1 0 x; do
+		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --max-reply-bytes "$v" --listen 127.0.0.1:1
+		assert_status 2
+		assert_eq "$stderr" "agentd: bad number '$v' for --max-reply-bytes (8388608 to 1099511627776 bytes)"
+	done
+	# No room for the largest ViewFile reply.
+	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --max-reply-bytes 8388608 \
+		--view-limit 8388608 --listen 127.0.0.1:1
+	assert_status 2
+	assert_contains "$stderr" "--max-reply-bytes 8388608 is too small for --view-limit 8388608"
+
 	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" stray-arg
 	assert_status 2
 	assert_contains "$stderr" "stray-arg"

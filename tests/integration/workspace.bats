@@ -21,6 +21,15 @@ teardown() {
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_workspace.py
 }
 
+@test "unread replies: agentd holds at most --max-reply-bytes of them; past it a large reply is refused, a small one goes" {
+	local rss=1
+	# ASan's quarantine keeps freed memory: no RSS to compare there.
+	if wsb_sanitized; then rss=; fi
+	agentd_tcp --max-reply-bytes $((8 << 20))
+	WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_MAX_REPLY=$((8 << 20)) WSB_AGENTD_PID=$AGENTD_PID \
+		WSB_CHECK_RSS=$rss run_py test_workspace.py ReplyBudget
+}
+
 @test "Workspace over a unix socket: the same errno trailers (grpcio)" {
 	agentd_unix
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_workspace.py Errors

@@ -49,6 +49,19 @@ class Base(unittest.TestCase):
             self.assertIn(path, e.details(), "%s: message does not name the path" % what)
         return e
 
+    def once_freed(self, fn, what):
+        """fn() once it is no longer refused RESOURCE_EXHAUSTED (the streams
+        that held the limit were cancelled or read: agentd frees it
+        shortly)."""
+        for _ in range(100):
+            try:
+                return fn()
+            except grpc.RpcError as e:
+                if e.code() != SC.RESOURCE_EXHAUSTED:
+                    raise
+                time.sleep(0.05)
+        self.fail("%s still refused 5 s after what held the limit went" % what)
+
 
 class Errors(Base):
     def test_stat_missing(self):
@@ -206,17 +219,6 @@ class Errors(Base):
 
 
 class Behaviour(Base):
-    def once_freed(self, fn, what):
-        """fn() once it is no longer refused RESOURCE_EXHAUSTED (the streams
-        that held the limit were cancelled: agentd ends them shortly)."""
-        for _ in range(100):
-            try:
-                return fn()
-            except grpc.RpcError as e:
-                if e.code() != SC.RESOURCE_EXHAUSTED:
-                    raise
-                time.sleep(0.05)
-        self.fail("%s still refused 5 s after the 64 were cancelled" % what)
 
     def test_file_round_trip(self):
         r = self.ws.Open(pb.OpenRequest(path=b"rw.bin", access=pb.RDWR, create=True,
@@ -929,6 +931,95 @@ class OpStream(Base):
                              (SC.INVALID_ARGUMENT, "EBADMSG"))
         finally:
             ch.close()
+
+
+@unittest.skipUnless(os.environ.get("WSB_MAX_REPLY"), "agentd runs without a small "
+                     "--max-reply-bytes (workspace.bats starts one with it)")
+class ReplyBudget(Base):
+    """agentd holds at most --max-reply-bytes (WSB_MAX_REPLY) of replies its
+    clients have not read: 800 Ops streams each with an unread 1 MiB Read
+    took it to 672 MB before."""
+    M = "/wsbridge.v1.Workspace/"
+
+    def rss_kib(self):
+        with open("/proc/%s/status" % wsbtest.env("WSB_AGENTD_PID")) as f:
+            return int(f.read().split("VmRSS:")[1].split()[0])
+
+    def test_unread_replies_are_bounded(self):
+        budget, n, mib = int(os.environ["WSB_MAX_REPLY"]), 48, 1 << 20
+        with open(rp("budget.bin"), "wb") as f:
+            f.write(os.urandom(mib))
+        h = self.ws.Open(pb.OpenRequest(path=b"budget.bin", access=pb.RDONLY),
+                         timeout=TIMEOUT).handle
+        read = pb.OpRequest(method=self.M + "Read", request=pb.ReadRequest(
+            handle=h, offset=0, size=mib).SerializeToString())
+        gate = threading.Event()
+
+        def one_read():
+            yield read
+            gate.wait(TIMEOUT)
+        # Without BDP probing a client announces no more window than it
+        # reads: each reply stays in agentd until the stream is read.
+        chans = [grpc.insecure_channel(wsbtest.env("WSB_TARGET"), options=[
+            ("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 64 << 20)])
+            for _ in range(n)]
+        rss0 = self.rss_kib()
+        try:
+            calls = [pbg.WorkspaceStub(c).Ops(one_read(), timeout=TIMEOUT) for c in chans]
+            # Once the budget is full a large reply is refused, a small
+            # one (Stat, a Write's) still goes.
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=mib),
+                                 timeout=TIMEOUT)
+                except grpc.RpcError as e:
+                    self.assertEqual((e.code(), trailer(e)), (SC.RESOURCE_EXHAUSTED, "ENOBUFS"),
+                                     describe(e))
+                    self.assertIn("--max-reply-bytes", e.details())
+                    break
+                self.assertLess(time.monotonic(), deadline,
+                                "a 1 MiB Read still answered with %d unread" % n)
+                time.sleep(0.1)
+            self.assertEqual(self.ws.Stat(pb.StatRequest(path=b"budget.bin"),
+                                          timeout=TIMEOUT).attr.size, mib)
+            self.assertEqual(len(self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=1000),
+                                              timeout=TIMEOUT).data), 1000)
+            self.assertEqual(self.ws.Write(pb.WriteRequest(handle=self.ws.Open(pb.OpenRequest(
+                path=b"budget-w.bin", access=pb.WRONLY, create=True, mode=0o600),
+                timeout=TIMEOUT).handle, offset=0, data=b"w" * mib), timeout=TIMEOUT).written,
+                mib)
+            # ExecuteCommands ran its commands: its transcript (2 MB, more
+            # than the budget has left) goes anyway.
+            da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
+            out = da.ExecuteCommands(wsbtest.devagent_pb2.ExecuteCommandsRequest(
+                cmds=["head -c 1000000 /dev/zero | tr '\\0' Q"] * 2, app_name="budget"),
+                timeout=TIMEOUT).status
+            self.assertEqual(out.count("Q" * 1000000), 2, "transcript of %d bytes" % len(out))
+            grown = self.rss_kib() - rss0
+            # Each refused stream got its RESOURCE_EXHAUSTED; as many 1 MiB
+            # replies as the budget holds were sent.
+            reps = [next(c) for c in calls]
+        finally:
+            gate.set()
+            for c in chans:
+                c.close()
+        ok = [r for r in reps if r.code == 0]
+        refused = [r for r in reps if r.code == SC.RESOURCE_EXHAUSTED.value[0]]
+        self.assertEqual(len(ok) + len(refused), n, [(r.code, r.message) for r in reps])
+        self.assertTrue(1 <= len(ok) <= budget // mib, "%d of %d 1 MiB replies sent with a "
+                        "budget of %d bytes" % (len(ok), n, budget))
+        self.assertEqual({r.errno_name for r in refused}, {"ENOBUFS"})
+        for r in ok:
+            self.assertEqual(len(pb.ReadReply.FromString(r.reply).data), mib)
+        if os.environ.get("WSB_CHECK_RSS"):
+            self.assertLess(grown, (budget + 24 * mib) // 1024,
+                            "agentd grew %d KiB holding %d unread 1 MiB replies" % (grown, n))
+        # Read, the budget is free again.
+        self.assertEqual(len(self.once_freed(lambda: self.ws.Read(
+            pb.ReadRequest(handle=h, offset=0, size=mib), timeout=TIMEOUT), "a 1 MiB Read")
+            .data), mib)
+        self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
 
 
 if __name__ == "__main__":
