@@ -1053,6 +1053,23 @@ fail:
 	return r;
 }
 
+/* fchownat(2) of O_PATH fd @p fd's own file (a symlink too). Returns 0 or
+ * -errno. */
+static int chown_opath(int fd, uid_t uid, gid_t gid)
+{
+	char p[PROC_FD_PATH_MAX];
+
+	if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH) == 0)
+		return 0;
+	/* gVisor: EBADF for an O_PATH fd. The /proc path names the fd's own
+	 * inode, a symlink too (flags 0: with AT_SYMLINK_NOFOLLOW it would
+	 * name the /proc link). */
+	if (errno != EBADF && errno != EINVAL)
+		return -errno;
+	proc_fd_path(p, fd);
+	return fchownat(AT_FDCWD, p, uid, gid, 0) < 0 ? -errno : 0;
+}
+
 int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
 		  size_t len, uint64_t id, const struct fsops_setattr *sa, struct stat *ret_st)
 {
@@ -1129,18 +1146,9 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 		uid_t uid = (sa->valid & FSOPS_SET_UID) ? sa->uid : (uid_t)-1;
 		gid_t gid = (sa->valid & FSOPS_SET_GID) ? sa->gid : (gid_t)-1;
 
-		if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH) < 0) {
-			char p[PROC_FD_PATH_MAX];
-
-			/* gVisor: EBADF for an O_PATH fd. The /proc path names
-			 * the fd's own inode, a symlink too (flags 0: with
-			 * AT_SYMLINK_NOFOLLOW it would name the /proc link). */
-			if (errno != EBADF && errno != EINVAL)
-				goto fail_errno;
-			proc_fd_path(p, fd);
-			if (fchownat(AT_FDCWD, p, uid, gid, 0) < 0)
-				goto fail_errno;
-		}
+		r = chown_opath(fd, uid, gid);
+		if (r < 0)
+			goto out;
 	}
 	if (times && utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
 		char p[PROC_FD_PATH_MAX];
@@ -1513,14 +1521,44 @@ int fsops_statfs(const struct resolve_root *root, const void *path, size_t len,
  * on the /proc link itself (tried on Linux 6.18: lgetxattr gives ENODATA for
  * a file that has the attribute).
  */
-static int xattr_target(const struct resolve_root *root, const void *path, size_t len,
-			char p[PROC_FD_PATH_MAX])
-{
-	int fd = resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0);
+/* The file an xattr call acts on: handle @e's, or @fd, an O_PATH fd of the
+ * path; by @p, its /proc/self/fd name. */
+struct xattr_target {
+	struct fsops_handles *h;
+	struct fsops_handle *e;
+	int fd;
+	char p[PROC_FD_PATH_MAX];
+};
 
-	if (fd >= 0)
-		proc_fd_path(p, fd);
-	return fd;
+/* Find the target of an xattr call: handle @p id's file when nonzero, else
+ * @p path's (a final symlink itself). Returns 0 (release it with
+ * xattr_target_put) or -errno (-EBADF: no such handle). */
+static int xattr_target_get(const struct resolve_root *root, struct fsops_handles *h,
+			    const void *path, size_t len, uint64_t id, struct xattr_target *t)
+{
+	t->h = h;
+	t->e = NULL;
+	if (id != 0) {
+		t->e = handle_get(h, id);
+		if (!t->e)
+			return -EBADF;
+		t->fd = -1;
+		proc_fd_path(t->p, t->e->fd);
+		return 0;
+	}
+	t->fd = resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0);
+	if (t->fd < 0)
+		return t->fd;
+	proc_fd_path(t->p, t->fd);
+	return 0;
+}
+
+static void xattr_target_put(struct xattr_target *t)
+{
+	if (t->e)
+		handle_put(t->h, t->e);
+	else
+		close(t->fd);
 }
 
 /* Check and copy an xattr name: NUL -> -EINVAL, empty or too long -> -ERANGE. */
@@ -1540,26 +1578,27 @@ static int xattr_name(const void *name, size_t name_len, char out[XATTR_NAME_MAX
  * its own size: *@ret (free(3) it), *@ret_len bytes. One over
  * FSOPS_XATTR_MAX is -E2BIG.
  */
-static int xattr_read(const struct resolve_root *root, const void *path, size_t len,
-		      const char *n, char **ret, size_t *ret_len)
+static int xattr_read(const struct resolve_root *root, struct fsops_handles *h,
+		      const void *path, size_t len, uint64_t id, const char *n, char **ret,
+		      size_t *ret_len)
 {
-	char p[PROC_FD_PATH_MAX];
+	struct xattr_target t;
 	char *buf, *shrunk;
 	ssize_t got;
-	int fd, r;
+	int r;
 
 	buf = malloc(FSOPS_XATTR_MAX);
 	if (!buf)
 		return -ENOMEM;
-	fd = xattr_target(root, path, len, p);
-	if (fd < 0) {
+	r = xattr_target_get(root, h, path, len, id, &t);
+	if (r < 0) {
 		free(buf);
-		return fd;
+		return r;
 	}
 	/* getxattr on /proc/self/fd/N acts on the fd's inode (a symlink stays one) */
-	got = n ? getxattr(p, n, buf, FSOPS_XATTR_MAX) : listxattr(p, buf, FSOPS_XATTR_MAX);
+	got = n ? getxattr(t.p, n, buf, FSOPS_XATTR_MAX) : listxattr(t.p, buf, FSOPS_XATTR_MAX);
 	r = got < 0 ? (errno == ERANGE ? -E2BIG : -errno) : 0;
-	close(fd);
+	xattr_target_put(&t);
 	if (r < 0) {
 		free(buf);
 		return r;
@@ -1570,8 +1609,9 @@ static int xattr_read(const struct resolve_root *root, const void *path, size_t 
 	return 0;
 }
 
-int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len,
-		   const void *name, size_t name_len, void **ret, size_t *ret_len)
+int fsops_getxattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		   size_t len, uint64_t id, const void *name, size_t name_len, void **ret,
+		   size_t *ret_len)
 {
 	char n[XATTR_NAME_MAX + 1], *buf;
 	int r;
@@ -1579,18 +1619,19 @@ int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len
 	r = xattr_name(name, name_len, n);
 	if (r < 0)
 		return r;
-	r = xattr_read(root, path, len, n, &buf, ret_len);
+	r = xattr_read(root, h, path, len, id, n, &buf, ret_len);
 	if (r == 0)
 		*ret = buf;
 	return r;
 }
 
-int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len,
-		   const void *name, size_t name_len, const void *value, size_t value_len,
-		   int flags)
+int fsops_setxattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		   size_t len, uint64_t id, const void *name, size_t name_len, const void *value,
+		   size_t value_len, int flags)
 {
-	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
-	int fd, r;
+	char n[XATTR_NAME_MAX + 1];
+	struct xattr_target t;
+	int r;
 
 	if (flags & ~(XATTR_CREATE | XATTR_REPLACE))
 		return -EINVAL; /* both: ENODATA or EEXIST, as setxattr(2) gives */
@@ -1599,34 +1640,35 @@ int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len
 	r = xattr_name(name, name_len, n);
 	if (r < 0)
 		return r;
-	fd = xattr_target(root, path, len, p);
-	if (fd < 0)
-		return fd;
-	r = setxattr(p, n, value_len ? value : "", value_len, flags) < 0 ? -errno : 0;
-	close(fd);
+	r = xattr_target_get(root, h, path, len, id, &t);
+	if (r < 0)
+		return r;
+	r = setxattr(t.p, n, value_len ? value : "", value_len, flags) < 0 ? -errno : 0;
+	xattr_target_put(&t);
 	return r;
 }
 
-int fsops_listxattr(const struct resolve_root *root, const void *path, size_t len, char **ret,
-		    size_t *ret_len)
+int fsops_listxattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		    size_t len, uint64_t id, char **ret, size_t *ret_len)
 {
-	return xattr_read(root, path, len, NULL, ret, ret_len);
+	return xattr_read(root, h, path, len, id, NULL, ret, ret_len);
 }
 
-int fsops_removexattr(const struct resolve_root *root, const void *path, size_t len,
-		      const void *name, size_t name_len)
+int fsops_removexattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		      size_t len, uint64_t id, const void *name, size_t name_len)
 {
-	char n[XATTR_NAME_MAX + 1], p[PROC_FD_PATH_MAX];
-	int fd, r;
+	char n[XATTR_NAME_MAX + 1];
+	struct xattr_target t;
+	int r;
 
 	r = xattr_name(name, name_len, n);
 	if (r < 0)
 		return r;
-	fd = xattr_target(root, path, len, p);
-	if (fd < 0)
-		return fd;
-	r = removexattr(p, n) < 0 ? -errno : 0;
-	close(fd);
+	r = xattr_target_get(root, h, path, len, id, &t);
+	if (r < 0)
+		return r;
+	r = removexattr(t.p, n) < 0 ? -errno : 0;
+	xattr_target_put(&t);
 	return r;
 }
 

@@ -412,14 +412,22 @@ int fsops_readlink(const struct resolve_root *root, const void *path, size_t len
 int fsops_statfs(const struct resolve_root *root, const void *path, size_t len,
 		 struct statvfs *ret);
 
+/*
+ * The xattr calls act on the file at @p path (@p len bytes; a final
+ * symlink itself, never its target) or, when @p id is nonzero, on that
+ * handle's file (@p path ignored; -EBADF for no such handle), as
+ * fgetxattr(2) and the like on an open file: the file opened, though its
+ * name was unlinked or now holds another.
+ */
+
 /**
  * lgetxattr(2): the value of attribute @p name (@p name_len bytes; NUL or
  * empty or > 255 bytes -> -EINVAL/-ERANGE) in a malloc'd buffer *ret (caller
  * frees; non-NULL even when empty), *ret_len bytes. -ENODATA when absent.
- * The file itself, never a symlink's target.
  */
-int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len,
-		   const void *name, size_t name_len, void **ret, size_t *ret_len);
+int fsops_getxattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		   size_t len, uint64_t id, const void *name, size_t name_len, void **ret,
+		   size_t *ret_len);
 
 /**
  * lsetxattr(2) with @p flags 0, XATTR_CREATE, XATTR_REPLACE or both (the
@@ -427,20 +435,20 @@ int fsops_getxattr(const struct resolve_root *root, const void *path, size_t len
  * other bits are -EINVAL). A value over
  * FSOPS_XATTR_MAX bytes is -E2BIG.
  */
-int fsops_setxattr(const struct resolve_root *root, const void *path, size_t len,
-		   const void *name, size_t name_len, const void *value, size_t value_len,
-		   int flags);
+int fsops_setxattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		   size_t len, uint64_t id, const void *name, size_t name_len, const void *value,
+		   size_t value_len, int flags);
 
 /**
  * llistxattr(2): the names as one malloc'd buffer of NUL-terminated names
  * (*ret, *ret_len bytes including the NULs; caller frees).
  */
-int fsops_listxattr(const struct resolve_root *root, const void *path, size_t len, char **ret,
-		    size_t *ret_len);
+int fsops_listxattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		    size_t len, uint64_t id, char **ret, size_t *ret_len);
 
 /** lremovexattr(2). -ENODATA when absent. */
-int fsops_removexattr(const struct resolve_root *root, const void *path, size_t len,
-		      const void *name, size_t name_len);
+int fsops_removexattr(const struct resolve_root *root, struct fsops_handles *h, const void *path,
+		      size_t len, uint64_t id, const void *name, size_t name_len);
 
 /* ---- whole-file transfer ---- */
 

@@ -1020,16 +1020,21 @@ static void do_statfs(struct rpc_call *call, const ProtobufCMessage *req, void *
 	rpc_reply(call, &rep.base);
 }
 
-/* "getxattr 'user.x' of" for the failure messages of the xattr calls. */
+/* "getxattr 'user.x' of PATH" (or "on handle N") for the failure
+ * messages of the xattr calls. */
 static void fail_xattr(struct rpc_call *call, int err, const char *op,
-		       const ProtobufCBinaryData *name, const ProtobufCBinaryData *path)
+		       const ProtobufCBinaryData *name, const ProtobufCBinaryData *path,
+		       uint64_t handle)
 {
 	char *en = wsb_escape(name->data, name->len, ESC_MAX);
 	char what[ESC_MAX * 4 + 32];
 
-	snprintf(what, sizeof(what), "%s '%s' of", op, en ? en : "?");
+	snprintf(what, sizeof(what), "%s '%s'%s", op, en ? en : "?", handle ? "" : " of");
 	free(en);
-	fail_path(call, err, what, path);
+	if (handle)
+		fail_handle(call, err, what, handle);
+	else
+		fail_path(call, err, what, path);
 }
 
 static void do_getxattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
@@ -1040,10 +1045,10 @@ static void do_getxattr(struct rpc_call *call, const ProtobufCMessage *req, void
 	size_t n;
 	int r;
 
-	r = fsops_getxattr(&AD(data)->root, q->path.data, q->path.len, q->name.data, q->name.len,
-			   &v, &n);
+	r = fsops_getxattr(&AD(data)->root, AD(data)->handles, q->path.data, q->path.len, q->handle,
+			   q->name.data, q->name.len, &v, &n);
 	if (r < 0)
-		return fail_xattr(call, r, "getxattr", &q->name, &q->path);
+		return fail_xattr(call, r, "getxattr", &q->name, &q->path, q->handle);
 	rep.value.data = v;
 	rep.value.len = n;
 	rpc_reply(call, &rep.base);
@@ -1062,23 +1067,26 @@ static void do_setxattr(struct rpc_call *call, const ProtobufCMessage *req, void
 			   q->value.len, FSOPS_XATTR_MAX);
 		return;
 	}
-	r = fsops_setxattr(&AD(data)->root, q->path.data, q->path.len, q->name.data, q->name.len,
-			   q->value.data, q->value.len, flags);
+	r = fsops_setxattr(&AD(data)->root, AD(data)->handles, q->path.data, q->path.len, q->handle,
+			   q->name.data, q->name.len, q->value.data, q->value.len, flags);
 	if (r < 0)
-		return fail_xattr(call, r, "setxattr", &q->name, &q->path);
+		return fail_xattr(call, r, "setxattr", &q->name, &q->path, q->handle);
 	reply_empty(call);
 }
 
 static void do_listxattr(struct rpc_call *call, const ProtobufCMessage *req, void *data)
 {
-	const Wsbridge__V1__PathRequest *q = (const void *)req;
+	const Wsbridge__V1__ListXattrRequest *q = (const void *)req;
 	Wsbridge__V1__ListXattrReply rep = WSBRIDGE__V1__LIST_XATTR_REPLY__INIT;
 	ProtobufCBinaryData *names = NULL;
 	size_t n, count = 0;
 	char *buf;
 	int r;
 
-	r = fsops_listxattr(&AD(data)->root, q->path.data, q->path.len, &buf, &n);
+	r = fsops_listxattr(&AD(data)->root, AD(data)->handles, q->path.data, q->path.len, q->handle,
+			    &buf, &n);
+	if (r < 0 && q->handle)
+		return fail_handle(call, r, "listxattr", q->handle);
 	if (r < 0)
 		return fail_path(call, r, "listxattr", &q->path);
 	for (size_t i = 0; i < n; i++)
@@ -1111,10 +1119,10 @@ static void do_removexattr(struct rpc_call *call, const ProtobufCMessage *req, v
 	const Wsbridge__V1__RemoveXattrRequest *q = (const void *)req;
 	int r;
 
-	r = fsops_removexattr(&AD(data)->root, q->path.data, q->path.len, q->name.data,
-			      q->name.len);
+	r = fsops_removexattr(&AD(data)->root, AD(data)->handles, q->path.data, q->path.len,
+			      q->handle, q->name.data, q->name.len);
 	if (r < 0)
-		return fail_xattr(call, r, "removexattr", &q->name, &q->path);
+		return fail_xattr(call, r, "removexattr", &q->name, &q->path, q->handle);
 	reply_empty(call);
 }
 
@@ -1839,7 +1847,7 @@ static struct rpc_method ws_methods[] = {
 	WS("StatFs", RPC_UNARY, path_request, do_statfs),
 	WS("GetXattr", RPC_UNARY, get_xattr_request, do_getxattr),
 	WS("SetXattr", RPC_UNARY, set_xattr_request, do_setxattr),
-	WS("ListXattr", RPC_UNARY, path_request, do_listxattr),
+	WS("ListXattr", RPC_UNARY, list_xattr_request, do_listxattr),
 	WS("RemoveXattr", RPC_UNARY, remove_xattr_request, do_removexattr),
 	WS("Fallocate", RPC_UNARY, fallocate_request, do_fallocate),
 	WS("Lseek", RPC_UNARY, lseek_request, do_lseek),

@@ -6548,13 +6548,69 @@ static bool xattr_local(const char *name)
 	return strncmp(name, "security.", 9) == 0 || strncmp(name, "system.", 7) == 0;
 }
 
+/*
+ * Call xattr method @p method with request @p q, whose path and handle
+ * fields are @p qpath and @p qhandle, on node @p ino; reply in *@p
+ * ret_reply as rpc() gives it. FUSE's xattr requests name the nodeid only,
+ * for fsetxattr(2) on a descriptor as for setxattr(2) by name, so the call
+ * goes as ws_setattr()'s fchmod does: through an open file of the node
+ * when there is one (it is the node's file for sure, where the name may
+ * hold another by now: the pod renamed one over it, or none: unlinked),
+ * else by the path; a handle that fails EIO or EBADF (lost, and not
+ * reopened) gives way to the path while the name still holds the node.
+ * The path goes with the handle (an agentd from before handles on xattr
+ * calls uses it); with no name left, a path with a NUL, which such an
+ * agentd refuses (EINVAL) rather than acting on another file. Returns 0
+ * or -errno (-ESTALE: unlinked, no open file). Any worker thread.
+ */
+static int xattr_rpc(struct wsfs *fs, fuse_ino_t ino, const char *method, ProtobufCMessage *q,
+		     ProtobufCBinaryData *qpath, uint64_t *qhandle,
+		     const ProtobufCMessageDescriptor *desc, void *ret_reply)
+{
+	struct wsfs_file *f;
+	struct node_info info;
+	char *path = NULL;
+	size_t len = 0;
+	int r;
+
+	r = node_info(fs->nodes, ino, &info);
+	if (r < 0)
+		return r;
+	f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
+	if (f && info.attached &&
+	    !(f->ino == info.ino && node_same_ident(f->ident, info.ident))) {
+		file_put(fs, f); /* an open that raced a replacing of the name */
+		f = NULL;
+	}
+	if (!f && !info.attached)
+		return -ESTALE;
+	if (info.attached) {
+		r = path_of(fs, ino, &path, &len);
+		if (r < 0 && !f)
+			return r;
+	}
+	if (f) {
+		struct hslot s = { f, qhandle, false };
+
+		*qpath = path ? bin(path, len) : bin("", 1); /* "": a NUL */
+		r = file_rpc(fs, &s, 1, method, q, desc, ret_reply);
+		file_put(fs, f);
+		if (!((r == -EIO || r == -EBADF) && path && path_holds_node(fs, path, len, &info)))
+			goto out;
+		*qhandle = 0;
+	}
+	*qpath = bin(path, len);
+	r = rpc(fs, method, q, desc, ret_reply);
+out:
+	free(path);
+	return r;
+}
+
 static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__SetXattrRequest q = WSBRIDGE__V1__SET_XATTR_REQUEST__INIT;
-	char *path = NULL;
-	size_t len;
 	int r;
 
 	wb_wait(fs);
@@ -6566,19 +6622,15 @@ static void ws_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
-	r = path_of(fs, ino, &path, &len);
-	if (r == 0) {
-		q.path = bin(path, len);
-		q.name = bin(name, strlen(name));
-		q.value = bin(value, size);
-		q.create = flags & XATTR_CREATE;
-		q.replace = flags & XATTR_REPLACE;
-		r = rpc(fs, M("SetXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
-		mutated(fs);
-		node_attr_drop(fs->nodes, ino); /* ctime */
-	}
+	q.name = bin(name, strlen(name));
+	q.value = bin(value, size);
+	q.create = flags & XATTR_CREATE;
+	q.replace = flags & XATTR_REPLACE;
+	r = xattr_rpc(fs, ino, M("SetXattr"), &q.base, &q.path, &q.handle,
+		      &wsbridge__v1__empty__descriptor, NULL);
+	mutated(fs);
+	node_attr_drop(fs->nodes, ino); /* ctime */
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
-	free(path);
 }
 
 static void ws_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
@@ -6586,8 +6638,6 @@ static void ws_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__GetXattrRequest q = WSBRIDGE__V1__GET_XATTR_REQUEST__INIT;
 	Wsbridge__V1__GetXattrReply *rep = NULL;
-	char *path = NULL;
-	size_t len;
 	int r;
 
 	/* The kernel asks for security.capability before every write(2)
@@ -6597,13 +6647,9 @@ static void ws_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		return;
 	}
 	wb_wait(fs);
-	r = path_of(fs, ino, &path, &len);
-	if (r == 0) {
-		q.path = bin(path, len);
-		q.name = bin(name, strlen(name));
-		r = rpc(fs, M("GetXattr"), &q.base, &wsbridge__v1__get_xattr_reply__descriptor,
-			&rep);
-	}
+	q.name = bin(name, strlen(name));
+	r = xattr_rpc(fs, ino, M("GetXattr"), &q.base, &q.path, &q.handle,
+		      &wsbridge__v1__get_xattr_reply__descriptor, &rep);
 	if (r == 0 && rep->value.len > XATTR_MAX)
 		r = -E2BIG;
 	if (r < 0)
@@ -6614,7 +6660,6 @@ static void ws_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_err(req, ERANGE);
 	else
 		fuse_reply_buf(req, (const char *)rep->value.data, rep->value.len);
-	free(path);
 	free_reply(rep);
 }
 
@@ -6633,19 +6678,15 @@ static bool xattr_name_listed(const ProtobufCBinaryData *nm)
 static void ws_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct wsfs *fs = FS(req);
-	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__ListXattrRequest q = WSBRIDGE__V1__LIST_XATTR_REQUEST__INIT;
 	Wsbridge__V1__ListXattrReply *rep = NULL;
-	char *path = NULL, *buf = NULL;
-	size_t len, total = 0;
+	char *buf = NULL;
+	size_t total = 0;
 	int r;
 
 	wb_wait(fs);
-	r = path_of(fs, ino, &path, &len);
-	if (r == 0) {
-		q.path = bin(path, len);
-		r = rpc(fs, M("ListXattr"), &q.base, &wsbridge__v1__list_xattr_reply__descriptor,
-			&rep);
-	}
+	r = xattr_rpc(fs, ino, M("ListXattr"), &q.base, &q.path, &q.handle,
+		      &wsbridge__v1__list_xattr_reply__descriptor, &rep);
 	if (r < 0)
 		goto out;
 	for (size_t i = 0; i < rep->n_names; i++) {
@@ -6688,7 +6729,6 @@ out:
 	else
 		fuse_reply_buf(req, buf, total);
 	free(buf);
-	free(path);
 	free_reply(rep);
 }
 
@@ -6696,8 +6736,6 @@ static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__RemoveXattrRequest q = WSBRIDGE__V1__REMOVE_XATTR_REQUEST__INIT;
-	char *path = NULL;
-	size_t len;
 	int r;
 
 	wb_wait(fs);
@@ -6705,16 +6743,12 @@ static void ws_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
-	r = path_of(fs, ino, &path, &len);
-	if (r == 0) {
-		q.path = bin(path, len);
-		q.name = bin(name, strlen(name));
-		r = rpc(fs, M("RemoveXattr"), &q.base, &wsbridge__v1__empty__descriptor, NULL);
-		mutated(fs);
-		node_attr_drop(fs->nodes, ino); /* ctime */
-	}
+	q.name = bin(name, strlen(name));
+	r = xattr_rpc(fs, ino, M("RemoveXattr"), &q.base, &q.path, &q.handle,
+		      &wsbridge__v1__empty__descriptor, NULL);
+	mutated(fs);
+	node_attr_drop(fs->nodes, ino); /* ctime */
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
-	free(path);
 }
 
 /* ---- fallocate, lseek, copy_file_range ---- */

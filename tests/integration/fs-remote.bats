@@ -477,6 +477,47 @@ PY
 	done
 }
 
+@test "xattr calls on an open file reach it: when the POD renamed another file over its name, and once it is unlinked" {
+	# They went by the node's path: fsetxattr(2) changed the file the pod
+	# had put there (the kernel names no handle for them), and on an
+	# unlinked file they failed ESTALE (a local disk's work).
+	if wsb_runsc; then
+		skip "gVisor's file systems keep no user xattrs (EOPNOTSUPP)"
+	fi
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	run "$PY" - "$MNT" "$ROOT" <<'PY'
+import os, sys, time
+mnt, root = sys.argv[1], sys.argv[2]
+fd = os.open(os.path.join(mnt, "x"), os.O_CREAT | os.O_RDWR, 0o644)
+os.setxattr(fd, "user.a", b"mine")
+os.link(os.path.join(root, "x"), os.path.join(root, "keep"))  # the opened file
+with open(os.path.join(root, "x.new"), "w") as f:
+    f.write("other")
+os.rename(os.path.join(root, "x.new"), os.path.join(root, "x"))
+for wait in (0, 0.3):  # before and after the pod's events reach the mount
+    time.sleep(wait)
+    os.setxattr(fd, "user.b%d" % (wait * 10), b"b")
+    print(sorted(os.listxattr(fd)), os.getxattr(fd, "user.a"))
+print("pod x:", sorted(os.listxattr(os.path.join(root, "x"))))
+print("pod keep:", sorted(os.listxattr(os.path.join(root, "keep"))))
+os.close(fd)
+fd = os.open(os.path.join(mnt, "u"), os.O_CREAT | os.O_RDWR, 0o644)
+os.setxattr(fd, "user.pre", b"p")
+os.unlink(os.path.join(mnt, "u"))
+os.setxattr(fd, "user.post", b"q")
+os.removexattr(fd, "user.pre")
+print("unlinked:", sorted(os.listxattr(fd)), os.getxattr(fd, "user.post"))
+os.close(fd)
+PY
+	assert_status 0
+	assert_eq "$output" "['user.a', 'user.b0'] b'mine'
+['user.a', 'user.b0', 'user.b3'] b'mine'
+pod x: []
+pod keep: ['user.a', 'user.b0', 'user.b3']
+unlinked: ['user.post'] b'q'"
+}
+
 @test "R2: a file the POD replaces by rename in a tight loop opens whole on MNT: fstat's size is the bytes read, and a mmap(2) of it reads them" {
 	# The file system hands the freed inode number to the next version
 	# at once: wsfs tells versions apart by birth time (Attr.btime_ns).

@@ -67,7 +67,7 @@ def bases():
         ("ws", "StatFs", "uu", [pb.PathRequest(path=b"")]),
         ("ws", "GetXattr", "uu", [pb.GetXattrRequest(path=b"f", name=b"user.a")]),
         ("ws", "SetXattr", "uu", [pb.SetXattrRequest(path=b"f", name=b"user.a", value=b"v")]),
-        ("ws", "ListXattr", "uu", [pb.PathRequest(path=b"f")]),
+        ("ws", "ListXattr", "uu", [pb.ListXattrRequest(path=b"f")]),
         ("ws", "RemoveXattr", "uu", [pb.RemoveXattrRequest(path=b"f", name=b"user.a")]),
         ("ws", "Fallocate", "uu", [pb.FallocateRequest(handle=1, offset=0, length=4096)]),
         ("ws", "Lseek", "uu", [pb.LseekRequest(handle=1, offset=0)]),

@@ -339,7 +339,7 @@ class Workspace(EscapeTest):
                         lambda: self.ws.GetXattr(pb.GetXattrRequest(path=p, name=b"user.tag"),
                                                  timeout=TIMEOUT))
             self.denied("ListXattr %r" % p,
-                        lambda: self.ws.ListXattr(pb.PathRequest(path=p), timeout=TIMEOUT))
+                        lambda: self.ws.ListXattr(pb.ListXattrRequest(path=p), timeout=TIMEOUT))
             self.denied("SetXattr %r" % p,
                         lambda: self.ws.SetXattr(pb.SetXattrRequest(path=p, name=b"user.evil",
                                                                     value=b"1"), timeout=TIMEOUT))
@@ -353,7 +353,7 @@ class Workspace(EscapeTest):
                                                     timeout=TIMEOUT))
         for d in ESCAPE_REAL_DIRS:
             self.denied("ListXattr dir %r" % d,
-                        lambda: self.ws.ListXattr(pb.PathRequest(path=d), timeout=TIMEOUT))
+                        lambda: self.ws.ListXattr(pb.ListXattrRequest(path=d), timeout=TIMEOUT))
 
     def upload(self, path, data=b"PLANTED\n", **hdr):
         def chunks():

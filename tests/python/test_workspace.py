@@ -182,6 +182,12 @@ class Errors(Base):
                    lambda: self.ws.GetXattr(pb.GetXattrRequest(path=b"nox", name=b"user.none"),
                                             timeout=TIMEOUT),
                    "GetXattr of a missing attribute")
+        # By a handle agentd does not hold: EBADF, not the path's file.
+        e = self.fails(SC.FAILED_PRECONDITION, "EBADF",
+                       lambda: self.ws.GetXattr(pb.GetXattrRequest(
+                           path=b"nox", name=b"user.none", handle=12345), timeout=TIMEOUT),
+                       "GetXattr by an unknown handle")
+        self.assertIn("handle 12345 is not open", e.details())
 
     def test_download_missing(self):
         self.fails(SC.NOT_FOUND, "ENOENT",
@@ -610,7 +616,7 @@ class Behaviour(Base):
         self.assertEqual(os.getxattr(rp("xa"), "user.k"), b"v\0\xff")
         r = self.ws.GetXattr(pb.GetXattrRequest(path=b"xa", name=b"user.k"), timeout=TIMEOUT)
         self.assertEqual(r.value, b"v\0\xff")
-        r = self.ws.ListXattr(pb.PathRequest(path=b"xa"), timeout=TIMEOUT)
+        r = self.ws.ListXattr(pb.ListXattrRequest(path=b"xa"), timeout=TIMEOUT)
         self.assertIn(b"user.k", list(r.names))
         self.fails(SC.ALREADY_EXISTS, "EEXIST",
                    lambda: self.ws.SetXattr(pb.SetXattrRequest(path=b"xa", name=b"user.k",

@@ -787,38 +787,85 @@ static void test_xattr_nofollow(void **state)
 		skip(); /* no user xattrs on this file system */
 		return;
 	}
-	assert_int_equal(fsops_setxattr(&fx->root, P("f"), P("user.a"), "va", 2, XATTR_CREATE), 0);
-	assert_int_equal(fsops_setxattr(&fx->root, P("f"), P("user.a"), "v", 1, XATTR_CREATE),
+	assert_int_equal(fsops_setxattr(&fx->root, NULL, P("f"), 0, P("user.a"), "va", 2, XATTR_CREATE), 0);
+	assert_int_equal(fsops_setxattr(&fx->root, NULL, P("f"), 0, P("user.a"), "v", 1, XATTR_CREATE),
 			 -EEXIST);
-	assert_int_equal(fsops_getxattr(&fx->root, P("f"), P("user.a"), &v, &n), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, NULL, P("f"), 0, P("user.a"), &v, &n), 0);
 	assert_int_equal(n, 2);
 	assert_memory_equal(v, "va", 2);
 	free(v);
-	assert_int_equal(fsops_listxattr(&fx->root, P("f"), &list, &n), 0);
+	assert_int_equal(fsops_listxattr(&fx->root, NULL, P("f"), 0, &list, &n), 0);
 	assert_int_equal(n, 7);
 	assert_string_equal(list, "user.a");
 	free(list);
-	assert_int_equal(fsops_removexattr(&fx->root, P("f"), P("user.a")), 0);
-	assert_int_equal(fsops_getxattr(&fx->root, P("f"), P("user.a"), &v, &n), -ENODATA);
+	assert_int_equal(fsops_removexattr(&fx->root, NULL, P("f"), 0, P("user.a")), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, NULL, P("f"), 0, P("user.a"), &v, &n), -ENODATA);
 	/* the symlink to the outside file is never followed */
-	r = fsops_getxattr(&fx->root, P("abs"), P("user.secret"), &v, &n);
+	r = fsops_getxattr(&fx->root, NULL, P("abs"), 0, P("user.secret"), &v, &n);
 	assert_true(r == -ENODATA || r == -EPERM || r == -EOPNOTSUPP);
-	r = fsops_setxattr(&fx->root, P("abs"), P("user.x"), "x", 1, 0);
+	r = fsops_setxattr(&fx->root, NULL, P("abs"), 0, P("user.x"), "x", 1, 0);
 	assert_true(r == -EPERM || r == -EOPNOTSUPP);
 	assert_int_equal(getxattr(p, "user.x", NULL, 0), -1);
-	assert_int_equal(fsops_removexattr(&fx->root, P("abs"), P("user.secret")) < 0, 1);
+	assert_int_equal(fsops_removexattr(&fx->root, NULL, P("abs"), 0, P("user.secret")) < 0, 1);
 	assert_int_equal(getxattr(p, "user.secret", NULL, 0), 1);
-	assert_int_equal(fsops_getxattr(&fx->root, P("../outside/secret"), P("user.secret"), &v, &n),
+	assert_int_equal(fsops_getxattr(&fx->root, NULL, P("../outside/secret"), 0, P("user.secret"), &v, &n),
 			 -EXDEV);
 	/* limits */
-	assert_int_equal(fsops_getxattr(&fx->root, P("f"), "", 0, &v, &n), -ERANGE);
-	assert_int_equal(fsops_getxattr(&fx->root, P("f"), "u\0x", 3, &v, &n), -EINVAL);
+	assert_int_equal(fsops_getxattr(&fx->root, NULL, P("f"), 0, "", 0, &v, &n), -ERANGE);
+	assert_int_equal(fsops_getxattr(&fx->root, NULL, P("f"), 0, "u\0x", 3, &v, &n), -EINVAL);
 	v = calloc(1, FSOPS_XATTR_MAX + 1);
 	assert_non_null(v);
-	assert_int_equal(fsops_setxattr(&fx->root, P("f"), P("user.big"), v, FSOPS_XATTR_MAX + 1, 0),
+	assert_int_equal(fsops_setxattr(&fx->root, NULL, P("f"), 0, P("user.big"), v, FSOPS_XATTR_MAX + 1, 0),
 			 -E2BIG);
 	free(v);
 	assert_int_equal(removexattr(p, "user.secret"), 0);
+}
+
+/* The xattr calls by handle act on the file opened, as fgetxattr(2) and
+ * the like: once its name holds another file, and once it is unlinked. */
+static void test_xattr_by_handle(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_handles *h;
+	uint64_t id;
+	char *list;
+	void *v;
+	size_t n;
+	int fd;
+
+	assert_int_equal(fsops_handles_new(4, &h), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("xh"), O_RDWR | O_CREAT, 0600, &id, NULL,
+				    NULL, NULL), 0);
+	if (fsops_setxattr(&fx->root, h, NULL, 0, id, P("user.a"), "mine", 4, 0) == -EOPNOTSUPP) {
+		fsops_handles_free(h);
+		skip(); /* no user xattrs on this file system */
+		return;
+	}
+	/* Another file renamed over the name: the handle's file is changed. */
+	fd = openat(fx->root.fd, "xh.new", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(renameat(fx->root.fd, "xh.new", fx->root.fd, "xh"), 0);
+	assert_int_equal(fsops_setxattr(&fx->root, h, P("xh"), id, P("user.b"), "b", 1, 0), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, NULL, P("xh"), 0, P("user.b"), &v, &n), -ENODATA);
+	assert_int_equal(fsops_listxattr(&fx->root, NULL, P("xh"), 0, &list, &n), 0);
+	assert_int_equal(n, 0);
+	free(list);
+	/* Unlinked: still its own. */
+	assert_int_equal(unlinkat(fx->root.fd, "xh", 0), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, h, P("xh"), id, P("user.a"), &v, &n), 0);
+	assert_int_equal(n, 4);
+	assert_memory_equal(v, "mine", 4);
+	free(v);
+	assert_int_equal(fsops_listxattr(&fx->root, h, NULL, 0, id, &list, &n), 0);
+	assert_int_equal(n, 14);
+	assert_memory_equal(list, "user.a\0user.b\0", 14);
+	free(list);
+	assert_int_equal(fsops_removexattr(&fx->root, h, NULL, 0, id, P("user.a")), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, h, NULL, 0, id, P("user.a"), &v, &n), -ENODATA);
+	assert_int_equal(fsops_release(h, id), 0);
+	assert_int_equal(fsops_getxattr(&fx->root, h, NULL, 0, id, P("user.b"), &v, &n), -EBADF);
+	fsops_handles_free(h);
 }
 
 /* Whether @dir's file system makes O_TMPFILE files (open(2)) and /proc
@@ -1564,6 +1611,7 @@ int main(void)
 		BOTH(test_create_modes),
 		BOTH(test_links),
 		BOTH(test_xattr_nofollow),
+		BOTH(test_xattr_by_handle),
 		BOTH(test_upload_atomic),
 		BOTH(test_upload_follow),
 		BOTH(test_sparse_round_trip),
