@@ -1077,6 +1077,10 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 	struct stat st;
 	struct timespec ts[2] = { sa->atime, sa->mtime };
 	bool times = sa->atime.tv_nsec != UTIME_OMIT || sa->mtime.tv_nsec != UTIME_OMIT;
+	/* One that sets nothing but clears set-ID bits is a chown(2) to -1,
+	 * -1 (or the kernel's own clearing of the bits, which moves ctime
+	 * as well): ctime moves, as chown(2) moves it, whatever the bits. */
+	bool chown_none = sa->kill_suidgid && !sa->valid && !times;
 	int fd, r = 0;
 
 	if (sa->valid & ~(unsigned)(FSOPS_SET_MODE | FSOPS_SET_UID | FSOPS_SET_GID | FSOPS_SET_SIZE))
@@ -1093,6 +1097,8 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 			goto fail_errno;
 		if (sa->kill_suidgid)
 			(void)kill_suidgid_fd(fd);
+		if (chown_none)
+			(void)fchown(fd, (uid_t)-1, (gid_t)-1);
 		if ((sa->valid & FSOPS_SET_MODE) && fchmod(fd, sa->mode & 07777) < 0)
 			goto fail_errno;
 		if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID)) &&
@@ -1142,13 +1148,14 @@ int fsops_setattr(const struct resolve_root *root, struct fsops_handles *h, cons
 		if (r < 0)
 			goto out;
 	}
-	if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID))) {
+	if ((sa->valid & (FSOPS_SET_UID | FSOPS_SET_GID)) || chown_none) {
 		uid_t uid = (sa->valid & FSOPS_SET_UID) ? sa->uid : (uid_t)-1;
 		gid_t gid = (sa->valid & FSOPS_SET_GID) ? sa->gid : (gid_t)-1;
 
 		r = chown_opath(fd, uid, gid);
-		if (r < 0)
+		if (r < 0 && !chown_none)
 			goto out;
+		r = 0; /* chown_none: only ctime, never a failure */
 	}
 	if (times && utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
 		char p[PROC_FD_PATH_MAX];

@@ -2145,6 +2145,43 @@ PY
 	assert_eq "$(stat -c %a "$local_dir/c3777")" 1777 "local mode after chmod 3777; chown"
 }
 
+@test "chown(f, -1, -1) and fchown(fd, -1, -1) move ctime as on ext4, on the mount and in the pod" {
+	# The kernel sends them as a SETATTR that sets nothing: agentd only
+	# cleared set-ID bits, and ctime stayed.
+	local d local_dir="$BATS_TEST_TMPDIR/local"
+	if wsb_runsc; then
+		skip "gVisor's own chown(2) to -1, -1 leaves ctime (runsc do: a chown to the same owner moves it)"
+	fi
+	agentd_unix
+	mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	mkdir -p "$local_dir"
+	for d in "$local_dir" "$MNT"; do
+		run "$PY" - "$d" <<'PY'
+import os, sys, time
+d = sys.argv[1]
+for name, by_fd in (("n", False), ("fd", True)):
+    p = os.path.join(d, name)
+    open(p, "w").close()
+    os.utime(p, (5, 5))  # an old mtime; ctime now
+    c0 = os.stat(p).st_ctime_ns
+    time.sleep(0.05)
+    if by_fd:
+        fd = os.open(p, os.O_RDONLY)
+        os.fchown(fd, -1, -1)
+        os.close(fd)
+    else:
+        os.chown(p, -1, -1)
+    st = os.stat(p)
+    print(name, st.st_ctime_ns > c0, st.st_mtime_ns)
+PY
+		assert_status 0
+		assert_eq "$output" "n True 5000000000
+fd True 5000000000" "$d"
+	done
+	assert_eq "$(stat -c %z "$ROOT/n") $(stat -c %z "$ROOT/fd")" \
+		"$(stat -c %z "$MNT/n") $(stat -c %z "$MNT/fd")" "ctime, POD and mount"
+}
+
 # shellcheck disable=SC2030 # bats @test is not a subshell; status/output are run's globals
 @test "A1: an append by a writer without CAP_FSETID clears setuid and setgid, as on ext4" {
 	local d local_dir="$BATS_TEST_TMPDIR/local"
