@@ -72,10 +72,14 @@ struct rpc_method {
 	bool no_auth; /**< served without a token (health checks only) */
 	rpc_handler_fn handler;
 	void *data;
-	/** Its replies go even past rpc_server_config.max_reply_bytes: the
-	 * call did work a retry would do again (ExecuteCommands ran its
-	 * commands), so refusing the reply would lose what it did. */
-	bool must_reply;
+	/** Its replies of over RPC_REPLY_SMALL bytes are refused
+	 * RESOURCE_EXHAUSTED (ENOBUFS) past rpc_server_config.max_reply_bytes:
+	 * only for a pure read, which the client may ask again as it was and
+	 * which changed nothing (Read, ReadDir, Download, ViewFile). Every
+	 * other reply goes, and counts: an Open's with read-ahead holds a new
+	 * handle, an exec stream's output its command (a refusal would end
+	 * it), a transcript the commands' only record. */
+	bool reply_budget;
 };
 
 /** Settings for rpc_server_new(). */
@@ -93,10 +97,10 @@ struct rpc_server_config {
 	/** Bytes of reply messages sent and not yet taken by their clients
 	 * (gRPC completes a send once HTTP/2 flow control let it go: a client
 	 * that does not read holds its replies in agentd) past which a reply
-	 * of over RPC_REPLY_SMALL bytes is refused RESOURCE_EXHAUSTED (ENOBUFS)
-	 * instead (0: 256 MiB). Without it, clients that open many calls and
-	 * read none ran agentd out of memory (800 Ops streams each holding an
-	 * unread 1 MiB Read: 672 MB). */
+	 * of over RPC_REPLY_SMALL bytes of a reply_budget method is refused
+	 * RESOURCE_EXHAUSTED (ENOBUFS) instead (0: 256 MiB). Without it,
+	 * clients that open many calls and read none ran agentd out of memory
+	 * (800 Ops streams each holding an unread 1 MiB Read: 672 MB). */
 	size_t max_reply_bytes;
 	/** Called for every call that arrives (authorized, decoded), before its
 	 * handler, on the thread that runs the handler; or NULL. */
@@ -153,8 +157,7 @@ void rpc_server_free(struct rpc_server *s);
 /* ---- per-call API ---- */
 
 /** Replies of up to this many bytes are sent whatever their clients hold
- * unread (rpc_server_config.max_reply_bytes): a Stat, Open or Write reply,
- * whose call may have changed the workspace. */
+ * unread (rpc_server_config.max_reply_bytes), a reply_budget method's too. */
 #define RPC_REPLY_SMALL 4096
 
 /** The status message of a reply refused for max_reply_bytes (static). */
@@ -164,11 +167,11 @@ void rpc_server_free(struct rpc_server *s);
 
 /**
  * End a unary or client-streaming call with reply @p msg (borrowed; packed
- * before return) and status OK. A reply of over RPC_REPLY_SMALL bytes that
- * would take the server past max_reply_bytes ends the call
- * RESOURCE_EXHAUSTED (errno ENOBUFS, RPC_NO_ROOM_MSG) instead, unless the
- * method is must_reply. Returns 0, or -ECANCELED if the client is gone, or
- * -ENOBUFS for a refused reply (the call is ended all the same).
+ * before return) and status OK. A reply_budget method's reply of over
+ * RPC_REPLY_SMALL bytes that would take the server past max_reply_bytes
+ * ends the call RESOURCE_EXHAUSTED (errno ENOBUFS, RPC_NO_ROOM_MSG)
+ * instead. Returns 0, or -ECANCELED if the client is gone, or -ENOBUFS for
+ * a refused reply (the call is ended all the same).
  */
 int rpc_reply(struct rpc_call *call, const ProtobufCMessage *msg);
 
@@ -200,10 +203,10 @@ typedef void (*rpc_sent_fn)(struct rpc_call *call, bool ok, void *arg);
  * Send one message of a server stream. @p msg is borrowed and packed before
  * return. Only one send may be outstanding: call again only after @p sent ran.
  * Returns 0 (then @p sent will run exactly once), -EBUSY if a send is already
- * outstanding, -ECANCELED if the call is already dead, -ENOBUFS if @p msg
- * is over RPC_REPLY_SMALL bytes and the server holds max_reply_bytes of
- * unread replies (then @p sent does not run; end the call, as
- * rpc_finish_send_error() does).
+ * outstanding, -ECANCELED if the call is already dead, -ENOBUFS if the
+ * method is reply_budget, @p msg is over RPC_REPLY_SMALL bytes and the
+ * server holds max_reply_bytes of unread replies (then @p sent does not
+ * run; end the call, as rpc_finish_send_error() does).
  */
 int rpc_send(struct rpc_call *call, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg);
 

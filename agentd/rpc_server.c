@@ -285,9 +285,9 @@ static int unpack_buffer(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor 
 /*
  * Take @p n bytes of the server's budget of replies in flight
  * (max_reply_bytes) for a reply of call @p c; the caller keeps them in its
- * send_held or status_held until the batch completes (reply_put). A reply
- * of up to RPC_REPLY_SMALL bytes, or of a must_reply method, always gets
- * them. Returns true, or false when the budget has no room (nothing
+ * send_held or status_held until the batch completes (reply_put). Only a
+ * reply_budget method's reply of over RPC_REPLY_SMALL bytes can be
+ * refused. Returns true, or false when the budget has no room (nothing
  * taken). Any thread.
  */
 static bool reply_take(const struct rpc_call *c, size_t n)
@@ -295,8 +295,7 @@ static bool reply_take(const struct rpc_call *c, size_t n)
 	struct rpc_server *s = c->srv;
 	size_t before = atomic_fetch_add(&s->reply_bytes, n);
 
-	if (n > RPC_REPLY_SMALL && before + n > s->max_reply &&
-	    !(c->reg && c->reg->m->must_reply)) {
+	if (n > RPC_REPLY_SMALL && before + n > s->max_reply && c->reg && c->reg->m->reply_budget) {
 		atomic_fetch_sub(&s->reply_bytes, n);
 		wsb_debug("%s: a %zu-byte reply refused: %zu bytes of replies unread, at most %zu",
 			  rpc_method_path(c), n, before, s->max_reply);

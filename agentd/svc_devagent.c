@@ -318,11 +318,9 @@ static struct rpc_method da_methods[] = {
 	{ "/ManageAgentOps/CreateFiles", RPC_UNARY, RPC_ON_CQ, &create_file_request__descriptor,
 	  false, do_create_files, NULL },
 	{ "/ManageAgentOps/ViewFile", RPC_UNARY, RPC_ON_CQ, &view_file_request__descriptor, false,
-	  do_view_file, NULL },
+	  do_view_file, NULL, /* reply_budget: a pure read */ true },
 	{ "/ManageAgentOps/ExecuteCommands", RPC_UNARY, RPC_ON_LOOP,
-	  &execute_commands_request__descriptor, false, svc_devagent_execute_commands, NULL,
-	  /* must_reply: the transcript is all the caller gets of what ran */
-	  true },
+	  &execute_commands_request__descriptor, false, svc_devagent_execute_commands, NULL },
 };
 
 int svc_devagent_register(struct rpc_server *s, struct agentd *ad)

@@ -322,12 +322,9 @@ static void stream_barrier_done(void *arg);
 
 static void stream_send(struct stream_ctx *c, const ProtobufCMessage *msg)
 {
-	/* rpc_send packs the message before it returns. */
-	int r = rpc_send(c->call, msg, stream_sent, c);
-
-	if (r == -ENOBUFS)
-		stream_end(c, WSB_RESOURCE_EXHAUSTED, RPC_NO_ROOM_MSG);
-	else if (r < 0)
+	/* rpc_send packs the message before it returns (never refused for
+	 * the reply budget: Exec is not reply_budget). */
+	if (rpc_send(c->call, msg, stream_sent, c) < 0)
 		stream_end(c, WSB_CANCELLED, "the call was cancelled");
 	else
 		c->sending = true;

@@ -1826,12 +1826,18 @@ struct watcher *svc_workspace_watcher(void)
 		"/wsbridge.v1.Workspace/" name, kind, RPC_ON_CQ, &wsbridge__v1__##desc##__descriptor, \
 			false, fn, NULL                                                  \
 	}
+/* A pure read: its large replies may be refused past --max-reply-bytes. */
+#define WS_READ(name, kind, desc, fn)                                                    \
+	{                                                                                \
+		"/wsbridge.v1.Workspace/" name, kind, RPC_ON_CQ, &wsbridge__v1__##desc##__descriptor, \
+			false, fn, NULL, true                                            \
+	}
 
 static struct rpc_method ws_methods[] = {
 	WS("Stat", RPC_UNARY, stat_request, do_stat),
-	WS("ReadDir", RPC_UNARY, read_dir_request, do_readdir),
+	WS_READ("ReadDir", RPC_UNARY, read_dir_request, do_readdir),
 	WS("Open", RPC_UNARY, open_request, do_open),
-	WS("Read", RPC_UNARY, read_request, do_read),
+	WS_READ("Read", RPC_UNARY, read_request, do_read),
 	WS("Write", RPC_UNARY, write_request, do_write),
 	WS("Fsync", RPC_UNARY, fsync_request, do_fsync),
 	WS("Release", RPC_UNARY, handle_request, do_release),
@@ -1852,7 +1858,7 @@ static struct rpc_method ws_methods[] = {
 	WS("Fallocate", RPC_UNARY, fallocate_request, do_fallocate),
 	WS("Lseek", RPC_UNARY, lseek_request, do_lseek),
 	WS("Upload", RPC_CLIENT_STREAM, upload_chunk, do_upload),
-	WS("Download", RPC_SERVER_STREAM, download_request, do_download),
+	WS_READ("Download", RPC_SERVER_STREAM, download_request, do_download),
 	WS("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
 	{"/wsbridge.v1.Workspace/Watch", RPC_SERVER_STREAM, RPC_ON_LOOP,
 	 &wsbridge__v1__watch_request__descriptor, false, do_watch, NULL},

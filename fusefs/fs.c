@@ -261,10 +261,17 @@ void wsfs_conn_failed(struct wsfs *fs, int code)
  * instead of each waiting out its deadline; the monitor thread probes every
  * WSFS_PROBE_MS and ends that state. A deadline gRPC enforced is EIO: the
  * call may or may not have taken effect. @timeout_ms: the deadline (> 0).
+ *
+ * A read agentd refused because its clients hold --max-reply-bytes of
+ * replies unread (RESOURCE_EXHAUSTED, ENOBUFS: only pure reads are refused
+ * so, docs/protocol.md) is asked again, 2 ms later and then at twice the
+ * last wait, at most 64 ms, while @timeout_ms lasts; then it is EIO, as a
+ * call agentd did not answer in time.
  */
 static int rpc_ex(struct wsfs *fs, const char *method, const ProtobufCMessage *req,
 		  const ProtobufCMessageDescriptor *desc, void *ret_reply, uint32_t timeout_ms)
 {
+	int64_t end = wsb_mono_ns() + (int64_t)timeout_ms * 1000000, wait_ns = 2000000;
 	struct wsc_status st;
 	int r;
 
@@ -272,8 +279,20 @@ static int rpc_ex(struct wsfs *fs, const char *method, const ProtobufCMessage *r
 		wsb_debug("%s: agentd is unreachable: ENOTCONN", method);
 		return -ENOTCONN;
 	}
-	r = wsc_unary_ex(fs->client, method, req, desc, (ProtobufCMessage **)ret_reply, timeout_ms,
-			 &st);
+	for (;;) {
+		r = wsc_unary_ex(fs->client, method, req, desc, (ProtobufCMessage **)ret_reply,
+				 timeout_ms, &st);
+		if (!(r == -ENOBUFS && st.code == WSB_RESOURCE_EXHAUSTED))
+			break;
+		if (wsb_mono_ns() + wait_ns >= end) {
+			wsb_info("%s: agentd still holds too many unread replies after %u ms: EIO",
+				 method, timeout_ms);
+			return -EIO;
+		}
+		(void)nanosleep(&(struct timespec){ .tv_nsec = wait_ns }, NULL);
+		if (wait_ns < 64000000)
+			wait_ns *= 2;
+	}
 	if (r == 0) {
 		wsfs_conn_ok(fs);
 		return 0;

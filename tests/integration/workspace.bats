@@ -26,8 +26,10 @@ teardown() {
 	# ASan's quarantine keeps freed memory: no RSS to compare there.
 	if wsb_sanitized; then rss=; fi
 	agentd_tcp --max-reply-bytes $((8 << 20))
+	mount_wsfs
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_MAX_REPLY=$((8 << 20)) WSB_AGENTD_PID=$AGENTD_PID \
-		WSB_CHECK_RSS=$rss run_py test_workspace.py ReplyBudget
+		WSB_CHECK_RSS=$rss WSB_MNT=$MNT run_py test_workspace.py ReplyBudget
+	umount_wsfs
 }
 
 @test "Workspace over a unix socket: the same errno trailers (grpcio)" {

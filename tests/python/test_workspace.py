@@ -5,8 +5,10 @@ follows from it, and the calls do what their POSIX namesakes do.
 
 Environment: WSB_TARGET, WSB_ROOT. Run by tests/integration/workspace.bats.
 """
+import hashlib
 import os
 import stat
+import subprocess
 import threading
 import time
 import unittest
@@ -943,8 +945,8 @@ class OpStream(Base):
                      "--max-reply-bytes (workspace.bats starts one with it)")
 class ReplyBudget(Base):
     """agentd holds at most --max-reply-bytes (WSB_MAX_REPLY) of replies its
-    clients have not read: 800 Ops streams each with an unread 1 MiB Read
-    took it to 672 MB before."""
+    clients have not read, of the pure reads it may refuse: 800 Ops streams
+    each with an unread 1 MiB Read took it to 672 MB before."""
     M = "/wsbridge.v1.Workspace/"
 
     def rss_kib(self):
@@ -987,6 +989,19 @@ class ReplyBudget(Base):
                 self.assertLess(time.monotonic(), deadline,
                                 "a 1 MiB Read still answered with %d unread" % n)
                 time.sleep(0.1)
+            # A wsfs mount's reads are refused too: it asks again while its
+            # rpc_timeout lasts, and the reader gets its bytes once the
+            # replies are read (not ENOBUFS or EIO).
+            mnt = os.environ.get("WSB_MNT")
+            if mnt:
+                # 4 MiB: the mount reads 1 MiB at a time, and the budget
+                # has less than that left.
+                with open(rp("budget-cat.bin"), "wb") as f:
+                    f.write(os.urandom(4 * mib))
+                cat = subprocess.Popen(["sha256sum", os.path.join(mnt, "budget-cat.bin")],
+                                       stdout=subprocess.PIPE)
+                time.sleep(0.5)
+                self.assertIsNone(cat.poll(), "a read on the mount did not wait for room")
             self.assertEqual(self.ws.Stat(pb.StatRequest(path=b"budget.bin"),
                                           timeout=TIMEOUT).attr.size, mib)
             self.assertEqual(len(self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=1000),
@@ -995,8 +1010,19 @@ class ReplyBudget(Base):
                 path=b"budget-w.bin", access=pb.WRONLY, create=True, mode=0o600),
                 timeout=TIMEOUT).handle, offset=0, data=b"w" * mib), timeout=TIMEOUT).written,
                 mib)
+            # Only pure reads are refused. An Open's read-ahead (128 KiB)
+            # comes with a new handle, which a refusal would leak.
+            o = self.ws.Open(pb.OpenRequest(path=b"budget.bin", access=pb.RDONLY,
+                                            read_ahead=128 << 10), timeout=TIMEOUT)
+            self.assertEqual(len(o.data), 128 << 10)
+            self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
+            # An exec stream's output (refused, it ended the command).
+            got = sum(len(ev.stdout.data) for ev in self.ex.Start(pb.ExecRequest(
+                shell=b"head -c 2000000 /dev/zero"), timeout=TIMEOUT)
+                if ev.WhichOneof("event") == "stdout")
+            self.assertEqual(got, 2000000)
             # ExecuteCommands ran its commands: its transcript (2 MB, more
-            # than the budget has left) goes anyway.
+            # than the budget has left) goes too.
             da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
             out = da.ExecuteCommands(wsbtest.devagent_pb2.ExecuteCommandsRequest(
                 cmds=["head -c 1000000 /dev/zero | tr '\\0' Q"] * 2, app_name="budget"),
@@ -1006,6 +1032,12 @@ class ReplyBudget(Base):
             # Each refused stream got its RESOURCE_EXHAUSTED; as many 1 MiB
             # replies as the budget holds were sent.
             reps = [next(c) for c in calls]
+            if mnt:
+                out, _ = cat.communicate(timeout=TIMEOUT)
+                self.assertEqual(cat.returncode, 0)
+                with open(rp("budget-cat.bin"), "rb") as f:
+                    self.assertEqual(out.split()[0].decode(),
+                                     hashlib.sha256(f.read()).hexdigest())
         finally:
             gate.set()
             for c in chans:
