@@ -1650,7 +1650,7 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	free(ep);
 	free(a);
 	if (r < 0) {
-		rpc_finish_send_error(wc->call, r, "watch");
+		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
 		wc_free(wc);
 		return r;
 	}
@@ -1726,7 +1726,6 @@ static void watch_quiet(struct watch_call *wc)
 	wc->next = quiet_calls;
 	quiet_calls = wc;
 	if (rpc_send(wc->call, &b.base, quiet_sent, wc) < 0) {
-		/* (one event: never refused for the reply budget) */
 		rpc_finish(wc->call, WSB_CANCELLED, ECANCELED, "watch cancelled");
 		wc_free(wc);
 		return;
