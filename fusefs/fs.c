@@ -3192,6 +3192,28 @@ static void symlink_names_stale(struct wsfs *fs, const struct stat *st, uint64_t
 	}
 }
 
+/*
+ * The open file of node @p ino (@p info its node_info()) a call the kernel
+ * names no handle for goes through (fchmod, fsetxattr): one the node holds
+ * open, unless it is an open that raced the pod's replacing of the name
+ * (it holds the new file: ws_open(), replaced). *@p ret: a reference
+ * (file_put() it), or NULL: go by the path. Returns 0, or -ESTALE for an
+ * unlinked node with no open file. Any worker thread.
+ */
+static int node_own_file(struct wsfs *fs, fuse_ino_t ino, const struct node_info *info,
+			 struct wsfs_file **ret)
+{
+	struct wsfs_file *f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
+
+	if (f && info->attached &&
+	    !(f->ino == info->ino && node_same_ident(f->ident, info->ident))) {
+		file_put(fs, f);
+		f = NULL;
+	}
+	*ret = f;
+	return !f && !info->attached ? -ESTALE : 0;
+}
+
 static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -3311,18 +3333,9 @@ static void ws_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		 * size goes by the path while the node is named: a handle may
 		 * be read-only (ftruncate(2) EINVAL where truncate(2) works).
 		 */
-		f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
-		/* Not an open that raced the pod's replacing of the name: it
-		 * holds the new file (ws_open(), replaced). */
-		if (f && info.attached &&
-		    !(f->ino == info.ino && node_same_ident(f->ident, info.ident))) {
-			file_put(fs, f);
-			f = NULL;
-		}
-		if (!f && !info.attached) {
-			r = -ESTALE;
+		r = node_own_file(fs, ino, &info, &f);
+		if (r < 0)
 			goto out;
-		}
 	}
 	if (f) {
 		struct hslot s = { f, &q.handle,
@@ -6593,16 +6606,10 @@ static int xattr_rpc(struct wsfs *fs, fuse_ino_t ino, const char *method, Protob
 	int r;
 
 	r = node_info(fs->nodes, ino, &info);
+	if (r == 0)
+		r = node_own_file(fs, ino, &info, &f);
 	if (r < 0)
 		return r;
-	f = (struct wsfs_file *)node_fh_get(fs->nodes, ino);
-	if (f && info.attached &&
-	    !(f->ino == info.ino && node_same_ident(f->ident, info.ident))) {
-		file_put(fs, f); /* an open that raced a replacing of the name */
-		f = NULL;
-	}
-	if (!f && !info.attached)
-		return -ESTALE;
 	if (info.attached) {
 		r = path_of(fs, ino, &path, &len);
 		if (r < 0 && !f)
