@@ -162,6 +162,13 @@ agentd_start() {
 		if ! wait_listen "$a" "$AGENTD_PID" 10; then
 			echo "# agentd $* did not come up; its stderr:" >&3
 			sed 's/^/#   /' "$AGENTD_ERR" >&3
+			# Who holds a TCP port it could not take (seen once:
+			# "address in use" at a restart on the same port).
+			case $a in
+			unix:*) ;;
+			*) command -v ss >/dev/null &&
+				ss -tanp | grep -F ":${a##*:} " | sed 's/^/#   ss: /' >&3 ;;
+			esac
 			return 1
 		fi
 	done
