@@ -33,7 +33,9 @@
 #define DEFAULT_ROOT "/workspace"
 #define DEFAULT_LISTEN "127.0.0.1:9000"
 #define MAX_LISTEN 16
-#define DRAIN_GRACE_MS 10000
+/* --drain-grace: how long running calls may finish after SIGTERM, s. */
+#define DRAIN_GRACE_DEFAULT_S 10
+#define DRAIN_GRACE_MAX_S 3600
 #define MAX_RECV_BYTES (64u << 20)
 /* --max-reply-bytes: default and range, bytes (rpc_server_config). */
 #define MAX_REPLY_DEFAULT ((size_t)256 << 20)
@@ -57,6 +59,8 @@ static void usage(FILE *f)
 		"      --max-handles N    open file handles allowed (default 4096)\n"
 		"      --session-grace SECONDS  how long a client's open handles outlive its\n"
 		"                         last call or stream (default %u; %u to 86400)\n"
+		"      --drain-grace SECONDS  how long running calls may finish after SIGTERM\n"
+		"                         before they are cancelled (default %u; 0 to %u)\n"
 		"      --max-watches N    directories watched for the Watch stream at most\n"
 		"                         (default: the kernel's fs.inotify.max_user_watches)\n"
 		"      --max-procs N      commands running at once (default %u)\n"
@@ -73,7 +77,7 @@ static void usage(FILE *f)
 		"  -h, --help             show this help\n"
 		"  -V, --version          show the version\n",
 		AGENTD_VIEW_LIMIT_DEFAULT, SESSION_GRACE_DEFAULT_S, SESSION_GRACE_MIN_S,
-		EXEC_MAX_PROCESSES_DEFAULT,
+		DRAIN_GRACE_DEFAULT_S, DRAIN_GRACE_MAX_S, EXEC_MAX_PROCESSES_DEFAULT,
 		EXEC_JOURNAL_DEFAULT, (size_t)EXEC_JOURNAL_MIN, (size_t)EXEC_JOURNAL_MAX,
 		(unsigned long long)(EXEC_EXIT_KEEP_DEFAULT_MS / 1000), MAX_REPLY_DEFAULT,
 		MAX_REPLY_MIN, MAX_REPLY_MAX);
@@ -244,6 +248,7 @@ struct app {
 	struct rpc_server *server;
 	uv_signal_t sigterm, sigint;
 	uv_timer_t reap; /* sessions_reap() */
+	unsigned drain_grace_s; /* --drain-grace */
 	bool stopping;
 	bool stdio;
 	char *token; /* --token-file's; static storage, so the early exits
@@ -274,12 +279,12 @@ static void app_stop(struct app *app, const char *why, int level)
 	if (app->stopping)
 		return;
 	app->stopping = true;
-	wsb_log(level, "%s: draining calls (up to %d s)", why, DRAIN_GRACE_MS / 1000);
+	wsb_log(level, "%s: draining calls (up to %u s)", why, app->drain_grace_s);
 	/* Running calls, exec included, may finish within the grace period;
 	 * then they are cancelled, which kills their commands. */
 	watch_shutdown(svc_workspace_watcher()); /* Watch streams never end by themselves */
 	svc_workspace_shutdown();
-	rpc_server_shutdown(app->server, DRAIN_GRACE_MS, on_drained, app);
+	rpc_server_shutdown(app->server, (uint64_t)app->drain_grace_s * 1000, on_drained, app);
 }
 
 /* sessions_reap()'s callback: a client gone for its grace; its handles go. */
@@ -334,6 +339,7 @@ int main(int argc, char **argv)
 		{"journal-size", required_argument, NULL, 'J'},
 		{"exit-keep", required_argument, NULL, 'K'},
 		{"session-grace", required_argument, NULL, 'g'},
+		{"drain-grace", required_argument, NULL, 'D'},
 		{"max-reply-bytes", required_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
@@ -344,6 +350,7 @@ int main(int argc, char **argv)
 	int nlisten = 0, level = WSB_LOG_NOTICE, threads = 4, c, r;
 	unsigned long long view_limit = AGENTD_VIEW_LIMIT_DEFAULT, max_handles = 4096, max_watches = 0;
 	unsigned long long session_grace = SESSION_GRACE_DEFAULT_S, reap_ms;
+	unsigned long long drain_grace = DRAIN_GRACE_DEFAULT_S;
 	size_t max_reply = MAX_REPLY_DEFAULT;
 	struct exec_config exec_cfg = { .cgroups = true };
 	char *end;
@@ -456,6 +463,18 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'D':
+			errno = 0;
+			drain_grace = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || optarg[0] == '-' ||
+			    drain_grace > DRAIN_GRACE_MAX_S) {
+				fprintf(stderr,
+					"agentd: bad number '%s' for --drain-grace (0 to %u "
+					"seconds)\n",
+					optarg, DRAIN_GRACE_MAX_S);
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -484,6 +503,7 @@ int main(int argc, char **argv)
 			max_reply, view_limit, view_limit + (1u << 20));
 		return 2;
 	}
+	app.drain_grace_s = (unsigned)drain_grace;
 	if (!app.stdio && nlisten == 0)
 		listen[nlisten++] = DEFAULT_LISTEN;
 	if (token_file) {

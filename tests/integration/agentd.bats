@@ -61,6 +61,12 @@ teardown() {
 		assert_eq "$stderr" "agentd: bad number '$v' for --session-grace (5 to 86400 seconds)"
 	done
 
+	for v in -1 3601 5.5 x ''; do
+		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --drain-grace "$v" --listen 127.0.0.1:1
+		assert_status 2
+		assert_eq "$stderr" "agentd: bad number '$v' for --drain-grace (0 to 3600 seconds)"
+	done
+
 	for v in 8388607 1099511627777 -1 0 x; do
 		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --max-reply-bytes "$v" --listen 127.0.0.1:1
 		assert_status 2
@@ -223,8 +229,8 @@ teardown() {
 	assert_eq "$(cat "$AGENTD_OUT")" "" "agentd's stdout"
 }
 
-@test "SIGTERM with a command that outlasts the grace: its group is killed, exit 0" {
-	agentd_tcp
+@test "SIGTERM with a command that outlasts the grace (--drain-grace 2): its group is killed, exit 0" {
+	agentd_tcp --drain-grace 2
 	bg client "$PY" "$PYTESTS/wsbcall.py" exec-until-end "$ADDR" -- sh -c 'sleep 100 & echo $! > bg.pid; exec sleep 100'
 	local client=$BG_PID i
 	for ((i = 0; i < 200; i++)); do
@@ -236,9 +242,14 @@ teardown() {
 	bgpid=$(cat "$ROOT/bg.pid")
 	proc_alive "$pid"
 	proc_alive "$bgpid"
-	# Within the drain grace (10 s) plus the kill grace (2 s) and a margin.
+	# Within the drain grace (2 s) plus the kill grace (2 s) and a margin
+	# (the default drain grace, 10 s, would take 12).
+	local t0
+	t0=$(now_ms)
 	WSB_STOP_WAIT=16 agentd_stop
 	assert_eq "$AGENTD_STATUS" 0 "exit status after SIGTERM"
+	[ $(($(now_ms) - t0)) -ge 1900 ] || { echo "stopped $(($(now_ms) - t0)) ms after SIGTERM, before the grace" >&3; false; }
+	[ $(($(now_ms) - t0)) -lt 8000 ] || { echo "stopped $(($(now_ms) - t0)) ms after SIGTERM" >&3; false; }
 	wait_gone "$client" 5
 	run cat "$BATS_TEST_TMPDIR/client.out"
 	assert_contains "${lines[-1]}" "status "
