@@ -658,18 +658,22 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	if (c->ended)
 		return -EINVAL;
 	c->ended = true;
-	wsb_debug("%s: OK%s", rpc_method_path(c), c->parent ? " (op)" : "");
+	/* call_end()'s line, with the status the call really ends with. */
 	if (c->parent) {
 		r = op_send(c, WSB_OK, 0, NULL, msg);
+		wsb_debug("%s: %s (op)", rpc_method_path(c),
+			  r == -ENOBUFS ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG : "OK");
 		call_unref(c);
 		return r;
 	}
 	size = protobuf_c_message_get_packed_size(msg);
 	if (!reply_take(c, size)) {
+		wsb_debug("%s: RESOURCE_EXHAUSTED: %s", rpc_method_path(c), RPC_NO_ROOM_MSG);
 		r = send_status(c, WSB_RESOURCE_EXHAUSTED, ENOBUFS, RPC_NO_ROOM_MSG);
 		call_unref(c);
 		return r < 0 ? r : -ENOBUFS;
 	}
+	wsb_debug("%s: OK", rpc_method_path(c));
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {
 		ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;

@@ -25,11 +25,15 @@ teardown() {
 	local rss=1
 	# ASan's quarantine keeps freed memory: no RSS to compare there.
 	if wsb_sanitized; then rss=; fi
-	agentd_tcp --max-reply-bytes $((8 << 20))
+	agentd_tcp --max-reply-bytes $((8 << 20)) --log-level debug
 	mount_wsfs
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_MAX_REPLY=$((8 << 20)) WSB_AGENTD_PID=$AGENTD_PID \
 		WSB_CHECK_RSS=$rss WSB_MNT=$MNT run_py test_workspace.py ReplyBudget
 	umount_wsfs
+	# The log's line for each call says how it ended: a refused Read
+	# RESOURCE_EXHAUSTED (it said OK, then that the reply was refused).
+	grep -q 'Workspace/Read: RESOURCE_EXHAUSTED: agentd holds' "$AGENTD_ERR" ||
+		{ grep 'Workspace/Read' "$AGENTD_ERR" | tail -5 >&3; false; }
 }
 
 @test "Workspace over a unix socket: the same errno trailers (grpcio)" {
