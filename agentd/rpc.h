@@ -166,6 +166,19 @@ void rpc_server_free(struct rpc_server *s);
 	"--max-reply-bytes allows; try again once they are read"
 
 /**
+ * Set aside @p n bytes of the server's budget of unread replies
+ * (rpc_server_config.max_reply_bytes) for a reply that @p call will send
+ * later, before the method does anything that a refusal then could not
+ * undo (ManageAgentOps/ExecuteCommands reserves its largest transcript
+ * before it runs a command). Held until that reply took its own bytes
+ * (rpc_reply()) or the call is freed; any method may reserve, reply_budget
+ * or not. Returns 0, or -ENOBUFS when the budget has no room (nothing set
+ * aside: end the call RESOURCE_EXHAUSTED, ENOBUFS, RPC_NO_ROOM_MSG). The
+ * method's thread.
+ */
+int rpc_reserve(struct rpc_call *call, size_t n);
+
+/**
  * End a unary or client-streaming call with reply @p msg (borrowed; packed
  * before return) and status OK. A reply_budget method's reply of over
  * RPC_REPLY_SMALL bytes that would take the server past max_reply_bytes

@@ -174,6 +174,9 @@ struct rpc_call {
 	/* Bytes of s->reply_bytes this call's SEND_MESSAGE batch (TAG_SEND)
 	 * and its reply with the status (TAG_STATUS) hold until they complete. */
 	size_t send_held, status_held;
+	/* Bytes of s->reply_bytes rpc_reserve() set aside for a reply to
+	 * come: given back once that reply took its own, or at call_free(). */
+	size_t reserved;
 	rpc_sent_fn sent;
 	void *sent_arg;
 	grpc_byte_buffer *recv_buf;
@@ -215,6 +218,7 @@ static bool call_is_ops(const struct rpc_call *c)
 }
 
 static void call_unref(struct rpc_call *c);
+static void reply_put(struct rpc_server *s, size_t *held);
 
 static void call_free(struct rpc_call *c)
 {
@@ -231,6 +235,7 @@ static void call_free(struct rpc_call *c)
 			c->ops_next->ops_prev = c->ops_prev;
 		pthread_mutex_unlock(&s->lock);
 	}
+	reply_put(s, &c->reserved);
 	if (c->call)
 		grpc_call_unref(c->call);
 	grpc_metadata_array_destroy(&c->md);
@@ -302,6 +307,21 @@ static bool reply_take(const struct rpc_call *c, size_t n)
 		return false;
 	}
 	return true;
+}
+
+int rpc_reserve(struct rpc_call *c, size_t n)
+{
+	struct rpc_server *s = c->srv;
+	size_t before = atomic_fetch_add(&s->reply_bytes, n);
+
+	if (before + n > s->max_reply) {
+		atomic_fetch_sub(&s->reply_bytes, n);
+		wsb_debug("%s: %zu bytes for a reply to come refused: %zu bytes of replies "
+			  "unread, at most %zu", rpc_method_path(c), n, before, s->max_reply);
+		return -ENOBUFS;
+	}
+	c->reserved += n;
+	return 0;
 }
 
 /* Give back the bytes *@p held took of the budget (reply_take). */
@@ -661,6 +681,7 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	/* call_end()'s line, with the status the call really ends with. */
 	if (c->parent) {
 		r = op_send(c, WSB_OK, 0, NULL, msg);
+		reply_put(c->srv, &c->reserved);
 		wsb_debug("%s: %s (op)", rpc_method_path(c),
 			  r == -ENOBUFS ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG : "OK");
 		call_unref(c);
@@ -673,6 +694,8 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 		call_unref(c);
 		return r < 0 ? r : -ENOBUFS;
 	}
+	/* The reply holds its own bytes now. */
+	reply_put(c->srv, &c->reserved);
 	wsb_debug("%s: OK", rpc_method_path(c));
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {

@@ -1535,6 +1535,14 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 		return;
 	}
+	/* Room for the largest transcript among the replies agentd holds
+	 * unread, before anything runs: a refusal then undoes nothing, and
+	 * calls whose clients never read their transcripts stop at the
+	 * budget instead of growing agentd. */
+	if (rpc_reserve(call, COMMANDS_TRANSCRIPT_MAX + RPC_REPLY_SMALL) < 0) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS, "%s", RPC_NO_ROOM_MSG);
+		return;
+	}
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");

@@ -1021,13 +1021,18 @@ class ReplyBudget(Base):
                 shell=b"head -c 2000000 /dev/zero"), timeout=TIMEOUT)
                 if ev.WhichOneof("event") == "stdout")
             self.assertEqual(got, 2000000)
-            # ExecuteCommands ran its commands: its transcript (2 MB, more
-            # than the budget has left) goes too.
+            # ExecuteCommands needs room for its largest transcript (4 MiB)
+            # before it runs anything: refused, nothing ran (before: it ran,
+            # and its transcript went past the budget).
             da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
-            out = da.ExecuteCommands(wsbtest.devagent_pb2.ExecuteCommandsRequest(
-                cmds=["head -c 1000000 /dev/zero | tr '\\0' Q"] * 2, app_name="budget"),
-                timeout=TIMEOUT).status
-            self.assertEqual(out.count("Q" * 1000000), 2, "transcript of %d bytes" % len(out))
+            cmds = wsbtest.devagent_pb2.ExecuteCommandsRequest(
+                cmds=["touch ran; head -c 1000000 /dev/zero | tr '\\0' Q"] * 2,
+                app_name="budget")
+            e = self.fails(SC.RESOURCE_EXHAUSTED, "ENOBUFS",
+                           lambda: da.ExecuteCommands(cmds, timeout=TIMEOUT),
+                           "ExecuteCommands with the budget full")
+            self.assertIn("--max-reply-bytes", e.details())
+            self.assertFalse(os.path.lexists(rp("budget")), "a refused ExecuteCommands ran")
             grown = self.rss_kib() - rss0
             # Each refused stream got its RESOURCE_EXHAUSTED; as many 1 MiB
             # replies as the budget holds were sent.
@@ -1053,10 +1058,15 @@ class ReplyBudget(Base):
         if os.environ.get("WSB_CHECK_RSS"):
             self.assertLess(grown, (budget + 24 * mib) // 1024,
                             "agentd grew %d KiB holding %d unread 1 MiB replies" % (grown, n))
-        # Read, the budget is free again.
+        # Read, the budget is free again; ExecuteCommands runs, and its
+        # transcript (2 MB) comes back whole.
         self.assertEqual(len(self.once_freed(lambda: self.ws.Read(
             pb.ReadRequest(handle=h, offset=0, size=mib), timeout=TIMEOUT), "a 1 MiB Read")
             .data), mib)
+        out = self.once_freed(lambda: da.ExecuteCommands(cmds, timeout=TIMEOUT),
+                              "ExecuteCommands").status
+        self.assertEqual(out.count("Q" * 1000000), 2, "transcript of %d bytes" % len(out))
+        self.assertTrue(os.path.exists(rp("budget/ran")))
         self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
 
 
