@@ -166,6 +166,15 @@ void rpc_server_free(struct rpc_server *s);
 	"--max-reply-bytes allows; try again once they are read"
 
 /**
+ * Bytes left now in the server's budget of unread replies
+ * (rpc_server_config.max_reply_bytes); 0 when past it. A method that can
+ * hold its output back (Exec's streams) sends no more than this and waits
+ * while it is under RPC_REPLY_SMALL. A snapshot: other threads take and
+ * give back bytes. Any thread.
+ */
+size_t rpc_reply_room(const struct rpc_call *call);
+
+/**
  * Set aside @p n bytes of the server's budget of unread replies
  * (rpc_server_config.max_reply_bytes) for a reply that @p call will send
  * later, before the method does anything that a refusal then could not

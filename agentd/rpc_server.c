@@ -309,6 +309,13 @@ static bool reply_take(const struct rpc_call *c, size_t n)
 	return true;
 }
 
+size_t rpc_reply_room(const struct rpc_call *c)
+{
+	size_t used = atomic_load(&c->srv->reply_bytes);
+
+	return used < c->srv->max_reply ? c->srv->max_reply - used : 0;
+}
+
 int rpc_reserve(struct rpc_call *c, size_t n)
 {
 	struct rpc_server *s = c->srv;

@@ -1016,11 +1016,30 @@ class ReplyBudget(Base):
                                             read_ahead=128 << 10), timeout=TIMEOUT)
             self.assertEqual(len(o.data), 128 << 10)
             self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
-            # An exec stream's output (refused, it ended the command).
-            got = sum(len(ev.stdout.data) for ev in self.ex.Start(pb.ExecRequest(
-                shell=b"head -c 2000000 /dev/zero"), timeout=TIMEOUT)
-                if ev.WhichOneof("event") == "stdout")
-            self.assertEqual(got, 2000000)
+            # Exec streams whose clients read nothing: each holds one chunk
+            # of output in agentd, of no more than the budget has left
+            # (before: up to 1 MiB each, past it), so the budget fills up;
+            # then a reading exec's output waits for room, and comes whole
+            # once there is room again.
+            # (256 KiB each: their journals hold what they wrote, and
+            # count in agentd's RSS below.)
+            unread = [pbg.ExecStub(c).Start(pb.ExecRequest(
+                shell=b"head -c 262144 /dev/zero"), timeout=TIMEOUT) for c in chans[:20]]
+            time.sleep(1)
+            got = [0]
+
+            def run_exec():
+                for ev in self.ex.Start(pb.ExecRequest(shell=b"head -c 2000000 /dev/zero"),
+                                        timeout=TIMEOUT):
+                    if ev.WhichOneof("event") == "stdout":
+                        got[0] += len(ev.stdout.data)
+            ex = threading.Thread(target=run_exec)
+            ex.start()
+            time.sleep(0.5)
+            self.assertTrue(ex.is_alive() and got[0] < 2000000,
+                            "an exec's output went past a full budget: %d bytes" % got[0])
+            for u in unread:
+                u.cancel()
             # ExecuteCommands needs room for its largest transcript (4 MiB)
             # before it runs anything: refused, nothing ran (before: it ran,
             # and its transcript went past the budget).
@@ -1047,6 +1066,8 @@ class ReplyBudget(Base):
             gate.set()
             for c in chans:
                 c.close()
+        ex.join(TIMEOUT)
+        self.assertEqual(got[0], 2000000, "the exec's output once the budget had room")
         ok = [r for r in reps if r.code == 0]
         refused = [r for r in reps if r.code == SC.RESOURCE_EXHAUSTED.value[0]]
         self.assertEqual(len(ok) + len(refused), n, [(r.code, r.message) for r in reps])
