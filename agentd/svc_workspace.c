@@ -514,6 +514,22 @@ static void session_done(struct agentd *ad, uint64_t key)
 		sessions_drop(ad->sessions, key, (uint64_t)wsb_mono_ns());
 }
 
+/*
+ * Whether an Open's read-ahead of @p read_ahead bytes of the file @p st
+ * fits the reply budget (rpc_reply_room()): an Open's reply cannot be
+ * refused (its handle would be lost), but its data is optional
+ * (OpenRequest.read_ahead: empty data, not data_eof, means read it), so
+ * past the budget the handle goes alone. Small files always fit.
+ */
+static bool ahead_has_room(const struct rpc_call *call, uint32_t read_ahead, const struct stat *st)
+{
+	uint64_t want = read_ahead < FSOPS_CHUNK_MAX ? read_ahead : FSOPS_CHUNK_MAX;
+
+	if ((uint64_t)st->st_size < want)
+		want = (uint64_t)st->st_size;
+	return want <= RPC_REPLY_SMALL || rpc_reply_room(call) >= want + RPC_REPLY_SMALL;
+}
+
 static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 		      struct agentd *ad, uint64_t owner)
 {
@@ -602,7 +618,8 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 	rep.handle = id;
 	rep.attr = &a;
 	rep.existed = q->create && !created;
-	if (q->read_ahead && q->access != WSBRIDGE__V1__ACCESS__WRONLY && S_ISREG(st.st_mode)) {
+	if (q->read_ahead && q->access != WSBRIDGE__V1__ACCESS__WRONLY && S_ISREG(st.st_mode) &&
+	    ahead_has_room(call, q->read_ahead, &st)) {
 		size_t want = q->read_ahead < FSOPS_CHUNK_MAX - 1 ? q->read_ahead : FSOPS_CHUNK_MAX - 1;
 		ssize_t n;
 

@@ -1010,12 +1010,6 @@ class ReplyBudget(Base):
                 path=b"budget-w.bin", access=pb.WRONLY, create=True, mode=0o600),
                 timeout=TIMEOUT).handle, offset=0, data=b"w" * mib), timeout=TIMEOUT).written,
                 mib)
-            # Only pure reads are refused. An Open's read-ahead (128 KiB)
-            # comes with a new handle, which a refusal would leak.
-            o = self.ws.Open(pb.OpenRequest(path=b"budget.bin", access=pb.RDONLY,
-                                            read_ahead=128 << 10), timeout=TIMEOUT)
-            self.assertEqual(len(o.data), 128 << 10)
-            self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
             # Exec streams whose clients read nothing: each holds one chunk
             # of output in agentd, of no more than the budget has left
             # (before: up to 1 MiB each, past it), so the budget fills up;
@@ -1038,6 +1032,19 @@ class ReplyBudget(Base):
             time.sleep(0.5)
             self.assertTrue(ex.is_alive() and got[0] < 2000000,
                             "an exec's output went past a full budget: %d bytes" % got[0])
+            # An Open is not refused (its handle would be lost); its
+            # read-ahead (128 KiB) is left out: empty data, not data_eof
+            # (before: it went past the budget). A small one still comes.
+            o = self.ws.Open(pb.OpenRequest(path=b"budget.bin", access=pb.RDONLY,
+                                            read_ahead=128 << 10), timeout=TIMEOUT)
+            self.assertEqual((len(o.data), o.data_eof), (0, False))
+            self.assertEqual(len(self.ws.Read(pb.ReadRequest(handle=o.handle, offset=0, size=1000),
+                                              timeout=TIMEOUT).data), 1000)
+            self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
+            o = self.ws.Open(pb.OpenRequest(path=b"budget.bin", access=pb.RDONLY,
+                                            read_ahead=4000), timeout=TIMEOUT)
+            self.assertEqual(len(o.data), 4000)
+            self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
             for u in unread:
                 u.cancel()
             # ExecuteCommands needs room for its largest transcript (4 MiB)
