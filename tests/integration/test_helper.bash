@@ -74,10 +74,19 @@ else:
 
 # True while process $1 exists and is not a zombie.
 proc_alive() {
-	local st
+	local st t
 	[ -r "/proc/$1/stat" ] || return 1
 	st=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
-	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+	[ -n "$st" ] || return 1
+	[ "$st" != Z ] && [ "$st" != X ] && return 0
+	# A killed process's first thread can be a zombie while its other
+	# threads still exit, holding its descriptors (a listening socket:
+	# a restart on the same address then found it in use).
+	for t in /proc/"$1"/task/*; do
+		[ "${t##*/}" = "$1" ] && continue
+		[ -r "$t/stat" ] && return 0
+	done
+	return 1
 }
 
 # wait_gone PID [SECONDS]: wait until the process is gone (or a zombie).
