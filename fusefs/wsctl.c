@@ -2547,16 +2547,94 @@ static void out_flush(void)
 		g_out_err = errno ? errno : EIO;
 }
 
-/* Write @name's bytes as they are (no stdio conversion), after what stdio
- * holds; errors go to g_out_err. */
-static void print_name(const char *name)
+/* Whether names are quoted: stdout is a terminal (set by print_name()). */
+static int g_quote = -1;
+
+/* A byte a shell takes as itself, in a name (coreutils' quotearg.c
+ * shell-escape set; bytes of 128 and above are left as they are, as ls(1)
+ * in a UTF-8 locale shows them). */
+static bool name_safe(unsigned char b)
 {
+	return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') ||
+	       strchr("%+,-./:=@_^", b) || b >= 128;
+}
+
+/*
+ * @p n bytes of @p s as ls(1) shows a name on a terminal (coreutils' quoting
+ * style shell-escape): as they are when every byte is safe, else in single
+ * quotes, a quote as \', a control byte as $'\n' or $'\ooo', so that a
+ * newline in a name cannot pass for two names and the text pastes back into
+ * a shell. Returns a malloc'd string, or NULL (ENOMEM).
+ */
+static char *shell_quote(const char *s, size_t n)
+{
+	static const char esc[] = "\\a\\b\\t\\n\\v\\f\\r";
+	char *out = malloc(n * 8 + 3), *w = out;
+	bool in = false, plain = n > 0;
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		plain = plain && name_safe((unsigned char)s[i]);
+	if (plain) {
+		memcpy(out, s, n);
+		out[n] = '\0';
+		return out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		unsigned char b = (unsigned char)s[i];
+
+		if (b == '\'') {
+			if (in)
+				*w++ = '\'';
+			in = false;
+			w += sprintf(w, "\\'");
+		} else if (b < 0x20 || b == 0x7f) {
+			if (in)
+				*w++ = '\'';
+			in = false;
+			if (b >= '\a' && b <= '\r')
+				w += sprintf(w, "$'%.2s'", esc + 2 * (b - '\a'));
+			else
+				w += sprintf(w, "$'\\%03o'", b);
+		} else {
+			if (!in)
+				*w++ = '\'';
+			in = true;
+			*w++ = (char)b;
+		}
+	}
+	if (in || n == 0)
+		*w++ = '\'';
+	if (n == 0)
+		*w++ = '\'';
+	*w = '\0';
+	return out;
+}
+
+/* Write @p n bytes of @p name (no stdio conversion), after what stdio
+ * holds: as they are, or quoted (shell_quote()) when stdout is a terminal,
+ * as ls(1) does. Errors go to g_out_err. */
+static void print_bytes(const char *name, size_t n)
+{
+	char *q = NULL;
 	int r;
 
+	if (g_quote < 0)
+		g_quote = isatty(STDOUT_FILENO);
 	out_flush();
-	r = write_all(STDOUT_FILENO, name, strlen(name));
+	if (g_quote && (q = shell_quote(name, n)) != NULL)
+		r = write_all(STDOUT_FILENO, q, strlen(q));
+	else
+		r = write_all(STDOUT_FILENO, name, n);
+	free(q);
 	if (r < 0 && !g_out_err)
 		g_out_err = -r;
+}
+
+static void print_name(const char *name)
+{
+	print_bytes(name, strlen(name));
 }
 
 static void ls_long(const char *dir, const struct entry *e, size_t n)
@@ -2601,7 +2679,7 @@ static void ls_long(const char *dir, const struct entry *e, size_t n)
 				Wsbridge__V1__ReadlinkReply *rl = (Wsbridge__V1__ReadlinkReply *)m;
 
 				(void)write_all(STDOUT_FILENO, " -> ", 4);
-				(void)write_all(STDOUT_FILENO, rl->target.data, rl->target.len);
+				print_bytes((const char *)rl->target.data, rl->target.len);
 				protobuf_c_message_free_unpacked(m, NULL);
 			}
 			free(p);

@@ -509,6 +509,38 @@ teardown() {
 	[[ "${lines[5]}" =~ ^d.*\ sub$ ]] || { echo "# ${lines[5]}" >&3; false; }
 }
 
+@test "wsctl ls, ls -l and stat quote names on a terminal as ls(1) does: an escape sequence or a newline from the pod reaches it as text" {
+	command -v script >/dev/null || skip "no script(1)"
+	mkdir "$ROOT/d"
+	touch "$ROOT/d/$(printf 'red\033[31mX')" "$ROOT/d/$(printf 'a\nb')" "$ROOT/d/it's" \
+		"$ROOT/d/plain.txt" "$ROOT/d/sp ace"
+	ln -s "$(printf 'b\007l')" "$ROOT/d/lnk"
+	# script(1) gives wsctl a terminal (and turns its \n into \r\n).
+	run script -qec "$WSCTL ls d" /dev/null
+	assert_status 0
+	assert_eq "${output//$'\r'/}" "'a'\$'\\n''b'
+'it'\\''s'
+lnk
+plain.txt
+'red'\$'\\033''[31mX'
+'sp ace'"
+	run script -qec "$WSCTL ls -l d" /dev/null
+	assert_status 0
+	[[ "${output//$'\r'/}" == *" lnk -> 'b'\$'\\a''l'"* ]] || { echo "# $output" >&3; false; }
+	[[ "$output" != *$'\033'* && "$output" != *$'\a'* ]] || { echo "# $output" | cat -A >&3; false; }
+	run script -qec "$WSCTL stat d/lnk" /dev/null
+	assert_status 0
+	[[ "${output//$'\r'/}" == *"File: d/lnk"* ]] || { echo "# $output" >&3; false; }
+	# To a pipe, names go as they are (ls(1) too).
+	run --separate-stderr "$WSCTL" ls d
+	assert_eq "$output" "$(printf 'a\nb')
+it's
+lnk
+plain.txt
+$(printf 'red\033[31mX')
+sp ace"
+}
+
 @test "wsctl ls of a symlink to a directory lists the directory; ls -l shows the link, unless it ends in /, as ls(1)" {
 	mkdir "$ROOT/d"
 	touch "$ROOT/d/x"
