@@ -6,14 +6,18 @@
  * moves files (Workspace.Upload/Download and the path RPCs), through the
  * client adapter in client.h.
  *
- * Threads: the main thread does the work. SIGINT, SIGTERM, SIGHUP and
- * SIGWINCH are blocked in every thread and taken by one signal thread
- * (sigwait), which cancels the running stream (an exec without --detach asks
+ * Threads: the main thread does the work. SIGINT, SIGTERM, SIGHUP, SIGUSR1,
+ * SIGUSR2 (whose default action ends a process too) and SIGWINCH are
+ * blocked in every thread and taken by one signal thread (sigwaitinfo),
+ * which cancels the running stream (an exec without --detach asks
  * for kill_on_detach, so agentd then kills the command's tree; an upload
  * leaves no temp file, a download removes its local temp file) or, when no
  * stream runs or on a second signal, exits 128+N at once (restoring the
  * terminal). For exec -t it also turns SIGWINCH into Exec.Resize. At the end
- * main sends it SIGUSR2 and joins it. g_sig.lock guards g_sig.active, so a
+ * main sends it SIGUSR2 (with pthread_kill: SI_TKILL from this process, so
+ * that a SIGUSR2 from outside is told apart and ends wsctl) and joins it.
+ * The signal thread wakes main with SIGURG (a no-op handler; ignored by
+ * default, so one from outside changes nothing). g_sig.lock guards g_sig.active, so a
  * stream is never cancelled after it was freed. exec -i/-t run one more
  * thread that reads stdin and sends it with Exec.WriteStdin; main stops it
  * through a wake pipe. SIGPIPE is ignored: a closed stdout shows as EPIPE,
@@ -225,11 +229,11 @@ static bool path_empty(const char *path)
 
 /* ---- signals ---- */
 
-/* The thread that does the work (main): woken by SIGUSR1 from
+/* The thread that does the work (main): woken by SIGURG from
  * signal_thread(). */
 static pthread_t g_main_thread;
 
-/* SIGUSR1's handler: nothing; its arrival makes a blocking call of the
+/* SIGURG's handler: nothing; its arrival makes a blocking call of the
  * main thread fail with EINTR (no SA_RESTART). */
 static void on_wake(int sig)
 {
@@ -244,12 +248,13 @@ static void *signal_thread(void *arg)
 
 	for (;;) {
 		struct wsc_stream *s;
+		siginfo_t info;
 		int sig, first = 0;
 
 		if (kicking) {
 			/* A wake that came just before main entered read(2)
 			 * wakes nothing: again every 100 ms until main ends. */
-			sig = sigtimedwait(set, NULL, &kick);
+			sig = sigtimedwait(set, &info, &kick);
 			if (sig < 0) {
 				/* Until the transfer's stream is let go (main
 				 * saw the signal and cleans up): a wake in the
@@ -258,13 +263,13 @@ static void *signal_thread(void *arg)
 				kicking = g_sig.active != NULL;
 				pthread_mutex_unlock(&g_sig.lock);
 				if (kicking && errno == EAGAIN)
-					(void)pthread_kill(g_main_thread, SIGUSR1);
+					(void)pthread_kill(g_main_thread, SIGURG);
 				continue;
 			}
-		} else if (sigwait(set, &sig) != 0) {
+		} else if ((sig = sigwaitinfo(set, &info)) < 0) {
 			continue;
 		}
-		if (sig == SIGUSR2)
+		if (sig == SIGUSR2 && info.si_code == SI_TKILL && info.si_pid == getpid())
 			break; /* main is done: see stop_signal_thread() */
 		if (sig == SIGWINCH) {
 			winch_forward();
@@ -283,7 +288,7 @@ static void *signal_thread(void *arg)
 		/* The main thread may wait on local I/O (put - from a pipe
 		 * that says nothing): EINTR, and it sees interrupted(). */
 		if (s && first == 0) {
-			(void)pthread_kill(g_main_thread, SIGUSR1);
+			(void)pthread_kill(g_main_thread, SIGURG);
 			kicking = true;
 		}
 		/* Nothing to clean up, or asked twice: go now, and take the
@@ -3356,6 +3361,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGUSR1);
 	sigaddset(&sigs, SIGUSR2);
 	sigaddset(&sigs, SIGWINCH);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
@@ -3364,7 +3370,7 @@ int main(int argc, char **argv)
 		struct sigaction sa = { .sa_handler = on_wake };
 
 		sigemptyset(&sa.sa_mask);
-		(void)sigaction(SIGUSR1, &sa, NULL);
+		(void)sigaction(SIGURG, &sa, NULL);
 	}
 	r = pthread_create(&th, NULL, signal_thread, &sigs);
 	if (r) {

@@ -215,6 +215,29 @@ teardown() {
 	pod_wait_gone "$(cat "$ROOT/sh.pid")" 5
 }
 
+@test "E1: SIGUSR1 and SIGUSR2 end wsctl as they end a local command (128+N) and kill the remote command; SIGURG, ignored by default, changes nothing" {
+	local sig n w st
+	for sig in USR1 USR2; do
+		rm -f "$ROOT/sh.pid"
+		bg "wsctl$sig" "$WSCTL" exec -- sh -c 'echo $$ > sh.pid; exec sleep 300'
+		w=$BG_PID
+		poll_until 10 test -s "$ROOT/sh.pid"
+		kill "-$sig" "$w"
+		wait_gone "$w" 5
+		st=0
+		wait "$w" || st=$?
+		n=$(kill -l "$sig")
+		# (Before: SIGUSR2 stopped wsctl's signal thread, and then even
+		# SIGTERM did nothing; SIGUSR1 was ignored.)
+		assert_eq "$st" $((128 + n)) "wsctl's exit status at SIG$sig"
+		pod_wait_gone "$(cat "$ROOT/sh.pid")" 5
+	done
+	run --separate-stderr bash -c '"$0" exec -- sh -c "sleep 1; echo done" & w=$!; sleep 0.5
+		kill -URG "$w"; wait "$w"' "$WSCTL"
+	assert_status 0
+	assert_eq "$output" "done"
+}
+
 @test "E4/E2: binary output arrives byte-exact, 10 MiB in one burst too" {
 	head -c 300000 /dev/urandom >"$ROOT/rand"
 	"$WSCTL" exec -- cat rand >"$BATS_TEST_TMPDIR/out"
