@@ -1876,7 +1876,7 @@ int fsops_upload_begin(const struct resolve_root *root, const void *path, size_t
 		return -ENOMEM;
 	u->fd = -1;
 	u->dirfd = -1;
-	u->mode = opts->mode & 07777 ? opts->mode & 07777 : 0644;
+	u->mode = opts->mode_set || (opts->mode & 07777) ? opts->mode & 07777 : 0644;
 	u->exclusive = opts->exclusive;
 	if (opts->mkdirs) {
 		r = fsops_mkdirs(root, path, len);

@@ -456,7 +456,8 @@ struct fsops_upload;
 
 /** Options of fsops_upload_begin (proto UploadHeader). */
 struct fsops_upload_opts {
-	mode_t mode;        /**< permission bits; 0 means 0644 */
+	mode_t mode;        /**< permission bits; 0 means 0644 unless mode_set */
+	bool mode_set;      /**< mode is meant as it is, 0 too */
 	bool mkdirs;        /**< create missing parent directories (0755) */
 	bool exclusive;     /**< fail with -EEXIST if the target exists */
 	uint64_t size_hint; /**< bytes expected; -ENOSPC early if they cannot fit */

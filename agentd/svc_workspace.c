@@ -1274,6 +1274,7 @@ static int upload_take(struct rpc_call *call, struct upload_call *uc,
 		uc->path.len = h->path.len;
 		o = (struct fsops_upload_opts){
 			.mode = h->mode & 07777,
+			.mode_set = h->mode_set,
 			.mkdirs = h->mkdirs,
 			.exclusive = h->exclusive,
 			.size_hint = h->size_hint,

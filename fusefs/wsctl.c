@@ -2170,6 +2170,7 @@ static int put_file(const char *local, int fd, const struct stat *sb, const char
 	progress_init(&u.pr, local, size - start);
 	hdr.path = bin(target);
 	hdr.mode = (std_in || !regular ? 0666 : sb->st_mode & 0777) & ~g_umask;
+	hdr.mode_set = true; /* a mode of 0 is 0 (cp(1) of a mode 000 file) */
 	/* What the file takes, not its size: a sparse file needs room for
 	 * its data only (agentd refuses a hint past the free space). */
 	hdr.size_hint = size - start;

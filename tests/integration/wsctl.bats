@@ -180,6 +180,22 @@ teardown() {
 	assert_status 0
 	assert_eq "$(cat "$ROOT/h.txt")" "x"
 	assert_eq "$(stat -c %a "$ROOT/h.txt")" 604 "mode of the file put over"
+	# A mode that works out to 0 stays 0, as cp(1) makes it (before: 644,
+	# a locked-down file arriving readable by all): a file of mode 000,
+	# one under umask 777, and one in a tree.
+	printf 's\n' >"$L/secret"
+	chmod 000 "$L/secret"
+	"$WSCTL" put "$L/secret" secret
+	assert_eq "$(stat -c %a "$ROOT/secret")" 0 "mode of a mode 000 file put"
+	chmod 600 "$L/secret"
+	(umask 777 && "$WSCTL" put "$L/secret" masked)
+	assert_eq "$(stat -c %a "$ROOT/masked")" 0 "mode under umask 777"
+	mkdir -p "$L/t/sub"
+	cp "$L/secret" "$L/t/sub/x"
+	chmod 000 "$L/t/sub/x"
+	"$WSCTL" put -r "$L/t" t
+	assert_eq "$(stat -c %a "$ROOT/t/sub/x")" 0 "mode of a mode 000 file in put -r"
+	rm -rf "$ROOT/secret" "$ROOT/masked" "$ROOT/t"
 	# No temp files left behind.
 	assert_eq "$(ls -A "$ROOT")" $'dir\nh.txt'
 	assert_eq "$(ls -A "$ROOT/dir")" "h.txt"

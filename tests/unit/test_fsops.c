@@ -940,6 +940,21 @@ static void test_upload_atomic(void **state)
 	assert_int_equal(unlink(path), 0);
 	o.keep_mode = false;
 
+	/* mode 0: 0644 unless mode_set, then none at all */
+	o.mode = 0;
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t4"), &o, &u), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0644);
+	o.mode_set = true;
+	assert_int_equal(fsops_upload_begin(&fx->root, P("t4"), &o, &u), 0);
+	assert_int_equal(fsops_upload_write(u, "x", 1), 0);
+	assert_int_equal(fsops_upload_commit(u, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0);
+	assert_int_equal(st.st_size, 1);
+	snprintf(path, sizeof(path), "%s/t4", fx->rootdir);
+	assert_int_equal(unlink(path), 0);
+	o = (struct fsops_upload_opts){ .mode = 0640 };
+
 	/* exclusive */
 	o.exclusive = true;
 	assert_int_equal(fsops_upload_begin(&fx->root, P("t"), &o, &u), -EEXIST);
