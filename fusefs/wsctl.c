@@ -2220,8 +2220,18 @@ static int put_file(const char *local, int fd, const struct stat *sb, const char
 
 failed:
 	progress_end(&u.pr);
-	if (!interrupted())
-		report(target, &st);
+	if (!interrupted()) {
+		struct wsc_status st2;
+		uint32_t mode = 0;
+
+		/* agentd follows a symlink at the target (follow) and a
+		 * dangling one fails NOT_FOUND: say so as cp(1) does. */
+		if (r == -ENOENT && remote_attr(target, false, &mode, NULL, &st2) == 0 &&
+		    S_ISLNK(mode))
+			msg("put: not writing through dangling symlink %s", q(target));
+		else
+			report(target, &st);
+	}
 out:
 	set_active(NULL);
 	wsc_stream_free(u.s);
@@ -2842,7 +2852,11 @@ static bool dot_last(const char *path)
 	return !strcmp(b, ".") || !strcmp(b, "..");
 }
 
-static int mkdir_one(const char *path, bool parents)
+/* Make directory @path; with @parents an existing directory is no error;
+ * @inner: @path is a leading part of the path asked for, so an existing
+ * non-directory there is ENOTDIR (mkdir -p a/b with a a file: "cannot
+ * create directory 'a': Not a directory", as coreutils says). */
+static int mkdir_one(const char *path, bool parents, bool inner)
 {
 	Wsbridge__V1__MkdirRequest req = WSBRIDGE__V1__MKDIR_REQUEST__INIT;
 	struct wsc_status st;
@@ -2862,6 +2876,10 @@ static int mkdir_one(const char *path, bool parents)
 			 * not "File exists". */
 			report(path, &st2);
 			return d;
+		}
+		if (inner) {
+			report_errno(path, ENOTDIR);
+			return -ENOTDIR;
 		}
 	}
 	if (r < 0)
@@ -2906,14 +2924,14 @@ static int cmd_mkdir(int argc, char **argv)
 				/* "." and ".." exist once what they follow does, as
 				 * mkdir -p takes them (agentd makes no such name). */
 				if (!is_root(buf) && !dot_last(buf))
-					r = mkdir_one(buf, true);
+					r = mkdir_one(buf, true, true);
 				*s = '/';
 			}
 			free(buf);
 			if (r == 0 && !is_root(p))
-				r = mkdir_one(p, true);
+				r = mkdir_one(p, true, false);
 		} else {
-			r = mkdir_one(p, false);
+			r = mkdir_one(p, false, false);
 		}
 		if (r < 0)
 			rc = exit_for(r);

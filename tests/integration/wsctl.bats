@@ -213,8 +213,8 @@ teardown() {
 	ln -s nowhere "$ROOT/dangling"
 	run --separate-stderr "$WSCTL" put "$L/n" dangling
 	assert_status 1
-	assert_contains "$stderr" "dangling"
-	assert_contains "$stderr" "No such file or directory"
+	# As cp(1) says it (it said "No such file or directory").
+	assert_eq "$stderr" "wsctl: put: not writing through dangling symlink 'dangling'"
 	assert_eq "$(readlink "$ROOT/dangling")" nowhere "the dangling link stays"
 	assert_eq "$(ls -A "$ROOT")" $'d\ndangling\nlink' "nothing made for the dangling link"
 	# A link leading out of the workspace is refused, nothing written.
@@ -676,7 +676,12 @@ sp ace"
 	touch "$ROOT/file"
 	run --separate-stderr "$WSCTL" mkdir -p file/sub
 	assert_status 1
+	# As coreutils' mkdir -p (it said "File exists").
+	assert_eq "$stderr" "wsctl: mkdir 'file': Not a directory"
 	[ -f "$ROOT/file" ]
+	run --separate-stderr "$WSCTL" mkdir -p file
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mkdir 'file': File exists (ALREADY_EXISTS)"
 	# "." and ".." as mkdir -p takes them; one that climbs out is refused
 	# for that (it said "mkdir 'x1/..': Invalid argument").
 	run --separate-stderr "$WSCTL" mkdir -p x1/../y1 ./c/./d
