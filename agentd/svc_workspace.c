@@ -1425,6 +1425,10 @@ static void do_upload(struct rpc_call *call, const ProtobufCMessage *req, void *
  * memory (400 took it from 11 to 833 MB). */
 #define DOWNLOADS_MAX 64u
 
+/** A Download chunk's data past the reply budget, bytes: with its attr
+ * and framing within RPC_REPLY_SMALL, so never refused. */
+#define DOWNLOAD_CHUNK_SMALL ((size_t)RPC_REPLY_SMALL / 2)
+
 /* Downloads between do_download() and download_end(). Any thread. */
 static atomic_uint n_downloads;
 
@@ -1452,11 +1456,21 @@ static void download_step(struct rpc_call *call, struct download_call *dc)
 {
 	Wsbridge__V1__DownloadChunk c = WSBRIDGE__V1__DOWNLOAD_CHUNK__INIT;
 	Wsbridge__V1__Attr a;
+	size_t max = rpc_reply_room(call);
 	uint64_t hole;
 	ssize_t n;
 	int r;
 
-	n = fsops_download_next(dc->d, dc->buf, FSOPS_CHUNK_MAX, &hole);
+	/* A chunk no larger than the reply budget has room for, and at
+	 * least one small enough never to be refused (its data, the attr
+	 * and the framing within RPC_REPLY_SMALL): past the budget a
+	 * download slows down instead of failing, and one whose client
+	 * does not read holds no more than that. */
+	if (max > FSOPS_CHUNK_MAX)
+		max = FSOPS_CHUNK_MAX;
+	if (max < DOWNLOAD_CHUNK_SMALL)
+		max = DOWNLOAD_CHUNK_SMALL;
+	n = fsops_download_next(dc->d, dc->buf, max, &hole);
 	if (n < 0) {
 		fail_path(call, (int)n, "download", &dc->path);
 		download_end(dc);
@@ -1875,7 +1889,8 @@ static struct rpc_method ws_methods[] = {
 	WS("Fallocate", RPC_UNARY, fallocate_request, do_fallocate),
 	WS("Lseek", RPC_UNARY, lseek_request, do_lseek),
 	WS("Upload", RPC_CLIENT_STREAM, upload_chunk, do_upload),
-	WS_READ("Download", RPC_SERVER_STREAM, download_request, do_download),
+	/* Not WS_READ: its chunks fit the budget (download_step()). */
+	WS("Download", RPC_SERVER_STREAM, download_request, do_download),
 	WS("CopyFileRange", RPC_UNARY, copy_file_range_request, do_copy_file_range),
 	{"/wsbridge.v1.Workspace/Watch", RPC_SERVER_STREAM, RPC_ON_LOOP,
 	 &wsbridge__v1__watch_request__descriptor, false, do_watch, NULL},

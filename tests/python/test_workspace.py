@@ -1004,6 +1004,13 @@ class ReplyBudget(Base):
                 self.assertIsNone(cat.poll(), "a read on the mount did not wait for room")
             self.assertEqual(self.ws.Stat(pb.StatRequest(path=b"budget.bin"),
                                           timeout=TIMEOUT).attr.size, mib)
+            # A Download goes on in chunks the budget has room for (before:
+            # RESOURCE_EXHAUSTED at its first 1 MiB chunk).
+            chunks = list(self.ws.Download(pb.DownloadRequest(path=b"budget.bin"),
+                                           timeout=TIMEOUT))
+            with open(rp("budget.bin"), "rb") as f:
+                self.assertEqual(b"".join(c.data for c in chunks), f.read())
+            self.assertGreater(len(chunks), 1, "one 1 MiB chunk past a full budget")
             self.assertEqual(len(self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=1000),
                                               timeout=TIMEOUT).data), 1000)
             self.assertEqual(self.ws.Write(pb.WriteRequest(handle=self.ws.Open(pb.OpenRequest(
