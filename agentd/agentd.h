@@ -42,13 +42,6 @@ int svc_workspace_register(struct rpc_server *s, struct agentd *ad);
 int svc_exec_register(struct rpc_server *s, struct agentd *ad);
 int svc_devagent_register(struct rpc_server *s, struct agentd *ad);
 int svc_health_register(struct rpc_server *s, struct agentd *ad);
-
-/**
- * Close what svc_exec_register() opened on the loop (the timer that pumps
- * exec streams waiting for room in the reply budget). Loop thread, once
- * the server is freed; then run the loop for the close callback.
- */
-void svc_exec_free(void);
 /**
  * rpc_server_config.on_call for agentd (@p arg: struct agentd *): a call
  * that names a session ("wsbridge-session") starts that session's grace

@@ -629,7 +629,6 @@ int main(int argc, char **argv)
 	uv_run(loop, UV_RUN_DEFAULT);
 
 	rpc_server_free(app.server);
-	svc_exec_free();
 	watch_free(svc_workspace_watcher());
 	stdio_serve_stop();
 	uv_run(loop, UV_RUN_DEFAULT); /* close callbacks */

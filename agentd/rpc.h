@@ -174,6 +174,37 @@ void rpc_server_free(struct rpc_server *s);
  */
 size_t rpc_reply_room(const struct rpc_call *call);
 
+/** How often rpc_room_wait()'s waiters look for room again, ms. */
+#define RPC_ROOM_POLL_MS 10
+
+/** A place in the queue of rpc_room_wait(); the caller's storage, zeroed
+ * before first use; its fields are the server's. */
+struct rpc_room_wait {
+	struct rpc_server *srv;
+	struct rpc_room_wait *prev, *next;
+	size_t need;
+	void (*ready)(struct rpc_room_wait *w, void *arg);
+	void *arg;
+	bool queued;
+};
+
+/**
+ * Wait for room in the reply budget: @p ready(@p w, @p arg) runs once the
+ * budget has @p need bytes left (rpc_reply_room() >= @p need), looked at
+ * every RPC_ROOM_POLL_MS, in the order the waiters came. A stream that
+ * can hold its next message back (Exec output, the next Watch batch) waits
+ * so, rather than grow agentd past --max-reply-bytes. @p w (the caller's,
+ * kept until ready ran or rpc_room_cancel()) is queued on @p call's server;
+ * a no-op while @p w is queued already. Loop thread (the timer's), as is
+ * @p ready; the server frees no waiter: cancel it before its owner goes.
+ */
+void rpc_room_wait(struct rpc_call *call, struct rpc_room_wait *w, size_t need,
+		   void (*ready)(struct rpc_room_wait *w, void *arg), void *arg);
+
+/** Take @p w out of the queue of rpc_room_wait(); a no-op when it is not
+ * queued. Loop thread. */
+void rpc_room_cancel(struct rpc_room_wait *w);
+
 /**
  * Set aside @p n bytes of the server's budget of unread replies
  * (rpc_server_config.max_reply_bytes) for a reply that @p call will send

@@ -109,6 +109,10 @@ struct rpc_server {
 	uv_loop_t *loop;
 	uv_async_t async;
 	uv_timer_t grace;
+	/* rpc_room_wait()'s waiters, pumped by room_timer; loop thread. */
+	struct rpc_room_wait *room_head, *room_tail;
+	size_t room_n;
+	uv_timer_t room_timer;
 	pthread_t *threads;
 	int nthreads;
 	char *token;
@@ -219,6 +223,7 @@ static bool call_is_ops(const struct rpc_call *c)
 
 static void call_unref(struct rpc_call *c);
 static void reply_put(struct rpc_server *s, size_t *held);
+static void on_room(uv_timer_t *t);
 
 static void call_free(struct rpc_call *c)
 {
@@ -329,6 +334,72 @@ int rpc_reserve(struct rpc_call *c, size_t n)
 	}
 	c->reserved += n;
 	return 0;
+}
+
+/* ---- waiting for room in the reply budget (rpc_room_wait) ---- */
+
+void rpc_room_cancel(struct rpc_room_wait *w)
+{
+	struct rpc_server *s = w->srv;
+
+	if (!w->queued)
+		return;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		s->room_head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		s->room_tail = w->prev;
+	w->prev = w->next = NULL;
+	w->queued = false;
+	if (--s->room_n == 0)
+		uv_timer_stop(&s->room_timer);
+}
+
+static void room_queue(struct rpc_server *s, struct rpc_room_wait *w)
+{
+	w->srv = s;
+	w->prev = s->room_tail;
+	w->next = NULL;
+	if (s->room_tail)
+		s->room_tail->next = w;
+	else
+		s->room_head = w;
+	s->room_tail = w;
+	w->queued = true;
+	if (s->room_n++ == 0)
+		uv_timer_start(&s->room_timer, on_room, RPC_ROOM_POLL_MS, RPC_ROOM_POLL_MS);
+}
+
+/* Each waiter queued now once, in order: ready() for those with room (it
+ * may queue again, at the tail), the rest back to the tail. */
+static void on_room(uv_timer_t *t)
+{
+	struct rpc_server *s = t->data;
+
+	for (size_t n = s->room_n; n > 0 && s->room_head; n--) {
+		struct rpc_room_wait *w = s->room_head;
+		size_t used = atomic_load(&s->reply_bytes);
+
+		rpc_room_cancel(w);
+		if (used < s->max_reply && s->max_reply - used >= w->need)
+			w->ready(w, w->arg);
+		else
+			room_queue(s, w);
+	}
+}
+
+void rpc_room_wait(struct rpc_call *c, struct rpc_room_wait *w, size_t need,
+		   void (*ready)(struct rpc_room_wait *w, void *arg), void *arg)
+{
+	if (w->queued)
+		return;
+	w->need = need;
+	w->ready = ready;
+	w->arg = arg;
+	room_queue(c->srv, w);
 }
 
 /* Give back the bytes *@p held took of the budget (reply_take). */
@@ -1381,6 +1452,9 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	s->async.data = s;
 	uv_timer_init(s->loop, &s->grace);
 	s->grace.data = s;
+	uv_timer_init(s->loop, &s->room_timer);
+	s->room_timer.data = s;
+	uv_unref((uv_handle_t *)&s->room_timer); /* the calls keep the loop */
 	*ret = s;
 	return 0;
 }
@@ -1549,7 +1623,10 @@ void rpc_server_free(struct rpc_server *s)
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->gate_lock);
 	pthread_cond_destroy(&s->gate_cond);
-	s->closing = 2;
+	while (s->room_head)
+		rpc_room_cancel(s->room_head);
+	s->closing = 3;
 	uv_close((uv_handle_t *)&s->async, on_handle_closed);
 	uv_close((uv_handle_t *)&s->grace, on_handle_closed);
+	uv_close((uv_handle_t *)&s->room_timer, on_handle_closed);
 }

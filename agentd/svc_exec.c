@@ -267,79 +267,13 @@ struct stream_ctx {
 	bool have_exit;              /* exit holds the exit event, not yet sent */
 	struct exec_exit exit;
 	struct watch_barrier *barrier; /* the exit waits for its changes */
-	bool room_waiting;           /* on g_room (room_wait()) */
-	struct stream_ctx *room_prev, *room_next;
+	struct rpc_room_wait room;   /* output waits for room (stream_pump()) */
 };
-
-/*
- * Output waits for room. Replies a client has not read stay in agentd
- * (rpc_server.c "reply budget"); a stream's output is not refused like a
- * pure read's, which its client would ask for again, but held back: a
- * stream whose next output finds less than RPC_REPLY_SMALL bytes of the
- * budget left waits on g_room (its command's output waits in its journal,
- * and the command in its pipe once that is full, as for a client that
- * reads slowly), and g_room_timer pumps the waiting streams again every
- * ROOM_POLL_MS. Loop thread.
- */
-#define ROOM_POLL_MS 10
-static struct stream_ctx *g_room_head, *g_room_tail;
-static size_t g_room_n;
-static uv_timer_t g_room_timer; /* initialized by svc_exec_register() */
-static bool g_room_timer_ready;
-
-static void stream_pump(struct stream_ctx *c);
-
-static void room_unwait(struct stream_ctx *c)
-{
-	if (!c->room_waiting)
-		return;
-	if (c->room_prev)
-		c->room_prev->room_next = c->room_next;
-	else
-		g_room_head = c->room_next;
-	if (c->room_next)
-		c->room_next->room_prev = c->room_prev;
-	else
-		g_room_tail = c->room_prev;
-	c->room_prev = c->room_next = NULL;
-	c->room_waiting = false;
-	g_room_n--;
-}
-
-static void on_room(uv_timer_t *t)
-{
-	/* Each stream waiting now once; one that waits again goes to the
-	 * tail (and may come round twice if another left meanwhile). */
-	for (size_t n = g_room_n; n > 0 && g_room_head; n--) {
-		struct stream_ctx *c = g_room_head;
-
-		room_unwait(c);
-		stream_pump(c);
-	}
-	if (!g_room_head)
-		uv_timer_stop(t);
-}
-
-static void room_wait(struct stream_ctx *c)
-{
-	if (c->room_waiting || !g_room_timer_ready)
-		return;
-	c->room_prev = g_room_tail;
-	c->room_next = NULL;
-	if (g_room_tail)
-		g_room_tail->room_next = c;
-	else
-		g_room_head = c;
-	g_room_tail = c;
-	c->room_waiting = true;
-	if (g_room_n++ == 0)
-		uv_timer_start(&g_room_timer, on_room, ROOM_POLL_MS, ROOM_POLL_MS);
-}
 
 static void stream_maybe_free(struct stream_ctx *c)
 {
 	if (!c->call && !c->sending && !c->barrier) {
-		room_unwait(c);
+		rpc_room_cancel(&c->room);
 		free(c);
 	}
 }
@@ -368,7 +302,7 @@ static void stream_end(struct stream_ctx *c, int code, const char *msg)
 
 	if (!call || c->end_wanted)
 		return;
-	room_unwait(c);
+	rpc_room_cancel(&c->room);
 	stream_unwatch(c);
 	watch_barrier_cancel(c->barrier);
 	c->barrier = NULL;
@@ -389,6 +323,17 @@ static void stream_end(struct stream_ctx *c, int code, const char *msg)
 
 static void stream_sent(struct rpc_call *call, bool ok, void *arg);
 static void stream_barrier_done(void *arg);
+static void stream_pump(struct stream_ctx *c);
+
+/* rpc_room_wait()'s ready: the budget has room for output again. */
+static void stream_room(struct rpc_room_wait *w, void *arg)
+{
+	struct stream_ctx *c = arg;
+
+	(void)w;
+	stream_pump(c);
+	stream_maybe_free(c); /* the pump may have ended the call */
+}
 
 static void stream_send(struct stream_ctx *c, const ProtobufCMessage *msg)
 {
@@ -411,7 +356,7 @@ static void stream_pump(struct stream_ctx *c)
 	struct exec_event e;
 	size_t room;
 
-	if (!c->call || c->sending || c->done || c->end_wanted || c->barrier || c->room_waiting)
+	if (!c->call || c->sending || c->done || c->end_wanted || c->barrier || c->room.queued)
 		return;
 	if (c->have_exit)
 		goto exited;
@@ -429,10 +374,18 @@ static void stream_pump(struct stream_ctx *c)
 	}
 	if (!c->w)
 		return;
-	/* "Output waits for room" (the exit is small: it goes). */
+	/*
+	 * Output waits for room. Replies a client has not read stay in
+	 * agentd (rpc_server.c "reply budget"); output is not refused like a
+	 * pure read's reply, which its client would ask for again, but held
+	 * back: no larger than the room left, none while that is under
+	 * RPC_REPLY_SMALL (the command's output waits in its journal, and the
+	 * command in its pipe once that is full, as for a client that reads
+	 * slowly). The exit event is small: it goes.
+	 */
 	room = rpc_reply_room(c->call);
-	if (room < RPC_REPLY_SMALL && g_room_timer_ready) {
-		room_wait(c);
+	if (room < RPC_REPLY_SMALL) {
+		rpc_room_wait(c->call, &c->room, RPC_REPLY_SMALL, stream_room, c);
 		return;
 	}
 	switch (exec_watch_next(c->w, room < SEND_MAX ? room : SEND_MAX, &e)) {
@@ -1121,11 +1074,7 @@ int svc_exec_register(struct rpc_server *s, struct agentd *ad)
 	size_t i;
 	int r;
 
-	if (!g_room_timer_ready) {
-		uv_timer_init(ad->loop, &g_room_timer);
-		uv_unref((uv_handle_t *)&g_room_timer);
-		g_room_timer_ready = true;
-	}
+
 	for (i = 0; i < sizeof(exec_methods) / sizeof(exec_methods[0]); i++) {
 		exec_methods[i].thread = RPC_ON_LOOP;
 		exec_methods[i].data = ad;
@@ -1134,16 +1083,6 @@ int svc_exec_register(struct rpc_server *s, struct agentd *ad)
 			return r;
 	}
 	return 0;
-}
-
-void svc_exec_free(void)
-{
-	if (!g_room_timer_ready)
-		return;
-	g_room_timer_ready = false;
-	while (g_room_head)
-		room_unwait(g_room_head);
-	uv_close((uv_handle_t *)&g_room_timer, NULL);
 }
 
 /* ---- ManageAgentOps/ExecuteCommands ---- */

@@ -1578,6 +1578,7 @@ struct watch_call {
 	uint64_t session;          /* owner key held (session_hold), or 0 */
 	uint64_t id;               /* WatchBatch.stream: WatchSync finds it */
 	struct watch_call *next;   /* quiet_calls or sub_calls; loop thread */
+	struct rpc_room_wait room; /* the next batch waits for room (watch_sent) */
 };
 
 /* The open no_events Watch calls (loop thread only): svc_workspace_shutdown()
@@ -1597,6 +1598,7 @@ static void wc_free(struct watch_call *wc)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = wc->next;
+	rpc_room_cancel(&wc->room);
 	session_done(wc->ad, wc->session);
 	free(wc);
 }
@@ -1689,6 +1691,19 @@ static int watch_deliver(struct watch_sub *sub, const struct watch_event *ev, si
 	return 0;
 }
 
+/* The room a Watch stream's next batch waits for: the largest batch and
+ * its framing. */
+#define WATCH_ROOM (WATCH_BATCH_BYTES_DEFAULT + RPC_REPLY_SMALL)
+
+/* rpc_room_wait()'s ready: room for the next batch. */
+static void watch_room(struct rpc_room_wait *w, void *arg)
+{
+	struct watch_call *wc = arg;
+
+	(void)w;
+	watch_sub_done(wc->sub); /* may deliver, and may free wc on failure */
+}
+
 static void watch_sent(struct rpc_call *call, bool ok, void *arg)
 {
 	struct watch_call *wc = arg;
@@ -1697,6 +1712,15 @@ static void watch_sent(struct rpc_call *call, bool ok, void *arg)
 		watch_unsubscribe(wc->sub);
 		rpc_finish(call, WSB_CANCELLED, ECANCELED, "watch cancelled");
 		wc_free(wc);
+		return;
+	}
+	/* The next batch waits while the reply budget has no room for it:
+	 * streams whose clients do not read hold no more than their last
+	 * batch each, and no new one goes past --max-reply-bytes. Meanwhile
+	 * the changes queue, and a stream that falls behind gets OVERFLOW,
+	 * as a slow reader does. */
+	if (rpc_reply_room(call) < WATCH_ROOM) {
+		rpc_room_wait(call, &wc->room, WATCH_ROOM, watch_room, wc);
 		return;
 	}
 	watch_sub_done(wc->sub); /* may deliver, and may free wc on failure */

@@ -446,7 +446,7 @@ static int reply_give(struct wsc_status *st, const char *method,
 static int spawn_exec(const char *cmd, int *ret_fd, pid_t *ret_pid)
 {
 	static const int sigs[] = { SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1,
-				    SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU, SIGURG };
+				    SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	char *argv[] = { (char *)"sh", (char *)"-c", (char *)cmd, NULL };

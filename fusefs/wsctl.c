@@ -6,18 +6,18 @@
  * moves files (Workspace.Upload/Download and the path RPCs), through the
  * client adapter in client.h.
  *
- * Threads: the main thread does the work. SIGINT, SIGTERM, SIGHUP, SIGUSR1,
- * SIGUSR2 (whose default action ends a process too) and SIGWINCH are
- * blocked in every thread and taken by one signal thread (sigwaitinfo),
- * which cancels the running stream (an exec without --detach asks
+ * Threads: the main thread does the work. SIGINT, SIGTERM, SIGHUP, SIGUSR2
+ * and SIGWINCH are blocked in every thread and taken by one signal thread
+ * (sigwaitinfo), which cancels the running stream (an exec without --detach asks
  * for kill_on_detach, so agentd then kills the command's tree; an upload
  * leaves no temp file, a download removes its local temp file) or, when no
  * stream runs or on a second signal, exits 128+N at once (restoring the
  * terminal). For exec -t it also turns SIGWINCH into Exec.Resize. At the end
- * main sends it SIGUSR2 (with pthread_kill: SI_TKILL from this process, so
- * that a SIGUSR2 from outside is told apart and ends wsctl) and joins it.
- * The signal thread wakes main with SIGURG (a no-op handler; ignored by
- * default, so one from outside changes nothing). g_sig.lock guards g_sig.active, so a
+ * main sends it SIGUSR2 (with pthread_kill: si_pid is this process, so
+ * that a SIGUSR2 from outside is told apart and ends wsctl, as its default
+ * action would) and joins it. The signal thread wakes main with SIGUSR1,
+ * whose handler hands one from outside on to the signal thread (g_ext_sig),
+ * which then ends wsctl as for SIGTERM. g_sig.lock guards g_sig.active, so a
  * stream is never cancelled after it was freed. exec -i/-t run one more
  * thread that reads stdin and sends it with Exec.WriteStdin; main stops it
  * through a wake pipe. SIGPIPE is ignored: a closed stdout shows as EPIPE,
@@ -229,15 +229,26 @@ static bool path_empty(const char *path)
 
 /* ---- signals ---- */
 
-/* The thread that does the work (main): woken by SIGURG from
+/* The thread that does the work (main): woken by SIGUSR1 from
  * signal_thread(). */
 static pthread_t g_main_thread;
+/* The signal thread; a SIGUSR1 from outside this process, which
+ * on_wake() passes on to it (0: none). */
+static pthread_t g_sig_thread;
+static volatile sig_atomic_t g_ext_sig;
 
-/* SIGURG's handler: nothing; its arrival makes a blocking call of the
- * main thread fail with EINTR (no SA_RESTART). */
-static void on_wake(int sig)
+/* SIGUSR1's handler: for signal_thread()'s wake, nothing (its arrival
+ * makes a blocking call of the main thread fail with EINTR: no
+ * SA_RESTART); one sent from outside ends wsctl as its default action
+ * would: handed on to the signal thread (pthread_kill(3) is
+ * async-signal-safe). */
+static void on_wake(int sig, siginfo_t *info, void *uc)
 {
-	(void)sig;
+	(void)uc;
+	if (info->si_pid != getpid() && !g_ext_sig) {
+		g_ext_sig = sig;
+		(void)pthread_kill(g_sig_thread, SIGUSR2);
+	}
 }
 
 static void *signal_thread(void *arg)
@@ -263,14 +274,18 @@ static void *signal_thread(void *arg)
 				kicking = g_sig.active != NULL;
 				pthread_mutex_unlock(&g_sig.lock);
 				if (kicking && errno == EAGAIN)
-					(void)pthread_kill(g_main_thread, SIGURG);
+					(void)pthread_kill(g_main_thread, SIGUSR1);
 				continue;
 			}
 		} else if ((sig = sigwaitinfo(set, &info)) < 0) {
 			continue;
 		}
-		if (sig == SIGUSR2 && info.si_code == SI_TKILL && info.si_pid == getpid())
-			break; /* main is done: see stop_signal_thread() */
+		/* (Not si_code: SI_TKILL by tgkill(2), but SI_USER here.) */
+		if (sig == SIGUSR2 && info.si_pid == getpid()) {
+			if (!g_ext_sig)
+				break; /* main is done: see stop_signal_thread() */
+			sig = g_ext_sig; /* on_wake(): a SIGUSR1 from outside */
+		}
 		if (sig == SIGWINCH) {
 			winch_forward();
 			continue;
@@ -288,7 +303,7 @@ static void *signal_thread(void *arg)
 		/* The main thread may wait on local I/O (put - from a pipe
 		 * that says nothing): EINTR, and it sees interrupted(). */
 		if (s && first == 0) {
-			(void)pthread_kill(g_main_thread, SIGURG);
+			(void)pthread_kill(g_main_thread, SIGUSR1);
 			kicking = true;
 		}
 		/* Nothing to clean up, or asked twice: go now, and take the
@@ -3380,22 +3395,22 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGHUP);
-	sigaddset(&sigs, SIGUSR1);
 	sigaddset(&sigs, SIGUSR2);
 	sigaddset(&sigs, SIGWINCH);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	g_main_thread = pthread_self();
 	{
-		struct sigaction sa = { .sa_handler = on_wake };
+		struct sigaction sa = { .sa_sigaction = on_wake, .sa_flags = SA_SIGINFO };
 
 		sigemptyset(&sa.sa_mask);
-		(void)sigaction(SIGURG, &sa, NULL);
+		(void)sigaction(SIGUSR1, &sa, NULL);
 	}
 	r = pthread_create(&th, NULL, signal_thread, &sigs);
 	if (r) {
 		report_errno(NULL, r);
 		return EXIT_FAILURE;
 	}
+	g_sig_thread = th;
 
 	r = wsc_connect(&o, &g_client);
 	if (r < 0) {

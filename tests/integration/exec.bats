@@ -236,6 +236,10 @@ teardown() {
 		kill -URG "$w"; wait "$w"' "$WSCTL"
 	assert_status 0
 	assert_eq "$output" "done"
+	# wsctl --exec stops its signal thread (its own SIGUSR2) before it
+	# exits: that one is no signal from outside (exit 0, not 140).
+	run --separate-stderr "$WSCTL" --exec "$AGENTD --root $ROOT --stdio" exec -- true
+	assert_status 0
 }
 
 @test "E4/E2: binary output arrives byte-exact, 10 MiB in one burst too" {

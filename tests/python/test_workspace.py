@@ -7,6 +7,7 @@ Environment: WSB_TARGET, WSB_ROOT. Run by tests/integration/workspace.bats.
 """
 import hashlib
 import os
+import queue
 import stat
 import subprocess
 import threading
@@ -1052,8 +1053,34 @@ class ReplyBudget(Base):
                                             read_ahead=4000), timeout=TIMEOUT)
             self.assertEqual(len(o.data), 4000)
             self.ws.Release(pb.HandleRequest(handle=o.handle), timeout=TIMEOUT)
+            # A Watch stream's next batch waits for room too (before: it
+            # went): READY comes, then a change made now does not, until
+            # there is room again.
+            watch = self.ws.Watch(pb.WatchRequest(), timeout=TIMEOUT)
+            seen = queue.Queue()
+
+            def run_watch():
+                try:
+                    for b in watch:
+                        for ev in b.events:
+                            seen.put(ev)
+                except grpc.RpcError:
+                    pass
+            wt = threading.Thread(target=run_watch)
+            wt.start()
+            self.assertEqual(seen.get(timeout=TIMEOUT).kind, pb.WatchEvent.READY)
+            with open(rp("budget-watched"), "w"):
+                pass
+            time.sleep(0.5)
+            self.assertEqual([ev.path for ev in list(seen.queue)], [],
+                             "a Watch batch went past a full budget")
             for u in unread:
                 u.cancel()
+            deadline = time.monotonic() + 5
+            while seen.get(timeout=5).path != b"budget-watched":
+                self.assertLess(time.monotonic(), deadline, "no event once there was room")
+            watch.cancel()
+            wt.join(TIMEOUT)
             # ExecuteCommands needs room for its largest transcript (4 MiB)
             # before it runs anything: refused, nothing ran (before: it ran,
             # and its transcript went past the budget).
