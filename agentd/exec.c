@@ -2577,6 +2577,16 @@ void exec_watch_free(struct exec_watch *w)
 	exec_unref(p);
 }
 
+bool exec_watch_has_output(const struct exec_watch *w)
+{
+	if (w->exit_sent || (w->flags & EXEC_WATCH_EXIT_ONLY))
+		return false;
+	for (int s = 0; s < EXEC_NSTREAMS; s++)
+		if (w->cur[s] < journal_end(&w->p->j[s]))
+			return true;
+	return false;
+}
+
 enum exec_event_kind exec_watch_next(struct exec_watch *w, size_t max, struct exec_event *ev)
 {
 	struct exec_process *p = w->p;

@@ -394,6 +394,13 @@ int exec_watch_new(struct exec_process *p, const uint64_t *from, unsigned flags,
  */
 enum exec_event_kind exec_watch_next(struct exec_watch *w, size_t max, struct exec_event *ev);
 
+/**
+ * Whether exec_watch_next() would return output (or a gap before output)
+ * now, rather than the exit or nothing: a sender that waits for room
+ * before output (svc_exec.c) need not wait for a small event. Loop thread.
+ */
+bool exec_watch_has_output(const struct exec_watch *w);
+
 /** The watcher's process. */
 struct exec_process *exec_watch_process(const struct exec_watch *w);
 

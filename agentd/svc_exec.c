@@ -381,14 +381,15 @@ static void stream_pump(struct stream_ctx *c)
 	 * back: no larger than the room left, none while that is under
 	 * RPC_REPLY_SMALL (the command's output waits in its journal, and the
 	 * command in its pipe once that is full, as for a client that reads
-	 * slowly). The exit event is small: it goes.
+	 * slowly). The exit is small: it goes when no output is left.
 	 */
 	room = rpc_reply_room(c->call);
-	if (room < RPC_REPLY_SMALL) {
+	if (room < RPC_REPLY_SMALL && exec_watch_has_output(c->w)) {
 		rpc_room_wait(c->call, &c->room, RPC_REPLY_SMALL, stream_room, c);
 		return;
 	}
-	switch (exec_watch_next(c->w, room < SEND_MAX ? room : SEND_MAX, &e)) {
+	switch (exec_watch_next(c->w, room < RPC_REPLY_SMALL ? 1 : room < SEND_MAX ? room : SEND_MAX,
+				&e)) {
 	case EXEC_EV_OUTPUT:
 		out.offset = e.offset;
 		out.data.data = (uint8_t *)e.data;

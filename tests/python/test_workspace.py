@@ -1040,6 +1040,12 @@ class ReplyBudget(Base):
             time.sleep(0.5)
             self.assertTrue(ex.is_alive() and got[0] < 2000000,
                             "an exec's output went past a full budget: %d bytes" % got[0])
+            # A command with no output left ends at once: its exit is small
+            # (before: it too waited for room).
+            t0 = time.monotonic()
+            evs = list(self.ex.Start(pb.ExecRequest(argv=[b"true"]), timeout=TIMEOUT))
+            self.assertEqual(evs[-1].WhichOneof("event"), "exited")
+            self.assertLess(time.monotonic() - t0, 2, "true's exit waited for room")
             # An Open is not refused (its handle would be lost); its
             # read-ahead (128 KiB) is left out: empty data, not data_eof
             # (before: it went past the budget). A small one still comes.
