@@ -165,6 +165,11 @@ void rpc_server_free(struct rpc_server *s);
 	"agentd holds as many bytes of replies its clients have not read yet as "         \
 	"--max-reply-bytes allows; try again once they are read"
 
+/** The status message of a call refused by rpc_reserve() (static). */
+#define RPC_NO_ROOM_RESERVE_MSG                                                           \
+	"agentd holds, in replies its clients have not read yet and in replies of "       \
+	"calls still running, as many bytes as --max-reply-bytes allows; try again later"
+
 /**
  * Bytes left now in the server's budget of unread replies
  * (rpc_server_config.max_reply_bytes); 0 when past it. A method that can
@@ -206,15 +211,18 @@ void rpc_room_wait(struct rpc_call *call, struct rpc_room_wait *w, size_t need,
 void rpc_room_cancel(struct rpc_room_wait *w);
 
 /**
- * Set aside @p n bytes of the server's budget of unread replies
- * (rpc_server_config.max_reply_bytes) for a reply that @p call will send
- * later, before the method does anything that a refusal then could not
- * undo (ManageAgentOps/ExecuteCommands reserves its largest transcript
- * before it runs a command). Held until that reply took its own bytes
- * (rpc_reply()) or the call is freed; any method may reserve, reply_budget
- * or not. Returns 0, or -ENOBUFS when the budget has no room (nothing set
- * aside: end the call RESOURCE_EXHAUSTED, ENOBUFS, RPC_NO_ROOM_MSG). The
- * method's thread.
+ * Set aside @p n bytes for a reply that @p call will send later, before
+ * the method does anything that a refusal then could not undo
+ * (ManageAgentOps/ExecuteCommands reserves its largest transcript before
+ * it runs a command). Reservations are counted apart from the replies
+ * sent: they bound the calls that reserve (the unread replies and every
+ * reservation within rpc_server_config.max_reply_bytes), not what other
+ * calls may send (rpc_reply_room() does not see them), so calls running
+ * for minutes refuse no read. Held until that reply took its own bytes
+ * (rpc_reply()) or the call is freed; any method may reserve. Returns 0,
+ * or -ENOBUFS when there is no room (nothing set aside: end the call
+ * RESOURCE_EXHAUSTED, ENOBUFS, RPC_NO_ROOM_RESERVE_MSG). The method's
+ * thread.
  */
 int rpc_reserve(struct rpc_call *call, size_t n);
 

@@ -120,6 +120,7 @@ struct rpc_server {
 	size_t max_recv;
 	size_t max_reply;          /* max_reply_bytes */
 	atomic_size_t reply_bytes; /* of sends started and not completed */
+	atomic_size_t reserved_bytes; /* rpc_reserve()'s, of calls not yet replied */
 	void (*on_call)(struct rpc_call *call, void *arg);
 	void *on_call_arg;
 
@@ -178,8 +179,8 @@ struct rpc_call {
 	/* Bytes of s->reply_bytes this call's SEND_MESSAGE batch (TAG_SEND)
 	 * and its reply with the status (TAG_STATUS) hold until they complete. */
 	size_t send_held, status_held;
-	/* Bytes of s->reply_bytes rpc_reserve() set aside for a reply to
-	 * come: given back once that reply took its own, or at call_free(). */
+	/* Bytes of s->reserved_bytes rpc_reserve() set aside for a reply to
+	 * come: given back once that reply takes its own, or at call_free(). */
 	size_t reserved;
 	rpc_sent_fn sent;
 	void *sent_arg;
@@ -223,6 +224,7 @@ static bool call_is_ops(const struct rpc_call *c)
 
 static void call_unref(struct rpc_call *c);
 static void reply_put(struct rpc_server *s, size_t *held);
+static void reserve_put(struct rpc_call *c);
 static void on_room(uv_timer_t *t);
 
 static void call_free(struct rpc_call *c)
@@ -240,7 +242,7 @@ static void call_free(struct rpc_call *c)
 			c->ops_next->ops_prev = c->ops_prev;
 		pthread_mutex_unlock(&s->lock);
 	}
-	reply_put(s, &c->reserved);
+	reserve_put(c);
 	if (c->call)
 		grpc_call_unref(c->call);
 	grpc_metadata_array_destroy(&c->md);
@@ -324,16 +326,27 @@ size_t rpc_reply_room(const struct rpc_call *c)
 int rpc_reserve(struct rpc_call *c, size_t n)
 {
 	struct rpc_server *s = c->srv;
-	size_t before = atomic_fetch_add(&s->reply_bytes, n);
+	size_t before = atomic_fetch_add(&s->reserved_bytes, n);
+	size_t unread = atomic_load(&s->reply_bytes);
 
-	if (before + n > s->max_reply) {
-		atomic_fetch_sub(&s->reply_bytes, n);
+	if (unread + before + n > s->max_reply) {
+		atomic_fetch_sub(&s->reserved_bytes, n);
 		wsb_debug("%s: %zu bytes for a reply to come refused: %zu bytes of replies "
-			  "unread, at most %zu", rpc_method_path(c), n, before, s->max_reply);
+			  "unread and %zu set aside, at most %zu",
+			  rpc_method_path(c), n, unread, before, s->max_reply);
 		return -ENOBUFS;
 	}
 	c->reserved += n;
 	return 0;
+}
+
+/* Give back what rpc_reserve() set aside for @p c. */
+static void reserve_put(struct rpc_call *c)
+{
+	if (c->reserved) {
+		atomic_fetch_sub(&c->srv->reserved_bytes, c->reserved);
+		c->reserved = 0;
+	}
 }
 
 /* ---- waiting for room in the reply budget (rpc_room_wait) ---- */
@@ -758,13 +771,14 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	c->ended = true;
 	/* call_end()'s line, with the status the call really ends with. */
 	if (c->parent) {
+		reserve_put(c); /* the reply holds its own bytes now */
 		r = op_send(c, WSB_OK, 0, NULL, msg);
-		reply_put(c->srv, &c->reserved);
 		wsb_debug("%s: %s (op)", rpc_method_path(c),
 			  r == -ENOBUFS ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG : "OK");
 		call_unref(c);
 		return r;
 	}
+	reserve_put(c); /* the reply holds its own bytes now */
 	size = protobuf_c_message_get_packed_size(msg);
 	if (!reply_take(c, size)) {
 		wsb_debug("%s: RESOURCE_EXHAUSTED: %s", rpc_method_path(c), RPC_NO_ROOM_MSG);
@@ -772,8 +786,6 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 		call_unref(c);
 		return r < 0 ? r : -ENOBUFS;
 	}
-	/* The reply holds its own bytes now. */
-	reply_put(c->srv, &c->reserved);
 	wsb_debug("%s: OK", rpc_method_path(c));
 	memset(ops, 0, sizeof(ops));
 	if (!c->md_sent) {

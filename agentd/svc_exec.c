@@ -1572,7 +1572,7 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 	 * calls whose clients never read their transcripts stop at the
 	 * budget instead of growing agentd. */
 	if (rpc_reserve(call, COMMANDS_TRANSCRIPT_MAX + RPC_REPLY_SMALL) < 0) {
-		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS, "%s", RPC_NO_ROOM_MSG);
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS, "%s", RPC_NO_ROOM_RESERVE_MSG);
 		return;
 	}
 	ctx = calloc(1, sizeof(*ctx));

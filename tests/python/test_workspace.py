@@ -954,6 +954,33 @@ class ReplyBudget(Base):
         with open("/proc/%s/status" % wsbtest.env("WSB_AGENTD_PID")) as f:
             return int(f.read().split("VmRSS:")[1].split()[0])
 
+    def test_reservations_refuse_no_read(self):
+        """What running ExecuteCommands calls set aside for their
+        transcripts bounds further such calls, not other replies: with
+        two running (4 MiB each of an 8 MiB budget) a 1 MiB Read is
+        answered (before: refused, nothing being unread), a third call
+        refused."""
+        mib = 1 << 20
+        with open(rp("reserve.bin"), "wb") as f:
+            f.write(os.urandom(mib))
+        h = self.ws.Open(pb.OpenRequest(path=b"reserve.bin", access=pb.RDONLY),
+                         timeout=TIMEOUT).handle
+        da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
+        slow = wsbtest.devagent_pb2.ExecuteCommandsRequest(cmds=["sleep 3"], app_name="reserve")
+        running = [da.ExecuteCommands.future(slow, timeout=TIMEOUT) for _ in range(2)]
+        time.sleep(1)
+        try:
+            self.assertEqual(len(self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=mib),
+                                              timeout=TIMEOUT).data), mib)
+            e = self.fails(SC.RESOURCE_EXHAUSTED, "ENOBUFS",
+                           lambda: da.ExecuteCommands(slow, timeout=TIMEOUT),
+                           "a third ExecuteCommands")
+            self.assertIn("calls still running", e.details())
+        finally:
+            for r in running:
+                self.assertIn("[exit 0]", r.result().status)
+            self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+
     def test_unread_replies_are_bounded(self):
         budget, n, mib = int(os.environ["WSB_MAX_REPLY"]), 48, 1 << 20
         with open(rp("budget.bin"), "wb") as f:
