@@ -34,8 +34,8 @@
 #define DEFAULT_LISTEN "127.0.0.1:9000"
 #define MAX_LISTEN 16
 /* --drain-grace: how long running calls may finish after SIGTERM, s. */
-#define DRAIN_GRACE_DEFAULT_S 10
-#define DRAIN_GRACE_MAX_S 3600
+#define DRAIN_GRACE_DEFAULT_S 10u
+#define DRAIN_GRACE_MAX_S 3600u
 #define MAX_RECV_BYTES (64u << 20)
 /* --max-reply-bytes: default and range, bytes (rpc_server_config). */
 #define MAX_REPLY_DEFAULT ((size_t)256 << 20)

@@ -774,7 +774,9 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 		reserve_put(c); /* the reply holds its own bytes now */
 		r = op_send(c, WSB_OK, 0, NULL, msg);
 		wsb_debug("%s: %s (op)", rpc_method_path(c),
-			  r == -ENOBUFS ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG : "OK");
+			  r == -ENOBUFS	    ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG
+			  : r == -ECANCELED ? "CANCELLED: the op stream is gone"
+					    : "OK");
 		call_unref(c);
 		return r;
 	}

@@ -523,7 +523,7 @@ static void session_done(struct agentd *ad, uint64_t key)
  */
 static bool ahead_has_room(const struct rpc_call *call, uint32_t read_ahead, const struct stat *st)
 {
-	uint64_t want = read_ahead < FSOPS_CHUNK_MAX ? read_ahead : FSOPS_CHUNK_MAX;
+	uint64_t want = read_ahead < FSOPS_CHUNK_MAX - 1 ? read_ahead : FSOPS_CHUNK_MAX - 1;
 
 	if ((uint64_t)st->st_size < want)
 		want = (uint64_t)st->st_size;

@@ -2581,63 +2581,112 @@ static void out_flush(void)
 /* Whether names are quoted: stdout is a terminal (set by print_name()). */
 static int g_quote = -1;
 
-/* A byte a shell takes as itself, in a name (coreutils' quotearg.c
- * shell-escape set; bytes of 128 and above are left as they are, as ls(1)
- * in a UTF-8 locale shows them). */
+/* An ASCII byte a shell takes as itself, in a name (what coreutils' ls
+ * leaves unquoted in its shell-escape style). */
 static bool name_safe(unsigned char b)
 {
 	return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') ||
-	       strchr("%+,-./:=@_^", b) || b >= 128;
+	       (b && strchr("%+,-./:@_", b));
+}
+
+/* The length of the one printable UTF-8 character at @p s (@p n bytes
+ * left; @p s[0] >= 0x80), or 0 for anything else: a byte that starts no
+ * valid sequence (RFC 3629: no overlong form, no surrogate, nothing past
+ * U+10FFFF) or a C1 control (U+0080 to U+009F, which terminals take as
+ * escape sequences: U+009B is CSI). */
+static size_t utf8_printable(const unsigned char *s, size_t n)
+{
+	uint32_t cp;
+	size_t len;
+
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		len = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		len = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		len = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0)
+		return 0;
+	return len;
 }
 
 /*
  * @p n bytes of @p s as ls(1) shows a name on a terminal (coreutils' quoting
- * style shell-escape): as they are when every byte is safe, else in single
- * quotes, a quote as \', a control byte as $'\n' or $'\ooo', so that a
- * newline in a name cannot pass for two names and the text pastes back into
- * a shell. Returns a malloc'd string, or NULL (ENOMEM).
+ * style shell-escape, in a UTF-8 locale): as they are when every byte is
+ * safe or part of a printable UTF-8 character, else in single quotes, a
+ * quote as \', a control character (C0, DEL, C1) or a byte of no valid
+ * UTF-8 as $'\n' or $'\ooo', so that no name sends the terminal an escape
+ * sequence or passes for two names, and the text pastes back into a
+ * shell. Returns a malloc'd string, or NULL (ENOMEM).
  */
 static char *shell_quote(const char *s, size_t n)
 {
 	static const char esc[] = "\\a\\b\\t\\n\\v\\f\\r";
+	const unsigned char *u = (const unsigned char *)s;
+	/* What the text written last is inside: nothing, '...' or $'...'. */
+	enum { BARE, QUOTE, DOLLAR } at = BARE;
 	char *out = malloc(n * 8 + 3), *w = out;
-	bool in = false, plain = n > 0;
+	bool plain = n > 0;
 
 	if (!out)
 		return NULL;
-	for (size_t i = 0; i < n; i++)
-		plain = plain && name_safe((unsigned char)s[i]);
+	for (size_t i = 0, l; plain && i < n; i += l) {
+		l = u[i] < 0x80 ? name_safe(u[i]) : utf8_printable(u + i, n - i);
+		plain = l > 0;
+	}
 	if (plain) {
 		memcpy(out, s, n);
 		out[n] = '\0';
 		return out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		unsigned char b = (unsigned char)s[i];
+	for (size_t i = 0, l; i < n; i += l) {
+		unsigned char b = u[i];
 
+		l = b < 0x80 ? 1 : utf8_printable(u + i, n - i);
 		if (b == '\'') {
-			if (in)
+			if (at != BARE)
 				*w++ = '\'';
-			in = false;
 			w += sprintf(w, "\\'");
-		} else if (b < 0x20 || b == 0x7f) {
-			if (in)
+			at = BARE;
+		} else if (l == 0 || b < 0x20 || b == 0x7f) {
+			/* A control character or a byte of no valid UTF-8. */
+			if (at == QUOTE)
 				*w++ = '\'';
-			in = false;
+			if (at != DOLLAR)
+				w += sprintf(w, "$'");
 			if (b >= '\a' && b <= '\r')
-				w += sprintf(w, "$'%.2s'", esc + 2 * (b - '\a'));
+				w += sprintf(w, "%.2s", esc + 2 * (b - '\a'));
 			else
-				w += sprintf(w, "$'\\%03o'", b);
+				w += sprintf(w, "\\%03o", b);
+			at = DOLLAR;
+			l = 1;
 		} else {
-			if (!in)
+			if (at == DOLLAR)
 				*w++ = '\'';
-			in = true;
-			*w++ = (char)b;
+			if (at != QUOTE)
+				*w++ = '\'';
+			memcpy(w, s + i, l);
+			w += l;
+			at = QUOTE;
 		}
 	}
-	if (in || n == 0)
-		*w++ = '\'';
 	if (n == 0)
+		w += sprintf(w, "''");
+	else if (at != BARE)
 		*w++ = '\'';
 	*w = '\0';
 	return out;
@@ -2882,17 +2931,19 @@ static int mkdir_one(const char *path, bool parents, bool inner)
 	r = wsc_unary(g_client, M_MKDIR, &req.base, &wsbridge__v1__attr_reply__descriptor, NULL, &st);
 	if (r == -EEXIST && parents) {
 		struct wsc_status st2;
-		int d = remote_is_dir(path, &st2);
+		uint32_t mode;
+		int a = remote_attr(path, true, &mode, NULL, &st2);
 
-		if (d > 0)
+		if (a == 0 && S_ISDIR(mode))
 			return 0;
-		if (d < 0) {
+		if (a < 0 && a != -ENOENT && a != -ENOTDIR) {
 			/* A symlink that leads out of the workspace: say that,
 			 * not "File exists". */
 			report(path, &st2);
-			return d;
+			return a;
 		}
-		if (inner) {
+		if (a == 0 && inner) {
+			/* Not a dangling symlink (that stays "File exists"). */
 			report_errno(path, ENOTDIR);
 			return -ENOTDIR;
 		}

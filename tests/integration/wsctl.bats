@@ -529,13 +529,20 @@ teardown() {
 	command -v script >/dev/null || skip "no script(1)"
 	mkdir "$ROOT/d"
 	touch "$ROOT/d/$(printf 'red\033[31mX')" "$ROOT/d/$(printf 'a\nb')" "$ROOT/d/it's" \
-		"$ROOT/d/plain.txt" "$ROOT/d/sp ace"
+		"$ROOT/d/plain.txt" "$ROOT/d/sp ace" "$ROOT/d/$(printf 'c1\302\2332J')" \
+		"$ROOT/d/$(printf 'bad\377')" "$ROOT/d/$(printf 'caf\303\251')" "$ROOT/d/k=v"
 	ln -s "$(printf 'b\007l')" "$ROOT/d/lnk"
 	# script(1) gives wsctl a terminal (and turns its \n into \r\n).
 	run script -qec "$WSCTL ls d" /dev/null
 	assert_status 0
+	# (A C1 control, U+009B, is an escape sequence's start to a terminal
+	# too; a byte of no valid UTF-8 is shown as its octal; é as it is.)
 	assert_eq "${output//$'\r'/}" "'a'\$'\\n''b'
+'bad'\$'\\377'
+'c1'\$'\\302\\233''2J'
+$(printf 'caf\303\251')
 'it'\\''s'
+'k=v'
 lnk
 plain.txt
 'red'\$'\\033''[31mX'
@@ -550,7 +557,11 @@ plain.txt
 	# To a pipe, names go as they are (ls(1) too).
 	run --separate-stderr "$WSCTL" ls d
 	assert_eq "$output" "$(printf 'a\nb')
+$(printf 'bad\377')
+$(printf 'c1\302\2332J')
+$(printf 'caf\303\251')
 it's
+k=v
 lnk
 plain.txt
 $(printf 'red\033[31mX')
@@ -682,6 +693,11 @@ sp ace"
 	run --separate-stderr "$WSCTL" mkdir -p file
 	assert_status 1
 	assert_eq "$stderr" "wsctl: mkdir 'file': File exists (ALREADY_EXISTS)"
+	ln -s nowhere "$ROOT/dl"
+	run --separate-stderr "$WSCTL" mkdir -p dl/x
+	assert_status 1
+	assert_eq "$stderr" "wsctl: mkdir 'dl': File exists (ALREADY_EXISTS)"
+	rm "$ROOT/dl"
 	# "." and ".." as mkdir -p takes them; one that climbs out is refused
 	# for that (it said "mkdir 'x1/..': Invalid argument").
 	run --separate-stderr "$WSCTL" mkdir -p x1/../y1 ./c/./d
