@@ -1075,7 +1075,6 @@ int svc_exec_register(struct rpc_server *s, struct agentd *ad)
 	size_t i;
 	int r;
 
-
 	for (i = 0; i < sizeof(exec_methods) / sizeof(exec_methods[0]); i++) {
 		exec_methods[i].thread = RPC_ON_LOOP;
 		exec_methods[i].data = ad;
