@@ -2010,6 +2010,11 @@ static int cmd_get(int argc, char **argv)
 	remote = argv[optind];
 	local = argv[optind + 1];
 	if (!strcmp(local, "-")) {
+		if (recursive) {
+			/* A tree has no one stream of bytes to write there. */
+			msg("get -r: a directory tree cannot go to standard output (-)");
+			return EXIT_USAGE;
+		}
 		if (g_std_closed[STDOUT_FILENO]) {
 			report_errno("-", EBADF);
 			return EXIT_FAILURE;

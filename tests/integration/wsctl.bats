@@ -260,6 +260,10 @@ teardown() {
 	assert_status 1
 	assert_eq "$stderr" "wsctl: get 'd': Is a directory (get -r copies a directory)"
 	[ ! -e "$L/d" ]
+	# (It said "get 'd': Is a directory (FAILED_PRECONDITION)".)
+	run --separate-stderr "$WSCTL" get -r d -
+	assert_status 2
+	assert_eq "$stderr" "wsctl: get -r: a directory tree cannot go to standard output (-)"
 	run --separate-stderr "$WSCTL" -a "$WSBRIDGE_ADDR" --exec "true" ls
 	assert_status 2
 	assert_contains "$stderr" "wsctl: -a and --exec both say how to reach agentd: give one"
