@@ -65,6 +65,9 @@
  * the marker.
  */
 #define COMMANDS_RAW_MAX (COMMANDS_TRANSCRIPT_MAX - 128)
+/** ExecuteCommands: what a call sets aside in the reply budget before it
+ * runs anything, bytes (cmds_reserve() grows it with the transcript). */
+#define COMMANDS_RESERVE_FIRST ((size_t)64 * 1024)
 /** ExecuteCommands: largest commands.txt, bytes. */
 #define COMMANDS_FILE_MAX ((size_t)1024 * 1024)
 
@@ -1157,6 +1160,7 @@ struct cmds_ctx {
 	struct exec_capture cap;    /* its output */
 	struct buf out;             /* transcript, raw bytes */
 	uint64_t omitted;           /* raw bytes cut out of its middle */
+	size_t reserved;            /* rpc_reserve()d for the reply, bytes */
 	struct watch_barrier *barrier; /* the reply waits for the changes */
 };
 
@@ -1197,6 +1201,26 @@ static void cmds_trim(struct cmds_ctx *ctx)
 	b->len = COMMANDS_RAW_MAX;
 }
 
+/*
+ * Room in the reply budget for a transcript of @p len raw bytes (the
+ * reply is at most COMMANDS_TRANSCRIPT_MAX): what was set aside grows
+ * with the transcript (rpc_reserve()), so that unread transcripts stay
+ * within --max-reply-bytes and calls with little output set aside
+ * little. Returns false when the budget has no room for it.
+ */
+static bool cmds_reserve(struct cmds_ctx *ctx, size_t len)
+{
+	size_t want = len < COMMANDS_TRANSCRIPT_MAX ? len + RPC_REPLY_SMALL
+						    : COMMANDS_TRANSCRIPT_MAX + RPC_REPLY_SMALL;
+
+	if (!ctx->call || want <= ctx->reserved)
+		return true;
+	if (rpc_reserve(ctx->call, want - ctx->reserved) < 0)
+		return false;
+	ctx->reserved = want;
+	return true;
+}
+
 /* Append the captured output of the command that just ended. */
 static void cmds_add_output(struct cmds_ctx *ctx)
 {
@@ -1207,6 +1231,13 @@ static void cmds_add_output(struct cmds_ctx *ctx)
 
 	if (!kept)
 		return;
+	if (!cmds_reserve(ctx, ctx->out.len + kept + 64)) {
+		/* Dropped rather than held past the budget: the command ran,
+		 * and its status still comes. */
+		buf_printf(&ctx->out, "[%zu bytes of output not kept: %s]\n", kept,
+			   "agentd holds --max-reply-bytes of replies unread");
+		return;
+	}
 	d = buf_room(&ctx->out, kept + 64);
 	if (!d)
 		return;
@@ -1566,11 +1597,11 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 		return;
 	}
-	/* Room for the largest transcript among the replies agentd holds
-	 * unread, before anything runs: a refusal then undoes nothing, and
-	 * calls whose clients never read their transcripts stop at the
-	 * budget instead of growing agentd. */
-	if (rpc_reserve(call, COMMANDS_TRANSCRIPT_MAX + RPC_REPLY_SMALL) < 0) {
+	/* Room in the reply budget for a start, before anything runs (a
+	 * refusal then undoes nothing; cmds_reserve() grows it with the
+	 * transcript): calls whose clients never read their transcripts stop
+	 * at the budget instead of growing agentd. */
+	if (rpc_reserve(call, COMMANDS_RESERVE_FIRST) < 0) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENOBUFS, "%s", RPC_NO_ROOM_RESERVE_MSG);
 		return;
 	}
@@ -1581,6 +1612,7 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 	}
 	ctx->ad = ad;
 	ctx->dir_fd = -1;
+	ctx->reserved = COMMANDS_RESERVE_FIRST;
 	ctx->app = strdup(app);
 	if (!ctx->app)
 		goto oom;

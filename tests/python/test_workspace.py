@@ -956,26 +956,27 @@ class ReplyBudget(Base):
 
     def test_reservations_refuse_no_read(self):
         """What running ExecuteCommands calls set aside for their
-        transcripts bounds further such calls, not other replies: with
-        two running (4 MiB each of an 8 MiB budget) a 1 MiB Read is
-        answered (before: refused, nothing being unread), a third call
-        refused."""
+        transcripts grows with them and refuses no other reply: with
+        twelve quiet calls running under an 8 MiB budget a 1 MiB Read is
+        answered (before: refused, nothing being unread) and all twelve
+        run (before: two, 4 MiB set aside each); one with 3 MB of output
+        keeps it whole."""
         mib = 1 << 20
         with open(rp("reserve.bin"), "wb") as f:
             f.write(os.urandom(mib))
         h = self.ws.Open(pb.OpenRequest(path=b"reserve.bin", access=pb.RDONLY),
                          timeout=TIMEOUT).handle
         da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
-        slow = wsbtest.devagent_pb2.ExecuteCommandsRequest(cmds=["sleep 3"], app_name="reserve")
-        running = [da.ExecuteCommands.future(slow, timeout=TIMEOUT) for _ in range(2)]
+        slow = wsbtest.devagent_pb2.ExecuteCommandsRequest(cmds=["sleep 2"], app_name="reserve")
+        running = [da.ExecuteCommands.future(slow, timeout=TIMEOUT) for _ in range(12)]
         time.sleep(1)
         try:
             self.assertEqual(len(self.ws.Read(pb.ReadRequest(handle=h, offset=0, size=mib),
                                               timeout=TIMEOUT).data), mib)
-            e = self.fails(SC.RESOURCE_EXHAUSTED, "ENOBUFS",
-                           lambda: da.ExecuteCommands(slow, timeout=TIMEOUT),
-                           "a third ExecuteCommands")
-            self.assertIn("calls still running", e.details())
+            big = da.ExecuteCommands(wsbtest.devagent_pb2.ExecuteCommandsRequest(
+                cmds=["head -c 900000 /dev/zero | tr '\\0' Q"] * 3, app_name="reserve"),
+                timeout=TIMEOUT).status
+            self.assertEqual(big.count("Q" * 900000), 3, "transcript of %d bytes" % len(big))
         finally:
             for r in running:
                 self.assertIn("[exit 0]", r.result().status)
@@ -1073,6 +1074,16 @@ class ReplyBudget(Base):
             evs = list(self.ex.Start(pb.ExecRequest(argv=[b"true"]), timeout=TIMEOUT))
             self.assertEqual(evs[-1].WhichOneof("event"), "exited")
             self.assertLess(time.monotonic() - t0, 2, "true's exit waited for room")
+            # ExecuteCommands needs some room before it runs anything:
+            # refused, nothing ran (before: it ran, and its transcript went
+            # past the budget).
+            da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
+            e = self.fails(SC.RESOURCE_EXHAUSTED, "ENOBUFS",
+                           lambda: da.ExecuteCommands(wsbtest.devagent_pb2.ExecuteCommandsRequest(
+                               cmds=["touch ran"], app_name="budget0"), timeout=TIMEOUT),
+                           "ExecuteCommands with the budget full")
+            self.assertIn("--max-reply-bytes", e.details())
+            self.assertFalse(os.path.lexists(rp("budget0")), "a refused ExecuteCommands ran")
             # An Open is not refused (its handle would be lost); its
             # read-ahead (128 KiB) is left out: empty data, not data_eof
             # (before: it went past the budget). A small one still comes.
@@ -1114,18 +1125,16 @@ class ReplyBudget(Base):
                 self.assertLess(time.monotonic(), deadline, "no event once there was room")
             watch.cancel()
             wt.join(TIMEOUT)
-            # ExecuteCommands needs room for its largest transcript (4 MiB)
-            # before it runs anything: refused, nothing ran (before: it ran,
-            # and its transcript went past the budget).
-            da = wsbtest.devagent_pb2_grpc.ManageAgentOpsStub(self.ch)
+            # With less room than its output ExecuteCommands runs its
+            # commands and keeps what fits: the rest is dropped with a
+            # note, not held past the budget (before: all of it went).
             cmds = wsbtest.devagent_pb2.ExecuteCommandsRequest(
-                cmds=["touch ran; head -c 1000000 /dev/zero | tr '\\0' Q"] * 2,
+                cmds=["touch ran; head -c 1048576 /dev/zero | tr '\\0' Q"] * 2,
                 app_name="budget")
-            e = self.fails(SC.RESOURCE_EXHAUSTED, "ENOBUFS",
-                           lambda: da.ExecuteCommands(cmds, timeout=TIMEOUT),
-                           "ExecuteCommands with the budget full")
-            self.assertIn("--max-reply-bytes", e.details())
-            self.assertFalse(os.path.lexists(rp("budget")), "a refused ExecuteCommands ran")
+            out = da.ExecuteCommands(cmds, timeout=TIMEOUT).status
+            self.assertEqual(out.count("[1048576 bytes of output not kept"), 2, out[:400])
+            self.assertEqual(out.count("[exit 0]"), 2, out[:400])
+            self.assertTrue(os.path.exists(rp("budget/ran")))
             grown = self.rss_kib() - rss0
             # Each refused stream got its RESOURCE_EXHAUSTED; as many 1 MiB
             # replies as the budget holds were sent.
@@ -1160,8 +1169,7 @@ class ReplyBudget(Base):
             .data), mib)
         out = self.once_freed(lambda: da.ExecuteCommands(cmds, timeout=TIMEOUT),
                               "ExecuteCommands").status
-        self.assertEqual(out.count("Q" * 1000000), 2, "transcript of %d bytes" % len(out))
-        self.assertTrue(os.path.exists(rp("budget/ran")))
+        self.assertEqual(out.count("Q" * 1048576), 2, "transcript of %d bytes" % len(out))
         self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
 
 
