@@ -86,6 +86,21 @@ int resolve_root_open(const char *path, struct resolve_root *root)
 	return 0;
 }
 
+bool resolve_has_dotdot(const char *s)
+{
+	while (*s) {
+		size_t n;
+
+		while (*s == '/')
+			s++;
+		n = strcspn(s, "/");
+		if (n == 2 && s[0] == '.' && s[1] == '.')
+			return true;
+		s += n;
+	}
+	return false;
+}
+
 int resolve_normalize(const void *path, size_t len, char **ret)
 {
 	const char *p = path;

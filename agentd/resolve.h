@@ -61,6 +61,15 @@ int resolve_root_open(const char *path, struct resolve_root *root);
 int resolve_normalize(const void *path, size_t len, char **ret);
 
 /**
+ * Whether NUL-terminated path @p s has a ".." component. A caller that
+ * creates the missing directories of a path (mkdir -p) refuses such a
+ * path when some of them are missing: where ".." leads depends on what is
+ * made first, and "new/../link" would make "new" before the walk meets a
+ * symlink that leads out (which it then refuses), leaving "new" behind.
+ */
+bool resolve_has_dotdot(const char *s);
+
+/**
  * Open wire path @p path (@p len bytes) with open(2) @p flags and @p mode,
  * resolved beneath the root. A final symlink is followed (inside the root)
  * unless @p flags has O_NOFOLLOW. O_CLOEXEC is always added. O_CREAT works

@@ -121,6 +121,15 @@ static int check_name(struct rpc_call *call, const struct resolve_root *root, si
 		return -1;
 	}
 	r = resolve_parent(root, path, strlen(path), &dirfd, &name);
+	if (r == -ENOENT && resolve_has_dotdot(path)) {
+		esc = wsb_escape(file, n, ESC_MAX);
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "files[%zu] '%s': a '..' in a path whose directories do not all exist "
+			   "yet (where it leads would depend on what is made first)",
+			   i, esc ? esc : "?");
+		free(esc);
+		return -1;
+	}
 	if (r == -ENOENT)
 		return 0; /* missing directories will be created */
 	if (r < 0) {

@@ -1632,9 +1632,22 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 		ctx->n = req->n_cmds;
 	}
 
-	r = mkdir_p(&ad->root, app);
-	if (r == 0)
-		r = exec_cwd_open(&ad->root, app, strlen(app));
+	r = exec_cwd_open(&ad->root, app, strlen(app));
+	if (r == -ENOENT && resolve_has_dotdot(app)) {
+		/* resolve_has_dotdot(): refused before anything is made. */
+		char *q = wsb_escape(app, strlen(app), ESC_MAX);
+
+		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
+			   "bad app_name '%s': a '..' in a path whose directories do not all "
+			   "exist yet", q ? q : "?");
+		free(q);
+		goto fail;
+	}
+	if (r == -ENOENT) {
+		r = mkdir_p(&ad->root, app);
+		if (r == 0)
+			r = exec_cwd_open(&ad->root, app, strlen(app));
+	}
 	if (r < 0) {
 		if (r == -EINVAL || r == -ENAMETOOLONG || r == -EBUSY) {
 			char *q = wsb_escape(app, strlen(app), ESC_MAX);

@@ -109,6 +109,28 @@ class DevAgent(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ROOT, "mismatch")),
                          "a rejected CreateFiles wrote something")
 
+    def test_dotdot_past_missing_directories(self):
+        # A '..' after a directory that does not exist yet is refused
+        # before anything is made: where it leads depends on what is made
+        # first (before: first.txt and nd were written, then the escape
+        # through elink refused).
+        os.makedirs(os.path.join(ROOT, "dd"), exist_ok=True)
+        os.symlink("/etc", os.path.join(ROOT, "dd", "elink"))
+        e = self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
+                             lambda: self.create(["first.txt", "nd/../elink/x"], ["1", "2"], "dd"),
+                             "CreateFiles through a missing directory and ..")
+        self.assertIn("files[1]", e.details())
+        self.assertEqual(sorted(os.listdir(os.path.join(ROOT, "dd"))), ["elink"])
+        self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
+                         lambda: self.execute(["true"], "dd/nd9/../elink"),
+                         "ExecuteCommands in a missing directory and ..")
+        self.assertEqual(sorted(os.listdir(os.path.join(ROOT, "dd"))), ["elink"])
+        # With the directories there, '..' is taken as the walk finds it.
+        os.makedirs(os.path.join(ROOT, "dd", "real"))
+        self.assertEqual(self.create(["real/../ok.txt"], ["ok"], "dd").status, "success")
+        with open(os.path.join(ROOT, "dd", "ok.txt")) as f:
+            self.assertEqual(f.read(), "ok")
+
     def test_create_files_empty_name(self):
         self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
                          lambda: self.create(["ok.txt", ""], ["a", "b"], "emptyname"),

@@ -492,6 +492,20 @@ static void test_mechanisms_agree(void **state)
 	}
 }
 
+static void test_has_dotdot(void **state)
+{
+	(void)state;
+	assert_true(resolve_has_dotdot(".."));
+	assert_true(resolve_has_dotdot("a/../b"));
+	assert_true(resolve_has_dotdot("/a//..//b"));
+	assert_true(resolve_has_dotdot("a/.."));
+	assert_false(resolve_has_dotdot(""));
+	assert_false(resolve_has_dotdot("a/b"));
+	assert_false(resolve_has_dotdot("..a/b.."));
+	assert_false(resolve_has_dotdot("a/.../b"));
+	assert_false(resolve_has_dotdot("./a/."));
+}
+
 static void test_normalize(void **state)
 {
 	static const struct {
@@ -552,6 +566,7 @@ int main(void)
 		cmocka_unit_test_prestate_setup_teardown(test_mechanisms_agree, setup, teardown,
 							 (void *)&use_openat2),
 		cmocka_unit_test(test_normalize),
+		cmocka_unit_test(test_has_dotdot),
 		cmocka_unit_test_prestate_setup_teardown(test_root_open, setup, teardown,
 							 (void *)&use_walk),
 	};
