@@ -868,6 +868,21 @@ void exec_table_kill_all(struct exec_table *t, enum exec_killed_by why)
 	}
 }
 
+static void on_timer(uv_timer_t *timer);
+
+void exec_table_terminate_all(struct exec_table *t, enum exec_killed_by why)
+{
+	for (struct exec_process *p = t->head; p; p = p->next) {
+		if (p->reported || p->killed || p->timer_phase > TIMER_TIMEOUT)
+			continue; /* gone, or on its way: TERM sent already */
+		if (p->reason == EXEC_NOT_KILLED)
+			p->reason = why;
+		uv_timer_stop(&p->timer);
+		p->timer_phase = TIMER_NONE;
+		on_timer(&p->timer); /* TERM now, KILL after the grace */
+	}
+}
+
 struct exec_process *exec_table_next(const struct exec_table *t, const struct exec_process *prev)
 {
 	return prev ? prev->next : t->head;

@@ -242,6 +242,15 @@ size_t exec_table_journal_bytes(const struct exec_table *t);
 void exec_table_kill_all(struct exec_table *t, enum exec_killed_by why);
 
 /**
+ * End every running process as a timeout does: SIGTERM to its tree now,
+ * SIGKILL after its grace (exec_spec.grace_ms, EXEC_KILL_GRACE_MS by
+ * default) if it still runs; its exit says @p why. Loop thread; the loop
+ * must run on for the KILL and the reaping (exec_table_running() falls to
+ * 0).
+ */
+void exec_table_terminate_all(struct exec_table *t, enum exec_killed_by why);
+
+/**
  * Kept processes in id order: the first with @p prev NULL, then the one
  * after @p prev. NULL at the end. Loop thread.
  */

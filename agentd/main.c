@@ -249,6 +249,8 @@ struct app {
 	struct rpc_server *server;
 	uv_signal_t sigterm, sigint;
 	uv_timer_t reap; /* sessions_reap() */
+	uv_timer_t stop_wait; /* on_stop_wait(): commands ending after TERM */
+	int64_t stop_deadline_ns; /* CLOCK_MONOTONIC: stop waiting for them */
 	unsigned drain_grace_s; /* --drain-grace */
 	bool stopping;
 	bool stdio;
@@ -256,13 +258,11 @@ struct app {
 		      * (return 1) leave it reachable, not leaked */
 };
 
-static void on_drained(void *arg)
+/* The last step of a stop: what still runs is killed, the loop ends. */
+static void app_finish(struct app *app)
 {
-	struct app *app = arg;
-
-	wsb_info("all calls ended");
-	/* Commands still running, whose calls are gone by now. */
-	exec_table_kill_all(app->ad.exec, EXEC_KILLED_SHUTDOWN);
+	if (app->ad.exec)
+		exec_table_kill_all(app->ad.exec, EXEC_KILLED_SHUTDOWN);
 	uv_signal_stop(&app->sigterm);
 	uv_signal_stop(&app->sigint);
 	uv_timer_stop(&app->reap);
@@ -271,6 +271,41 @@ static void on_drained(void *arg)
 	uv_close((uv_handle_t *)&app->sigint, NULL);
 	/* The server's uv_async keeps the loop alive; main() closes it. */
 	uv_stop(app->ad.loop);
+}
+
+/* Every 50 ms after the TERM (on_drained()): go on once the commands
+ * ended, or once their KILL had time to work. */
+static void on_stop_wait(uv_timer_t *t)
+{
+	struct app *app = t->data;
+
+	if (exec_table_running(app->ad.exec) > 0 && wsb_mono_ns() < app->stop_deadline_ns)
+		return;
+	uv_close((uv_handle_t *)t, NULL);
+	app_finish(app);
+}
+
+/* rpc_server_shutdown()'s done: the calls have ended (commands whose
+ * calls were cancelled at the grace were killed with them). The commands
+ * still running, detached ones, get SIGTERM, then SIGKILL after
+ * EXEC_KILL_GRACE_MS, as at a timeout; agentd exits once they are gone. */
+static void on_drained(void *arg)
+{
+	struct app *app = arg;
+
+	wsb_info("all calls ended");
+	if (!app->ad.exec || exec_table_running(app->ad.exec) == 0) {
+		app_finish(app);
+		return;
+	}
+	wsb_notice("stopping %u running command%s: SIGTERM, SIGKILL %u ms later",
+		   exec_table_running(app->ad.exec), exec_table_running(app->ad.exec) == 1 ? "" : "s",
+		   (unsigned)EXEC_KILL_GRACE_MS);
+	exec_table_terminate_all(app->ad.exec, EXEC_KILLED_SHUTDOWN);
+	app->stop_deadline_ns = wsb_mono_ns() + (int64_t)(EXEC_KILL_GRACE_MS + 1000) * 1000000;
+	uv_timer_init(app->ad.loop, &app->stop_wait);
+	app->stop_wait.data = app;
+	uv_timer_start(&app->stop_wait, on_stop_wait, 50, 50);
 }
 
 /* Stop taking calls and drain the running ones; logs @why at @level

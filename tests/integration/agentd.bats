@@ -258,6 +258,26 @@ teardown() {
 	assert_eq "$(cat "$AGENTD_OUT")" "" "agentd's stdout"
 }
 
+@test "SIGTERM: commands still running once the calls ended get TERM first, KILL 2 s later; agentd waits for them, exit 0" {
+	agentd_unix
+	local soft hard t0 ms
+	# One that cleans up on TERM, one that ignores it.
+	soft=$("$WSCTL" -a "$ADDR" exec --detach -- sh -c "trap 'echo termed > termed; exit 6' TERM; echo \$\$ > soft.pid; while :; do sleep 0.1; done")
+	hard=$("$WSCTL" -a "$ADDR" exec --detach -- sh -c "trap '' TERM; echo \$\$ > hard.pid; while :; do sleep 0.1; done")
+	[ -n "$soft" ] && [ -n "$hard" ]
+	poll_until 10 test -s "$ROOT/soft.pid"
+	poll_until 10 test -s "$ROOT/hard.pid"
+	t0=$(now_ms)
+	agentd_stop
+	ms=$(($(now_ms) - t0))
+	assert_eq "$AGENTD_STATUS" 0 "exit status after SIGTERM"
+	# (Before: both got SIGKILL at once, and no file was written.)
+	assert_content "$ROOT/termed" $'termed\n'
+	[ "$ms" -ge 1800 ] && [ "$ms" -lt 6000 ] || { echo "# agentd took $ms ms" >&3; false; }
+	pod_wait_gone "$(cat "$ROOT/hard.pid")" 5
+	grep -q "stopping 2 running commands: SIGTERM" "$AGENTD_ERR"
+}
+
 @test "SIGTERM after finished streaming calls exits at once (nothing left to drain)" {
 	agentd_unix
 	head -c 3000000 /dev/urandom >"$ROOT/f"
