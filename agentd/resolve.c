@@ -86,6 +86,27 @@ int resolve_root_open(const char *path, struct resolve_root *root)
 	return 0;
 }
 
+bool resolve_climbs_out(const char *s)
+{
+	long depth = 0;
+
+	while (*s) {
+		size_t n;
+
+		while (*s == '/')
+			s++;
+		n = strcspn(s, "/");
+		if (n == 2 && s[0] == '.' && s[1] == '.') {
+			if (--depth < 0)
+				return true;
+		} else if (n > 0 && !(n == 1 && s[0] == '.')) {
+			depth++;
+		}
+		s += n;
+	}
+	return false;
+}
+
 bool resolve_has_dotdot(const char *s)
 {
 	while (*s) {

@@ -70,6 +70,13 @@ int resolve_normalize(const void *path, size_t len, char **ret);
 bool resolve_has_dotdot(const char *s);
 
 /**
+ * Whether NUL-terminated relative path @p s climbs above its start by its
+ * ".." components alone ("a/../../x"); symlinks are resolve_open()'s
+ * business. Such a path is an escape (-EXDEV) whatever exists.
+ */
+bool resolve_climbs_out(const char *s);
+
+/**
  * Open wire path @p path (@p len bytes) with open(2) @p flags and @p mode,
  * resolved beneath the root. A final symlink is followed (inside the root)
  * unless @p flags has O_NOFOLLOW. O_CLOEXEC is always added. O_CREAT works

@@ -1044,6 +1044,8 @@ static void call_start(struct rpc_call *c)
 			call_end(c, WSB_INVALID_ARGUMENT, 0, "the call carried no request message");
 			return;
 		}
+		size_t wire = grpc_byte_buffer_length(c->payload);
+
 		r = unpack_buffer(c->payload, m->request, &c->req);
 		grpc_byte_buffer_destroy(c->payload);
 		c->payload = NULL;
@@ -1054,6 +1056,21 @@ static void call_start(struct rpc_call *c)
 		if (r < 0) {
 			rpc_finish(c, WSB_INVALID_ARGUMENT, EBADMSG,
 				   "the request does not decode as a %s message", m->request->name);
+			return;
+		}
+		/*
+		 * protobuf-c hands a proto3 string over NUL-terminated, so one
+		 * that holds a NUL character (valid UTF-8, which grpcio sends)
+		 * would be taken as cut short there: a file written under
+		 * another name, a command run in part. Such a message packs
+		 * shorter than it came (every other field packs back to its
+		 * bytes, unknown ones too, from encoders that write proto3's
+		 * canonical form: protobuf-c, grpcio, Go's).
+		 */
+		if (protobuf_c_message_get_packed_size(c->req) < wire) {
+			rpc_finish(c, WSB_INVALID_ARGUMENT, EINVAL,
+				   "a string of the %s request holds a NUL character, which agentd "
+				   "cannot take (its strings end at the first NUL)", m->request->name);
 			return;
 		}
 	}

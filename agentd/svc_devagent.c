@@ -17,8 +17,9 @@
  * RESOURCE_EXHAUSTED with the limit in the message); its reply field is a
  * proto3 string, so content that is not UTF-8, or holds a NUL byte (which
  * protobuf-c's C strings cannot carry), is FAILED_PRECONDITION. The same
- * C-string representation means a CreateFiles content is cut at its first
- * NUL character (protobuf-c 1.4 hands string fields over NUL-terminated).
+ * C-string representation (protobuf-c 1.4 hands string fields over
+ * NUL-terminated) makes rpc_server.c refuse, INVALID_ARGUMENT, a request
+ * whose strings hold a NUL character, rather than take them cut short.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,31 +48,6 @@ static void fail_path(struct rpc_call *call, int err, const char *op, const char
 	else
 		rpc_fail_errno(call, err, "%s '%s'", op, q);
 	free(esc);
-}
-
-/*
- * True when @p s, a relative wire path, climbs above its start by its ".."
- * components alone ("a/../../x"). Symlinks are resolve.h's business.
- */
-static bool climbs_out(const char *s)
-{
-	long depth = 0;
-
-	while (*s) {
-		size_t n;
-
-		while (*s == '/')
-			s++;
-		n = strcspn(s, "/");
-		if (n == 2 && s[0] == '.' && s[1] == '.') {
-			if (--depth < 0)
-				return true;
-		} else if (n > 0 && !(n == 1 && s[0] == '.')) {
-			depth++;
-		}
-		s += n;
-	}
-	return false;
 }
 
 /* "app_name/file", or "file" for an empty app_name; malloc'd. */
@@ -116,7 +92,7 @@ static int check_name(struct rpc_call *call, const struct resolve_root *root, si
 		free(esc);
 		return -1;
 	}
-	if (climbs_out(path)) {
+	if (resolve_climbs_out(path)) {
 		fail_path(call, EXDEV, "create", path);
 		return -1;
 	}

@@ -1546,24 +1546,15 @@ static int mkdir_p(const struct resolve_root *root, const char *path)
 {
 	char *norm = NULL, *name = NULL;
 	size_t len, end, start;
-	long depth = 0;
 	int dirfd, r;
 
 	r = resolve_normalize(path, strlen(path), &norm);
 	if (r < 0)
 		return r;
 	len = strlen(norm);
-	for (start = 0; start < len; start = end + 1) {
-		for (end = start; end < len && norm[end] != '/'; end++)
-			;
-		if (end - start == 2 && norm[start] == '.' && norm[start + 1] == '.')
-			depth--;
-		else if (end > start && !(end - start == 1 && norm[start] == '.'))
-			depth++;
-		if (depth < 0) {
-			free(norm);
-			return -EXDEV;
-		}
+	if (resolve_climbs_out(norm)) {
+		free(norm);
+		return -EXDEV;
 	}
 	for (start = 0; start < len; start = end + 1) {
 		for (end = start; end < len && norm[end] != '/'; end++)
@@ -1633,7 +1624,7 @@ void svc_devagent_execute_commands(struct rpc_call *call, const ProtobufCMessage
 	}
 
 	r = exec_cwd_open(&ad->root, app, strlen(app));
-	if (r == -ENOENT && resolve_has_dotdot(app)) {
+	if (r == -ENOENT && resolve_has_dotdot(app) && !resolve_climbs_out(app)) {
 		/* resolve_has_dotdot(): refused before anything is made. */
 		char *q = wsb_escape(app, strlen(app), ESC_MAX);
 

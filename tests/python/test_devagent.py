@@ -109,6 +109,21 @@ class DevAgent(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ROOT, "mismatch")),
                          "a rejected CreateFiles wrote something")
 
+    def test_nul_in_strings_refused(self):
+        # A NUL character is valid in a proto3 string, but agentd's strings
+        # end at the first NUL: refused, nothing written or run (before:
+        # "a\0b" wrote "a", a name "x\0y" wrote x, a command ran in part).
+        for files, contents in ((["nul.txt"], ["a\x00b"]), (["x\x00y"], ["c"])):
+            e = self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
+                                 lambda: self.create(files, contents, "nul"),
+                                 "CreateFiles %r %r" % (files, contents))
+            self.assertIn("NUL", e.details())
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "nul")), "a refused call wrote")
+        self.assertFails(grpc.StatusCode.INVALID_ARGUMENT,
+                         lambda: self.execute(["touch first\x00; touch second"], "nulx"),
+                         "ExecuteCommands with a NUL")
+        self.assertFalse(os.path.exists(os.path.join(ROOT, "nulx")), "a refused call ran")
+
     def test_dotdot_past_missing_directories(self):
         # A '..' after a directory that does not exist yet is refused
         # before anything is made: where it leads depends on what is made
