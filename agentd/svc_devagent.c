@@ -156,7 +156,9 @@ static void do_create_files(struct rpc_call *call, const ProtobufCMessage *req, 
 	CreateFileResponse rep = CREATE_FILE_RESPONSE__INIT;
 	struct agentd *ad = data;
 	const char *app = q->app_name ? q->app_name : "";
-	const struct fsops_upload_opts opts = { .mode = 0644, .mkdirs = true };
+	/* keep_mode: a file written over keeps its rwx bits, as Dev_Agent's
+	 * open(path, "w") kept them (a script stays executable). */
+	const struct fsops_upload_opts opts = { .mode = 0644, .mkdirs = true, .keep_mode = true };
 	char **paths;
 	size_t i;
 	int r;

@@ -109,6 +109,16 @@ class DevAgent(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ROOT, "mismatch")),
                          "a rejected CreateFiles wrote something")
 
+    def test_create_files_keeps_the_mode_of_a_file_written_over(self):
+        # As open(path, "w") keeps it: a script stays executable (before:
+        # 0644, and ./run.sh then failed with Permission denied).
+        self.create(["run.sh"], ["#!/bin/sh\necho one\n"], "keep")
+        os.chmod(os.path.join(ROOT, "keep", "run.sh"), 0o750)
+        self.create(["run.sh", "new.txt"], ["#!/bin/sh\necho two\n", "n"], "keep")
+        self.assertEqual(os.stat(os.path.join(ROOT, "keep", "run.sh")).st_mode & 0o7777, 0o750)
+        self.assertEqual(os.stat(os.path.join(ROOT, "keep", "new.txt")).st_mode & 0o7777, 0o644)
+        self.assertIn("two", self.execute(["./run.sh"], "keep"))
+
     def test_nul_in_strings_refused(self):
         # A NUL character is valid in a proto3 string, but agentd's strings
         # end at the first NUL: refused, nothing written or run (before:
