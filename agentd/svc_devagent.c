@@ -65,6 +65,18 @@ static char *join(const char *app, const char *file)
 	return p;
 }
 
+/* End @p call INVALID_ARGUMENT for files[@p i], @p file, and why (a
+ * static string); returns -1. */
+static int name_refused(struct rpc_call *call, size_t i, const char *file, const char *why)
+{
+	char *esc = wsb_escape(file, strlen(file), ESC_MAX);
+
+	rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "files[%zu] '%s': %s", i, esc ? esc : "?",
+		   why);
+	free(esc);
+	return -1;
+}
+
 /*
  * Check one CreateFiles name before anything is written. Returns 0, or ends
  * @p call and returns -1.
@@ -83,29 +95,19 @@ static int check_name(struct rpc_call *call, const struct resolve_root *root, si
 	last = strrchr(file, '/');
 	last = last ? last + 1 : file;
 	if (*s == '\0' || file[n - 1] == '/' || strcmp(last, ".") == 0 ||
-	    strcmp(last, "..") == 0) {
-		esc = wsb_escape(file, n, ESC_MAX);
-		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
-			   "files[%zu] '%s': empty file name (a file name must not be empty, "
-			   "end in '/', or be '.' or '..')",
-			   i, esc ? esc : "?");
-		free(esc);
-		return -1;
-	}
+	    strcmp(last, "..") == 0)
+		return name_refused(call, i, file,
+				    "empty file name (a file name must not be empty, end in '/', "
+				    "or be '.' or '..')");
 	if (resolve_climbs_out(path)) {
 		fail_path(call, EXDEV, "create", path);
 		return -1;
 	}
 	r = resolve_parent(root, path, strlen(path), &dirfd, &name);
-	if (r == -ENOENT && resolve_has_dotdot(path)) {
-		esc = wsb_escape(file, n, ESC_MAX);
-		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
-			   "files[%zu] '%s': a '..' in a path whose directories do not all exist "
-			   "yet (where it leads would depend on what is made first)",
-			   i, esc ? esc : "?");
-		free(esc);
-		return -1;
-	}
+	if (r == -ENOENT && resolve_has_dotdot(path))
+		return name_refused(call, i, file,
+				    "a '..' in a path whose directories do not all exist yet (where "
+				    "it leads would depend on what is made first)");
 	if (r == -ENOENT)
 		return 0; /* missing directories will be created */
 	if (r < 0) {
