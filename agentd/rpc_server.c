@@ -514,6 +514,12 @@ static int op_send(struct rpc_call *c, int code, int err, const char *msg,
 		n = 0;
 		refused = true;
 	}
+	/* A reply's line (call_end() logs the others): before the send, so
+	 * that it is in the log by the time the client has the reply, and
+	 * with the status the op really ends with. */
+	if (reply || refused)
+		wsb_debug("%s: %s (op)", rpc_method_path(c),
+			  refused ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG : "OK");
 	ename = err > 0 ? wsb_errno_name(err) : NULL;
 	elen = ename ? strlen(ename) : 0;
 	mlen = msg ? strlen(msg) : 0;
@@ -772,11 +778,7 @@ int rpc_reply(struct rpc_call *c, const ProtobufCMessage *msg)
 	/* call_end()'s line, with the status the call really ends with. */
 	if (c->parent) {
 		reserve_put(c); /* the reply holds its own bytes now */
-		r = op_send(c, WSB_OK, 0, NULL, msg);
-		wsb_debug("%s: %s (op)", rpc_method_path(c),
-			  r == -ENOBUFS	    ? "RESOURCE_EXHAUSTED: " RPC_NO_ROOM_MSG
-			  : r == -ECANCELED ? "CANCELLED: the op stream is gone"
-					    : "OK");
+		r = op_send(c, WSB_OK, 0, NULL, msg); /* logs the call's line */
 		call_unref(c);
 		return r;
 	}
