@@ -2595,36 +2595,14 @@ static bool name_safe(unsigned char b)
 }
 
 /* The length of the one printable UTF-8 character at @p s (@p n bytes
- * left; @p s[0] >= 0x80), or 0 for anything else: a byte that starts no
- * valid sequence (RFC 3629: no overlong form, no surrogate, nothing past
- * U+10FFFF) or a C1 control (U+0080 to U+009F, which terminals take as
- * escape sequences: U+009B is CSI). */
+ * left; @p s[0] >= 0x80), or 0 for anything else: a byte of no well-formed
+ * sequence (wsb_utf8_seq()) or a C1 control (U+0080 to U+009F, C2 80 to
+ * C2 9F, which terminals take as escape sequences: U+009B is CSI). */
 static size_t utf8_printable(const unsigned char *s, size_t n)
 {
-	uint32_t cp;
-	size_t len;
+	size_t bad, len = wsb_utf8_seq(s, n, &bad);
 
-	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-		len = 2;
-		cp = s[0] & 0x1f;
-	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		len = 3;
-		cp = s[0] & 0x0f;
-	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		len = 4;
-		cp = s[0] & 0x07;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0)
+	if (len < 2 || (s[0] == 0xc2 && s[1] < 0xa0))
 		return 0;
 	return len;
 }

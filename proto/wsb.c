@@ -725,3 +725,45 @@ int wsb_unpack_pieces(const ProtobufCMessageDescriptor *desc, struct wsb_pieces 
 	*ret_msg = m;
 	return 0;
 }
+
+/*
+ * Length of the well-formed prefix of the sequence at s (n bytes available)
+ * per Unicode Table 3-7: returns the sequence length if it is complete and
+ * well-formed, else 0 and sets *bad to the length of its maximal subpart
+ * (>= 1), which is replaced by one U+FFFD.
+ */
+size_t wsb_utf8_seq(const uint8_t *s, size_t n, size_t *bad)
+{
+	uint8_t c = s[0], lo = 0x80, hi = 0xBF;
+	size_t need, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF) {
+		need = 2;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		need = 3;
+		if (c == 0xE0)
+			lo = 0xA0;
+		else if (c == 0xED)
+			hi = 0x9F; /* no surrogates */
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		need = 4;
+		if (c == 0xF0)
+			lo = 0x90;
+		else if (c == 0xF4)
+			hi = 0x8F; /* <= U+10FFFF */
+	} else {
+		*bad = 1; /* 80..C1, F5..FF never start a sequence */
+		return 0;
+	}
+	for (i = 1; i < need; i++) {
+		if (i >= n || s[i] < lo || s[i] > hi) {
+			*bad = i;
+			return 0;
+		}
+		lo = 0x80;
+		hi = 0xBF;
+	}
+	return need;
+}

@@ -408,4 +408,13 @@ static inline uint64_t wsb_fnv1a(const void *p, size_t n, uint64_t h)
 	return h;
 }
 
+/**
+ * The length of the well-formed UTF-8 sequence at @p s (@p n >= 1 bytes
+ * available), per Unicode Table 3-7 (no overlong form, no surrogate,
+ * nothing past U+10FFFF): 1 for an ASCII byte, 2 to 4 for a complete
+ * sequence; else 0, with *@p bad the length of its maximal subpart (>= 1),
+ * the bytes one U+FFFD replaces. Any thread.
+ */
+size_t wsb_utf8_seq(const uint8_t *s, size_t n, size_t *bad);
+
 #endif /* WSB_H */
