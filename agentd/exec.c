@@ -167,7 +167,10 @@ struct exec_process {
 	} timer_phase;
 	uv_timer_t idle;
 	uint64_t idle_ms, grace_ms;
-	uv_timer_t linger;                /* PTY: end of output after the exit */
+	uv_timer_t linger;                /* PTY: end of output after the exit;
+					     pipes: the release (linger_ms) */
+	uint64_t linger_ms;               /* exec_spec.linger_ms */
+	bool held;                        /* released: others hold the output */
 
 	unsigned open_handles;            /* handles whose close_cb is pending */
 	bool exited;                      /* reaped */
@@ -191,6 +194,7 @@ static void on_sigchld(uv_signal_t *h, int signum);
 static void maybe_report(struct exec_process *p);
 static void flow_check(struct exec_process *p);
 static void on_linger(uv_timer_t *timer);
+static void on_held(uv_timer_t *timer);
 static void on_hup_poll(uv_timer_t *timer);
 static void table_maybe_free(struct exec_table *t);
 
@@ -397,7 +401,7 @@ static void cg_move_all(int from, int to)
  * cgroup.kill (Linux 5.14, cgroup-v2.rst), else (and for other signals) to
  * each pid listed in cgroup.procs, except members of process group
  * @p skip_pgid (the caller signalled that group already: a second delivery
- * would run a handler twice). A pid read there is a live member, so the
+ * would run a handler twice; -1: none). A pid read there is a live member, so the
  * window for signalling a reused pid is the time between read and kill.
  */
 static void cg_signal(int dirfd, int sig, int skip_pgid)
@@ -784,11 +788,14 @@ static void tree_signal(struct exec_process *p, int sig)
 	 * the leader was reaped and the group emptied, its number may be
 	 * another process's group's (a pid is reused once no process has it
 	 * as pid, pgid or sid): where the cgroup holds the tree, only the
-	 * cgroup is signalled then. */
-	if (!p->exited || (p->cg_fd < 0 && !group_gone(p)))
+	 * cgroup is signalled then, every member of it (those still in the
+	 * leader's group too: no kill(-pgid) reached them). */
+	bool group = !p->exited || (p->cg_fd < 0 && !group_gone(p));
+
+	if (group)
 		(void)kill(-p->pid, sig);
 	if (p->cg_fd >= 0)
-		cg_signal(p->cg_fd, sig, p->pid);
+		cg_signal(p->cg_fd, sig, group ? p->pid : -1);
 }
 
 /* ---- table ---- */
@@ -1163,6 +1170,8 @@ static void process_exited(struct exec_process *p, int status)
 	}
 	if (p->pty && p->out_state[EXEC_STDOUT] == PIPE_OPEN)
 		uv_timer_start(&p->linger, on_linger, PTY_LINGER_MS, 0);
+	else if (!p->pty && p->linger_ms && !p->killed && p->timer_phase <= TIMER_TIMEOUT)
+		uv_timer_start(&p->linger, on_held, p->linger_ms, 0);
 	maybe_report(p);
 }
 
@@ -1356,6 +1365,28 @@ static void on_linger(uv_timer_t *timer)
 	pipe_close(p, EXEC_STDOUT);
 	maybe_report(p);
 	exec_unref(p);
+}
+
+/*
+ * Pipes, linger_ms after the command was reaped while its output is still
+ * open (held by what it left running): release it. Its timeouts stop (a
+ * server started with `&` is not killed when the command's time is up; a
+ * kill still ends it), and watchers learn it (exec_output_held()).
+ */
+static void on_held(uv_timer_t *timer)
+{
+	struct exec_process *p = timer->data;
+
+	if (p->reported || p->killed || p->timer_phase > TIMER_TIMEOUT)
+		return;
+	p->held = true;
+	uv_timer_stop(&p->timer);
+	p->timer_phase = TIMER_NONE;
+	p->idle_ms = 0;
+	uv_timer_stop(&p->idle);
+	wsb_debug("exec: process %llu (pid %d) released: its output is held by what it left running",
+		  (unsigned long long)p->id, p->pid);
+	notify(p, false);
 }
 
 /*
@@ -2183,6 +2214,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	p->rsize = jmax - p->flow_high < EXEC_READ_CHUNK ? jmax - p->flow_high : EXEC_READ_CHUNK;
 	p->idle_ms = spec->idle_timeout_ms;
 	p->grace_ms = spec->grace_ms ? spec->grace_ms : EXEC_KILL_GRACE_MS;
+	p->linger_ms = spec->linger_ms;
 	p->rbuf = malloc(p->rsize);
 	if (!p->rbuf) {
 		r = -ENOMEM;
@@ -2467,6 +2499,16 @@ const char *exec_tag(const struct exec_process *p)
 bool exec_exited(const struct exec_process *p)
 {
 	return p->reported;
+}
+
+bool exec_output_held(const struct exec_process *p, struct exec_exit *ret_exit)
+{
+	if (!p->held || p->reported)
+		return false;
+	*ret_exit = p->ex;
+	if (p->reason != EXEC_NOT_KILLED)
+		ret_exit->killed_by = p->reason;
+	return true;
 }
 
 size_t exec_stdin_queued(const struct exec_process *p)

@@ -187,6 +187,16 @@ struct exec_spec {
 	uint64_t timeout_ms;      /**< wall clock; 0 = none */
 	uint64_t idle_timeout_ms; /**< no output for this long; 0 = none */
 	uint64_t grace_ms;        /**< SIGTERM -> SIGKILL; 0 = EXEC_KILL_GRACE_MS */
+	/**
+	 * Pipe mode: once the command itself was reaped, how long its output
+	 * pipes may stay open, held by processes it left running (`server &`),
+	 * before it is released (exec_output_held()): its timeouts stop and
+	 * those processes run on, their output read into the journal (no
+	 * lossless watcher), until they close it or are killed (exec_kill(),
+	 * agentd's shutdown); it counts as running until then. 0 = no limit:
+	 * the exit waits for the output's EOF, as ssh(1)'s does.
+	 */
+	uint64_t linger_ms;
 	size_t journal_bytes;     /**< per stream; 0 = the table's */
 };
 
@@ -303,6 +313,15 @@ int exec_pid(const struct exec_process *p);
 const char *exec_tag(const struct exec_process *p);
 /** True once EXITED. */
 bool exec_exited(const struct exec_process *p);
+/**
+ * True when @p p was released (exec_spec.linger_ms): the command itself
+ * ended that long ago and processes it left running still hold its output;
+ * sets *@p ret_exit to the command's own exit status (code or signal;
+ * killed_by and timed_out as known then). Watchers are woken once when it
+ * is (their exec_watch_next() gives EXEC_EV_NONE). False before, and once
+ * EXITED. Loop thread.
+ */
+bool exec_output_held(const struct exec_process *p, struct exec_exit *ret_exit);
 /** Bytes of stdin queued and not yet written to the command. Loop thread. */
 size_t exec_stdin_queued(const struct exec_process *p);
 /** Fill @p info (pointers borrowed from @p p). Loop thread. */

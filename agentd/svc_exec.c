@@ -68,6 +68,13 @@
 /** ExecuteCommands: what a call sets aside in the reply budget before it
  * runs anything, bytes (cmds_reserve() grows it with the transcript). */
 #define COMMANDS_RESERVE_FIRST ((size_t)64 * 1024)
+/**
+ * ExecuteCommands: how long a command's output may stay open after the
+ * command itself ended, held by what it left running (`server &`), ms:
+ * then the transcript goes on without it (exec_spec.linger_ms), and those
+ * processes run on.
+ */
+#define COMMANDS_LINGER_MS 1000u
 /** ExecuteCommands: largest commands.txt, bytes. */
 #define COMMANDS_FILE_MAX ((size_t)1024 * 1024)
 
@@ -1361,6 +1368,7 @@ static void cmds_next(struct cmds_ctx *ctx)
 		.cwd_fd = ctx->dir_fd,
 		.combine_output = true,
 		.journal_bytes = COMMANDS_JOURNAL,
+		.linger_ms = COMMANDS_LINGER_MS,
 	};
 	struct exec_table *t = table_of(ctx->ad);
 	struct exec_process *p = NULL;
@@ -1411,8 +1419,11 @@ static void cmds_next(struct cmds_ctx *ctx)
 static void cmds_ready(struct exec_watch *w, void *arg)
 {
 	struct cmds_ctx *ctx = arg;
+	struct exec_process *p = exec_watch_process(w);
 	struct exec_event e;
 	struct exec_exit ex;
+	uint64_t id = exec_id(p);
+	bool held = false;
 
 	for (;;) {
 		switch (exec_watch_next(w, EXEC_READ_CHUNK, &e)) {
@@ -1422,17 +1433,24 @@ static void cmds_ready(struct exec_watch *w, void *arg)
 		case EXEC_EV_LOST: /* not with a lossless watcher */
 			continue;
 		case EXEC_EV_NONE:
-			return;
+			if (!exec_output_held(p, &ex))
+				return;
+			held = true;
+			break;
 		case EXEC_EV_EXITED:
+			ex = e.exit;
 			break;
 		}
 		break;
 	}
-	ex = e.exit;
-	exec_watch_free(w);
+	exec_watch_free(w); /* a held process runs on */
 	ctx->w = NULL;
 	cmds_add_output(ctx);
 	cmds_add_status(ctx, &ex);
+	if (held)
+		buf_printf(&ctx->out, "[what it started in the background still runs, its later "
+				      "output not shown here: command %llu (wsctl attach %llu)]\n",
+			   (unsigned long long)id, (unsigned long long)id);
 	cmds_trim(ctx);
 	if (ex.killed_by == EXEC_KILLED_SHUTDOWN && ctx->next < ctx->n) {
 		/* Killed by agentd itself (it is stopping), not by the

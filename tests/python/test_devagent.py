@@ -249,6 +249,25 @@ class DevAgent(unittest.TestCase):
         out = self.execute(["printf '%s\\n' *.c | wc -l", "X=42; echo \"x=$X\""], "app4")
         self.assertInOrder(out, ["2\n", "[exit 0]", "x=42\n", "[exit 0]"])
 
+    def test_execute_commands_background_job(self):
+        # A command that starts a job in the background (a server, `&`)
+        # ends when the shell does, 1 s later at most: the job holds the
+        # output pipe, and the call waited for it (until the 10-minute
+        # timeout, which then killed the job). The job runs on, and the
+        # next command sees it.
+        self.create(["x"], [""], "bg")
+        t0 = time.monotonic()
+        out = self.execute(["sleep 300 & echo $! > job.pid; echo started; exit 4",
+                            "kill -0 \"$(cat job.pid)\" && echo job-alive"], "bg")
+        took = time.monotonic() - t0
+        self.assertLess(took, 10, out)
+        self.assertInOrder(out, ["started\n", "[exit 4]\n",
+                                 "[what it started in the background still runs",
+                                 "job-alive\n", "[exit 0]\n"])
+        out = self.execute(["kill \"$(cat job.pid)\"; sleep 0.2; "
+                            "kill -0 \"$(cat job.pid)\" 2>/dev/null || echo job-gone"], "bg")
+        self.assertInOrder(out, ["job-gone\n", "[exit 0]\n"])
+
     def test_execute_commands_missing_program(self):
         self.create(["x"], [""], "app5")
         out = self.execute(["no-such-program-wsb", "echo after"], "app5")

@@ -971,6 +971,70 @@ static void test_signal_tree(void **state)
 }
 
 /*
+ * A command that ended, leaving a job holding its output (`sleep 300 &`), is
+ * released linger_ms after its exit: the watcher is woken, exec_output_held()
+ * gives the shell's own status, and the job runs on past the command's
+ * timeout. A Signal then still reaches it: it is in the leader's process
+ * group, which a cgroup member of that group must not be skipped for once
+ * the leader is gone (setup_small: cgroups on where the kernel allows).
+ */
+static void test_released_then_signalled(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "sleep 300 & echo $!; exit 3",
+		.cwd_fd = -1,
+		.timeout_ms = 600,
+		.linger_ms = 100,
+	};
+	struct exec_exit ex = { 0 };
+	struct result r;
+	uint64_t t0;
+	pid_t job;
+
+	result_init(&r);
+	assert_int_equal(spawn(f, &spec, &r), 0);
+	exec_ref(r.p);
+	t0 = now_ms();
+	while (!exec_output_held(r.p, &ex) && now_ms() - t0 < 3000)
+		run_ms(f, 10);
+	assert_true(exec_output_held(r.p, &ex));
+	assert_int_equal(ex.code, 3);
+	assert_int_equal(ex.signal, 0);
+	assert_false(r.exited);
+	job = first_line_pid(&r);
+	run_ms(f, 900); /* past timeout_ms: released, not killed */
+	assert_true(alive(job));
+	assert_false(r.exited);
+	assert_int_equal(exec_signal(r.p, SIGTERM), 0);
+	t0 = now_ms();
+	while (!r.exited && now_ms() - t0 < 3000)
+		run_ms(f, 10);
+	assert_true(r.exited);
+	assert_gone(f, job);
+	assert_int_equal(r.ex.code, 3);
+	assert_false(exec_output_held(r.p, &ex));
+	exec_unref(r.p);
+	result_done(&r);
+}
+
+/* Without linger_ms the exit waits for the job's EOF, as ssh(1)'s does. */
+static void test_no_linger_waits_for_output(void **state)
+{
+	struct fixture *f = *state;
+	struct exec_spec spec = {
+		.shell = "sleep 0.4 & exit 0",
+		.cwd_fd = -1,
+	};
+	struct result r;
+	uint64_t t0 = now_ms();
+
+	run(f, &spec, &r);
+	assert_true(now_ms() - t0 >= 380);
+	result_done(&r);
+}
+
+/*
  * Out of descriptors, a start fails (EMFILE) rather than run the command
  * without the cgroup its tree kill relies on: at every count of free
  * descriptors from 0 to 12 (the start needs about 9 with a cgroup), a
@@ -1620,6 +1684,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_process_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_tree, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_spawn_fd_pressure, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_released_then_signalled, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_released_then_signalled, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_linger_waits_for_output, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_delivered_once, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_not_a_reused_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_signal_not_a_reused_group_later, setup, teardown),
