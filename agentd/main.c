@@ -218,32 +218,6 @@ static int listen_error(const char *addr)
 	return r;
 }
 
-static int read_token(const char *file, char **ret)
-{
-	char buf[4097];
-	struct stat stb;
-	ssize_t n;
-	int fd = open(file, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &stb) == 0 && (stb.st_mode & 0077))
-		wsb_warn("token file '%s' is readable by group or others", file);
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	if (n == (ssize_t)sizeof(buf) - 1)
-		return -EFBIG;
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-		n--;
-	buf[n] = '\0';
-	if (n == 0 || strchr(buf, '\n'))
-		return -EINVAL;
-	*ret = strdup(buf);
-	return *ret ? 0 : -ENOMEM;
-}
-
 struct app {
 	struct agentd ad;
 	struct rpc_server *server;
@@ -543,10 +517,15 @@ int main(int argc, char **argv)
 	if (!app.stdio && nlisten == 0)
 		listen[nlisten++] = DEFAULT_LISTEN;
 	if (token_file) {
-		r = read_token(token_file, &app.token);
+		struct stat stb;
+
+		if (stat(token_file, &stb) == 0 && (stb.st_mode & 0077))
+			wsb_warn("token file '%s' is readable by group or others", token_file);
+		r = wsb_token_read(token_file, &app.token);
 		if (r < 0) {
 			wsb_err("cannot read token file '%s': %s", token_file,
-				r == -EINVAL ? "empty or more than one line" : strerror(-r));
+				r == -EINVAL ? "empty, or not one word of printable ASCII"
+				: r == -EFBIG ? "larger than 4096 bytes" : strerror(-r));
 			return 1;
 		}
 	}

@@ -3264,29 +3264,6 @@ static void help(void)
 	       "--detach) then kills the command, attach leaves it running.\n");
 }
 
-static char *read_token(const char *file)
-{
-	char buf[4097];
-	ssize_t n;
-	int fd = open(file, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0) {
-		msg("token file %s: %s", q(file), strerror(errno));
-		exit(EXIT_USAGE);
-	}
-	n = read_full(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0) {
-		msg("token file %s: %s", q(file), strerror((int)-n));
-		exit(EXIT_USAGE);
-	}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-			 buf[n - 1] == '\t'))
-		n--;
-	buf[n] = '\0';
-	return strdup(buf);
-}
-
 static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
@@ -3412,10 +3389,14 @@ int main(int argc, char **argv)
 		wsb_log_init("wsctl", WSB_LOG_DEBUG);
 
 	if (token_file && *token_file) {
-		token = read_token(token_file);
-		if (!token) {
-			report_errno(NULL, ENOMEM);
-			return EXIT_FAILURE;
+		r = wsb_token_read(token_file, &token);
+		if (r == -EINVAL) {
+			msg("token file %s holds no valid token (one word of printable ASCII)",
+			    q(token_file));
+			exit(EXIT_USAGE);
+		} else if (r < 0) {
+			msg("token file %s: %s", q(token_file), strerror(-r));
+			exit(EXIT_USAGE);
 		}
 		o.token = token;
 	}

@@ -339,39 +339,6 @@ static int session_id_new(char buf[33])
 	return 0;
 }
 
-/* The bearer token from @file: trailing whitespace dropped. NULL on error. */
-static char *read_token(const char *file)
-{
-	char buf[4097];
-	size_t n = 0;
-	int fd = open(file, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0) {
-		fprintf(stderr, "wsfs: token file '%s': %s\n", file, strerror(errno));
-		return NULL;
-	}
-	while (n < sizeof(buf) - 1) {
-		ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			fprintf(stderr, "wsfs: token file '%s': %s\n", file, strerror(errno));
-			close(fd);
-			return NULL;
-		}
-		if (k == 0)
-			break;
-		n += (size_t)k;
-	}
-	close(fd);
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-			 buf[n - 1] == '\t'))
-		n--;
-	buf[n] = '\0';
-	return strdup(buf);
-}
-
 /* "-osubtype=wsfs,fsname=SRC" with ',' and '\' escaped for fuse_opt. */
 static char *fsname_arg(const char *src)
 {
@@ -552,9 +519,13 @@ int main(int argc, char **argv)
 			o.token_file = strdup(e);
 	}
 	if (o.token_file) {
-		token = read_token(o.token_file);
-		if (!token)
+		r = wsb_token_read(o.token_file, &token);
+		if (r < 0) {
+			fprintf(stderr, "wsfs: token file '%s': %s\n", o.token_file,
+				r == -EINVAL ? "no valid token (one word of printable ASCII)"
+				: strerror(-r));
 			goto out;
+		}
 	}
 
 	fsarg = fsname_arg(addr ? addr : "wsfs-exec");

@@ -5,6 +5,7 @@
  * (docs/protocol.md), message packing, and the stderr logger. Any thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,43 @@ void wsb_log_init(const char *progname, int level)
 	if (progname)
 		log_prog = progname;
 	log_level = level;
+}
+
+int wsb_token_read(const char *file, char **ret_token)
+{
+	char buf[WSB_TOKEN_FILE_MAX + 1];
+	size_t n = 0;
+	ssize_t k;
+	int fd = open(file, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	while (n < sizeof(buf)) {
+		k = read(fd, buf + n, sizeof(buf) - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			k = -errno;
+			close(fd);
+			return (int)k;
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	close(fd);
+	if (n > WSB_TOKEN_FILE_MAX)
+		return -EFBIG;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+			 buf[n - 1] == '\t'))
+		n--;
+	if (n == 0)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)buf[i] <= 0x20 || (unsigned char)buf[i] > 0x7e)
+			return -EINVAL;
+	*ret_token = strndup(buf, n);
+	return *ret_token ? 0 : -ENOMEM;
 }
 
 bool wsb_session_id_valid(const void *id, size_t len)

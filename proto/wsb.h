@@ -227,6 +227,21 @@ int wsb_addr_check(const char *addr, const char **why);
  */
 bool wsb_session_id_valid(const void *id, size_t len);
 
+/** Largest token file wsb_token_read() takes, bytes. */
+#define WSB_TOKEN_FILE_MAX 4096
+
+/**
+ * Read the bearer token in @p file: its bytes less trailing newlines,
+ * carriage returns, spaces and tabs; it must be 1 or more bytes of
+ * printable ASCII without spaces (RFC 6750's b64token is a subset; gRPC
+ * sends it in the "authorization" header as is). On 0, *@p ret_token is a
+ * NUL-terminated copy the caller frees. Returns -errno of open(2)/read(2),
+ * -EFBIG past WSB_TOKEN_FILE_MAX bytes, -EINVAL for an empty token or one
+ * with any other byte (a NUL would cut it short, a newline make two),
+ * -ENOMEM. Any thread.
+ */
+int wsb_token_read(const char *file, char **ret_token);
+
 /**
  * Parse a level name ("error", "warning", "notice", "info", "debug").
  * Returns the level, or -EINVAL for an unknown name.

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -252,6 +253,74 @@ static void test_addr_check(void **state)
 		assert_non_null(why);
 	}
 	assert_int_equal(wsb_addr_check(NULL, &why), -EINVAL);
+}
+
+/* Write @p n bytes of @p data to a new temporary file; its path in @p path. */
+static void token_file(char path[32], const void *data, size_t n)
+{
+	int fd;
+
+	strcpy(path, "/tmp/test_wsb.XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, n), (ssize_t)n);
+	close(fd);
+}
+
+static int token_of(const void *data, size_t n, char **ret)
+{
+	char path[32];
+	int r;
+
+	token_file(path, data, n);
+	*ret = NULL;
+	r = wsb_token_read(path, ret);
+	unlink(path);
+	return r;
+}
+
+static void test_token_read(void **state)
+{
+	static const struct {
+		const char *data;
+		size_t n;
+		const char *token; /* NULL: -EINVAL */
+	} cases[] = {
+		{ "abc123\n", 7, "abc123" },
+		{ "abc123 \t\r\n\n", 11, "abc123" },
+		{ "a.b-c_d~e+f/g=", 14, "a.b-c_d~e+f/g=" },
+		{ "", 0, NULL },
+		{ " \n", 2, NULL },
+		{ "\0secret", 7, NULL },   /* strdup() made it "" */
+		{ "sec\0ret", 7, NULL },   /* and this "sec" */
+		{ "two words", 9, NULL },
+		{ "two\nlines", 9, NULL },
+		{ " lead", 5, NULL },
+		{ "caf\xc3\xa9", 5, NULL },
+		{ "bell\a", 5, NULL },
+		{ "del\x7f", 4, NULL },
+	};
+	char big[WSB_TOKEN_FILE_MAX + 1], *t;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int r = token_of(cases[i].data, cases[i].n, &t);
+
+		if (cases[i].token) {
+			assert_int_equal(r, 0);
+			assert_string_equal(t, cases[i].token);
+			free(t);
+		} else {
+			assert_int_equal(r, -EINVAL);
+			assert_null(t);
+		}
+	}
+	memset(big, 'x', sizeof(big));
+	assert_int_equal(token_of(big, WSB_TOKEN_FILE_MAX, &t), 0);
+	assert_int_equal(strlen(t), WSB_TOKEN_FILE_MAX);
+	free(t);
+	assert_int_equal(token_of(big, WSB_TOKEN_FILE_MAX + 1, &t), -EFBIG);
+	assert_int_equal(wsb_token_read("/nonexistent/token", &t), -ENOENT);
 }
 
 static void test_session_id(void **state)
@@ -704,6 +773,7 @@ int main(void)
 		cmocka_unit_test(test_escape),
 		cmocka_unit_test(test_addr_check),
 		cmocka_unit_test(test_session_id),
+		cmocka_unit_test(test_token_read),
 		cmocka_unit_test(test_time_ns),
 		cmocka_unit_test(test_time_wire),
 		cmocka_unit_test(test_deadline),
