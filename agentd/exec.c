@@ -1688,6 +1688,28 @@ static size_t strv_len(const char *const *v)
 }
 
 /*
+ * Whether execve(2) can take @p argv and @p envp: each string shorter than
+ * EXEC_ARG_STRLEN_MAX, all of them with their pointers within ARG_MAX
+ * (sysconf(3); execve(2) "Limits on size of arguments and environment").
+ * Returns 0 or -E2BIG.
+ */
+static int args_fit(char *const *argv, char *const *envp)
+{
+	long arg_max = sysconf(_SC_ARG_MAX);
+	char *const *v[2] = { argv, envp };
+	size_t total = 0, n;
+
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; v[k][i]; i++) {
+			n = strlen(v[k][i]) + 1;
+			if (n > EXEC_ARG_STRLEN_MAX)
+				return -E2BIG;
+			total += n + sizeof(char *);
+		}
+	return arg_max > 0 && total > (size_t)arg_max ? -E2BIG : 0;
+}
+
+/*
  * environ plus @p first (or NULL) plus the overrides, later wins. Returns a
  * malloc'd array of borrowed strings (valid while environ and spec live), or
  * NULL.
@@ -2235,6 +2257,9 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 		r = -ENOMEM;
 		goto fail;
 	}
+	r = args_fit(p->argv, envp);
+	if (r < 0)
+		goto fail; /* before the child: its PATH walk would try each */
 
 	/* The child's stdio. */
 	want_stdin = spec->stdin_open || spec->stdin_len;

@@ -66,6 +66,13 @@ struct exec_table;
 struct exec_process;
 struct exec_watch;
 
+/**
+ * Longest argument or environment string a command may get, bytes with its
+ * terminating NUL: Linux's MAX_ARG_STRLEN (32 pages of 4 KiB; execve(2)
+ * "Limits on size of arguments and environment").
+ */
+#define EXEC_ARG_STRLEN_MAX ((size_t)32 * 4096)
+
 /** Default limit on processes running at once. */
 #define EXEC_MAX_PROCESSES_DEFAULT 256
 /** Default journal size per stream, bytes. */

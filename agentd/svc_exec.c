@@ -65,6 +65,9 @@
  * the marker.
  */
 #define COMMANDS_RAW_MAX (COMMANDS_TRANSCRIPT_MAX - 128)
+/** ExecuteCommands: how far the transcript may grow past COMMANDS_RAW_MAX
+ * before it is cut back (cmds_trim()), bytes. */
+#define COMMANDS_TRIM_SLACK ((size_t)1024 * 1024)
 /** ExecuteCommands: what a call sets aside in the reply budget before it
  * runs anything, bytes (cmds_reserve() grows it with the transcript). */
 #define COMMANDS_RESERVE_FIRST ((size_t)64 * 1024)
@@ -577,10 +580,39 @@ static void nul_failed(struct rpc_call *call, const char *field, size_t i)
 	rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL, "%s[%zu] contains a NUL byte", field, i);
 }
 
+/* INVALID_ARGUMENT (E2BIG) for a string execve(2) cannot pass; false then. */
+static bool arg_fits(struct rpc_call *call, const char *field, long i, size_t len)
+{
+	char at[32] = "";
+
+	if (len < EXEC_ARG_STRLEN_MAX)
+		return true;
+	if (i >= 0)
+		snprintf(at, sizeof(at), "[%ld]", i);
+	rpc_finish(call, WSB_INVALID_ARGUMENT, E2BIG,
+		   "%s%s is %zu bytes: a command's argument or environment string is "
+		   "at most %zu (MAX_ARG_STRLEN, execve(2))",
+		   field, at, len, EXEC_ARG_STRLEN_MAX - 1);
+	return false;
+}
+
 /* Checks of the fields that need no allocation; answers and returns false. */
 static bool start_check(struct rpc_call *call, const Wsbridge__V1__ExecRequest *req)
 {
+	size_t i;
 	char *q;
+
+	for (i = 0; i < req->n_argv; i++)
+		if (!arg_fits(call, "argv", (long)i, req->argv[i].len))
+			return false;
+	for (i = 0; i < req->n_args; i++)
+		if (!arg_fits(call, "args", (long)i, req->args[i].len))
+			return false;
+	for (i = 0; i < req->n_env; i++)
+		if (!arg_fits(call, "env", (long)i, req->env[i].len))
+			return false;
+	if (!arg_fits(call, "shell", -1, req->shell.len))
+		return false;
 
 	if ((req->n_argv > 0) == (req->shell.len > 0)) {
 		rpc_finish(call, WSB_INVALID_ARGUMENT, EINVAL,
@@ -1195,13 +1227,16 @@ static const char *signal_name(int sig, char *tmp, size_t size)
 
 /* Keep the transcript within COMMANDS_RAW_MAX: its first half stays, and
  * the newest bytes after it; the bytes between are counted in omitted, and
- * cmds_reply() puts a marker where they were. */
-static void cmds_trim(struct cmds_ctx *ctx)
+ * cmds_reply() puts a marker where they were. Done once it is @p slack
+ * bytes over, so that a run of short commands past the limit moves the
+ * tail once per @p slack bytes, not once per command (3,000,000 empty
+ * commands that could not start held the loop for 86 s). */
+static void cmds_trim(struct cmds_ctx *ctx, size_t slack)
 {
 	const size_t half = COMMANDS_RAW_MAX / 2, tail = COMMANDS_RAW_MAX - half;
 	struct buf *b = &ctx->out;
 
-	if (b->len <= COMMANDS_RAW_MAX)
+	if (b->len <= COMMANDS_RAW_MAX + slack)
 		return;
 	ctx->omitted += b->len - COMMANDS_RAW_MAX;
 	memmove(b->data + half, b->data + b->len - tail, tail);
@@ -1300,7 +1335,7 @@ static void cmds_reply(struct cmds_ctx *ctx)
 	int m;
 
 	ctx->call = NULL;
-	cmds_trim(ctx);
+	cmds_trim(ctx, 0);
 	if (ctx->omitted && !ctx->out.oom) {
 		const size_t cut = COMMANDS_RAW_MAX / 2;
 		char marker[80];
@@ -1376,7 +1411,7 @@ static void cmds_next(struct cmds_ctx *ctx)
 	int r;
 
 	while (ctx->next < ctx->n) {
-		cmds_trim(ctx);
+		cmds_trim(ctx, COMMANDS_TRIM_SLACK);
 		cmd = ctx->cmds[ctx->next++];
 		buf_str(&ctx->out, "$ ");
 		buf_str(&ctx->out, cmd);
@@ -1407,6 +1442,13 @@ static void cmds_next(struct cmds_ctx *ctx)
 					      "(RLIMIT_NPROC or the pod's pids limit)]\n");
 		else
 			buf_printf(&ctx->out, "[not started: %s]\n", strerror(-r));
+		if ((r == -EAGAIN || r == -ENOMEM) && ctx->next < ctx->n) {
+			/* agentd's or the system's limit, not this command's
+			 * fault: the ones after it would meet it too, and run
+			 * without what this one was to do first. */
+			buf_printf(&ctx->out, "[%zu more commands not run]\n", ctx->n - ctx->next);
+			ctx->next = ctx->n;
+		}
 	}
 	if (watch_barrier(svc_workspace_watcher(), EXIT_BARRIER_MS, cmds_barrier_done, ctx,
 			  &ctx->barrier) == 1)
@@ -1451,7 +1493,7 @@ static void cmds_ready(struct exec_watch *w, void *arg)
 		buf_printf(&ctx->out, "[what it started in the background still runs, its later "
 				      "output not shown here: command %llu (wsctl attach %llu)]\n",
 			   (unsigned long long)id, (unsigned long long)id);
-	cmds_trim(ctx);
+	cmds_trim(ctx, COMMANDS_TRIM_SLACK);
 	if (ex.killed_by == EXEC_KILLED_SHUTDOWN && ctx->next < ctx->n) {
 		/* Killed by agentd itself (it is stopping), not by the
 		 * command's timeout: do not start the rest. */

@@ -32,6 +32,12 @@ teardown() {
 	WSB_TARGET="unix:$sock" WSB_ROOT=$ROOT WSB_VIEW_LIMIT=4096 run_py test_devagent.py
 }
 
+@test "ExecuteCommands at agentd's process limit (grpcio)" {
+	agentd_unix --max-procs 1
+	WSB_MAX_PROCS=1 WSB_TARGET=$ADDR WSB_ROOT=$ROOT WSB_VIEW_LIMIT=4193280 \
+		run_py test_devagent.py DevAgent.test_execute_commands_at_the_process_limit
+}
+
 @test "ManageAgentOps with a token (grpcio)" {
 	printf 'dev-agent-token\n' >"$BATS_TEST_TMPDIR/token"
 	chmod 600 "$BATS_TEST_TMPDIR/token"

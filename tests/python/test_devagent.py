@@ -268,6 +268,26 @@ class DevAgent(unittest.TestCase):
                             "kill -0 \"$(cat job.pid)\" 2>/dev/null || echo job-gone"], "bg")
         self.assertInOrder(out, ["job-gone\n", "[exit 0]\n"])
 
+    @unittest.skipUnless(os.environ.get("WSB_MAX_PROCS") == "1", "agentd --max-procs 1 only")
+    def test_execute_commands_at_the_process_limit(self):
+        # The job left running holds agentd's one process: the next
+        # command cannot start, and the ones after it are not tried (each
+        # would fail the same; 3,000,000 of them held agentd's loop 86 s).
+        self.create(["x"], [""], "limit")
+        out = self.execute(["sleep 300 & echo $! > job.pid", "echo second", "echo third",
+                            "echo fourth"], "limit")
+        self.assertInOrder(out, ["[exit 0]\n", "[what it started in the background still runs",
+                                 "$ echo second\n",
+                                 "[not started: too many commands running (limit 1)]\n",
+                                 "[2 more commands not run]\n"])
+        self.assertNotIn("third", out)
+        t0 = time.monotonic()
+        out = self.execute(["echo x"] * 200000, "limit")
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertTrue(out.endswith("[not started: too many commands running (limit 1)]\n"
+                                     "[199999 more commands not run]\n"), out[-300:])
+        # (agentd's SIGTERM at the test's end ends the job)
+
     def test_execute_commands_missing_program(self):
         self.create(["x"], [""], "app5")
         out = self.execute(["no-such-program-wsb", "echo after"], "app5")

@@ -1524,6 +1524,43 @@ static void test_spawn_errors(void **state)
 	spec.pty = true;
 	spec.rows = 70000;
 	assert_int_equal(spawn(f, &spec, &r), -EINVAL);
+	spec.pty = false;
+	spec.rows = 0;
+	spec.shell = NULL;
+	/* what execve(2) cannot take fails before a child walks PATH with it
+	 * (a PATH of 20 MB of ':' held the loop for 22 s): one string of
+	 * MAX_ARG_STRLEN bytes with its NUL, 131071 passes ... */
+	{
+		size_t n = EXEC_ARG_STRLEN_MAX + 16, i;
+		char *big = malloc(n), *many[24];
+		const char *one[] = { big, NULL };
+
+		assert_non_null(big);
+		memcpy(big, "PATH=", 5);
+		memset(big + 5, ':', n - 5);
+		big[EXEC_ARG_STRLEN_MAX] = '\0';
+		spec.env = one;
+		spec.argv = missing;
+		assert_int_equal(spawn(f, &spec, &r), -E2BIG);
+		big[EXEC_ARG_STRLEN_MAX - 1] = '\0';
+		assert_int_equal(spawn(f, &spec, &r), -ENOENT);
+		/* ... and all of them within ARG_MAX (2 MiB here) */
+		for (i = 0; i < 23; i++) {
+			many[i] = malloc(100000);
+			assert_non_null(many[i]);
+			snprintf(many[i], 16, "X%zu=", i);
+			memset(many[i] + strlen(many[i]), 'y', 100000 - 1 - strlen(many[i]));
+			many[i][99999] = '\0';
+		}
+		many[23] = NULL;
+		spec.env = (const char *const *)many;
+		assert_int_equal(spawn(f, &spec, &r),
+				 sysconf(_SC_ARG_MAX) < 2300000 ? -E2BIG : -ENOENT);
+		spec.env = NULL;
+		for (i = 0; i < 23; i++)
+			free(many[i]);
+		free(big);
+	}
 	run_ms(f, 50);
 	assert_int_equal(exec_table_count(f->table), 0);
 	assert_int_equal(exec_table_running(f->table), 0);
