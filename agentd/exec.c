@@ -35,6 +35,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1812,6 +1813,7 @@ struct child_ctx {
 	char **argv, **envp;
 	const char *path;  /* the command's PATH (from envp), searched as execvp(3) */
 	char **sh_argv;    /* argc + 2 slots for an ENOEXEC script run by /bin/sh */
+	unsigned long nofile; /* exec_config.child_nofile */
 };
 
 /*
@@ -1983,6 +1985,14 @@ CHILD_FN __attribute__((noreturn)) static void child_main(const struct child_ctx
 	/* Nothing agentd opened reaches the command, even without
 	 * O_CLOEXEC (close_range(2), Linux 5.11; ignored where missing). */
 	(void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (c->nofile) {
+		struct rlimit rl;
+
+		if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &rl) == 0 && c->nofile <= rl.rlim_max) {
+			rl.rlim_cur = c->nofile;
+			(void)syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &rl, NULL);
+		}
+	}
 	sigemptyset(&none);
 	(void)sigprocmask(SIG_SETMASK, &none, NULL);
 	child_exec(c);
@@ -2347,6 +2357,7 @@ int exec_spawn(struct exec_table *t, const struct exec_spec *spec, struct exec_p
 	c.cwd_fd = spec->cwd_fd;
 	snprintf(c.cwd_path, sizeof(c.cwd_path), "/proc/self/fd/%d", spec->cwd_fd);
 	c.cg_procs = cg_procs;
+	c.nofile = t->cfg.child_nofile;
 	c.cg_dir = cg_procs >= 0 && p->cg_fresh ? p->cg_fd : -1;
 	c.err_w = perrp[1];
 	perrp[1] = -1;

@@ -141,6 +141,14 @@ struct exec_config {
 	 * the process group alone (logged once at info) when it does not.
 	 */
 	bool cgroups;
+	/**
+	 * Soft RLIMIT_NOFILE a command starts with (getrlimit(2)), or 0 to
+	 * leave agentd's own: agentd raises its own to the hard limit, and
+	 * gives commands back the one it was started with (as systemd does:
+	 * select(2) and programs that close every descriptor up to the limit
+	 * expect 1024).
+	 */
+	unsigned long child_nofile;
 };
 
 /** What to run. Strings are NUL-terminated and borrowed for the call. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -33,6 +34,9 @@
 #define DEFAULT_ROOT "/workspace"
 #define DEFAULT_LISTEN "127.0.0.1:9000"
 #define MAX_LISTEN 16
+/* Open files agentd wants besides --max-handles: connections, the pipes of
+ * --max-procs commands, uploads, the watch. */
+#define NOFILE_RESERVE 2048u
 /* --drain-grace: how long running calls may finish after SIGTERM, s. */
 #define DRAIN_GRACE_DEFAULT_S 10u
 #define DRAIN_GRACE_MAX_S 3600u
@@ -216,6 +220,43 @@ static int listen_error(const char *addr)
 	}
 	freeaddrinfo(ai);
 	return r;
+}
+
+/*
+ * Raise the soft RLIMIT_NOFILE to the hard one (getrlimit(2)) and return
+ * the soft one agentd was started with (0 if unchanged), for its commands
+ * (exec_config.child_nofile). gRPC 1.51 stops accepting on a listener for
+ * good once accept4(2) fails EMFILE (tcp_server_posix.cc): with the 1024
+ * a login shell gives, --max-handles' 4096 open files would end the
+ * listener.
+ */
+static unsigned long raise_nofile(void)
+{
+	struct rlimit rl;
+	rlim_t was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return 0;
+	was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		/* RLIM_INFINITY is above fs.nr_open: take that. */
+		FILE *fp = fopen("/proc/sys/fs/nr_open", "re");
+		unsigned long nr = 0;
+
+		if (!fp || fscanf(fp, "%lu", &nr) != 1 || nr <= was) {
+			if (fp)
+				fclose(fp);
+			return 0;
+		}
+		fclose(fp);
+		rl.rlim_cur = nr;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			return 0;
+	}
+	wsb_info("open files: soft limit raised from %lu to %lu (commands get %lu)",
+		 (unsigned long)was, (unsigned long)rl.rlim_cur, (unsigned long)was);
+	return (unsigned long)was;
 }
 
 struct app {
@@ -546,6 +587,19 @@ int main(int argc, char **argv)
 	}
 
 	signal(SIGPIPE, SIG_IGN);
+	exec_cfg.child_nofile = raise_nofile();
+	{
+		struct rlimit rl;
+
+		/* Room for every handle besides connections, commands' pipes
+		 * and the watch, or a busy agentd meets EMFILE (above). */
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    max_handles + NOFILE_RESERVE > rl.rlim_cur)
+			wsb_warn("--max-handles %llu leaves fewer than %u of the %lu open files "
+				 "agentd may have for connections and commands: lower it, or raise "
+				 "the limit (ulimit -Hn)",
+				 max_handles, NOFILE_RESERVE, (unsigned long)rl.rlim_cur);
+	}
 	/* Orphans of commands (a daemon's double fork) become agentd's
 	 * children, which exec.c's SIGCHLD reaper reaps; as PID 1 in a
 	 * container they are agentd's anyway (prctl(2)). */

@@ -147,6 +147,37 @@ teardown() {
 	run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$BATS_TEST_TMPDIR/no-such-token"
 	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
 	assert_contains "$stderr" "no-such-token"
+
+	# A NUL byte would cut the token short (before: to "", which let
+	# 'Bearer ' in); a space or a second line is no one token either.
+	printf '\0secret\n' >"$BATS_TEST_TMPDIR/nul-token"
+	printf 'two words\n' >"$BATS_TEST_TMPDIR/space-token"
+	for t in nul-token space-token; do
+		chmod 600 "$BATS_TEST_TMPDIR/$t"
+		run --separate-stderr timeout 10 "$AGENTD" --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$BATS_TEST_TMPDIR/$t"
+		assert_status 1
+		assert_contains "$stderr" "$t': empty, or not one word of printable ASCII"
+		run --separate-stderr "$WSCTL" -a "127.0.0.1:$port" --token-file "$BATS_TEST_TMPDIR/$t" health
+		assert_status 2
+		assert_contains "$stderr" "holds no valid token"
+	done
+}
+
+@test "agentd raises its open-file limit and gives commands the one it got" {
+	wsb_runsc && skip "agentd's limits are gVisor's there"
+	command -v prlimit >/dev/null || skip "prlimit (util-linux) is not installed"
+	# A login shell's 1024: --max-handles' 4096 files would run agentd out
+	# (and gRPC 1.51 stops accepting on EMFILE for good).
+	local real=$AGENTD
+	printf '#!/bin/sh\nexec prlimit --nofile=1024:8192 %q "$@"\n' "$real" >"$BATS_TEST_TMPDIR/agentd"
+	chmod +x "$BATS_TEST_TMPDIR/agentd"
+	AGENTD=$BATS_TEST_TMPDIR/agentd agentd_unix
+	assert_eq "$(awk '/^Max open files/ { print $4, $5 }' "/proc/$AGENTD_PID/limits")" \
+		"8192 8192" "agentd's open-file limits"
+	run "$WSCTL" -a "$ADDR" exec --shell -- 'ulimit -Sn; ulimit -Hn'
+	assert_status 0
+	assert_eq "$output" "1024
+8192" "a command's open-file limits"
 }
 
 @test "agentd serves loopback TCP, IPv6 loopback and a unix socket at once" {
