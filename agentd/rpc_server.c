@@ -77,6 +77,24 @@
  * clock, nanoseconds (then it waits until woken: no wake-ups when idle). */
 #define GATE_WATCH_NS (50 * 1000 * 1000)
 
+/**
+ * Requests of methods served without the token (health checks) read at
+ * once for callers that lack it: each may be as large as the receive
+ * limit (64 MiB), read whole by gRPC.
+ */
+#define RPC_OPEN_READS_MAX 2
+/** Largest request of a method served without the token that is decoded,
+ * bytes (a health check's is a service name). */
+#define RPC_OPEN_REQUEST_MAX 4096
+/**
+ * HTTP/2 streams a connection may have open at once
+ * (GRPC_ARG_MAX_CONCURRENT_STREAMS, SETTINGS_MAX_CONCURRENT_STREAMS of RFC
+ * 9113): each costs agentd about 12 KB (80,000 idle Watch streams on two
+ * connections took 1 GB); a client past it waits for one to end. wsfs
+ * keeps about 20 open.
+ */
+#define RPC_STREAMS_MAX 1024
+
 /* Request slots posted per registered method, and for unknown methods. */
 #define RPC_SLOTS_PER_METHOD 2
 
@@ -85,6 +103,7 @@ enum tag_kind {
 	TAG_UNKNOWN,   /* an unregistered call arrived */
 	TAG_SEND,      /* SEND_MESSAGE (+ initial metadata) done */
 	TAG_RECV,      /* RECV_MESSAGE done */
+	TAG_PAYLOAD,   /* RECV_MESSAGE of a unary or server-streaming request */
 	TAG_CLOSE,     /* RECV_CLOSE_ON_SERVER done: end or cancel */
 	TAG_STATUS,    /* final status sent */
 	TAG_SHUTDOWN,  /* grpc_server_shutdown_and_notify done */
@@ -142,6 +161,8 @@ struct rpc_server {
 	bool gate_stop;            /* the queue is shut down */
 
 	atomic_int live;           /* request slots + calls alive */
+	atomic_int open_reads;     /* requests of no_auth calls without the
+				      token being read (RPC_OPEN_READS_MAX) */
 	atomic_bool shutting_down; /* no new request slots */
 	atomic_int threads_done;
 	bool shutdown_tag_done;    /* loop thread */
@@ -165,7 +186,8 @@ struct rpc_call {
 	gpr_timespec deadline;
 	grpc_metadata_array md;
 	grpc_call_details details; /* unknown methods only */
-	grpc_byte_buffer *payload; /* first request, READ_INITIAL_BYTE_BUFFER */
+	grpc_byte_buffer *payload; /* the request of a unary or server-streaming call (TAG_PAYLOAD) */
+	bool open_read;            /* counted in srv->open_reads while read */
 	ProtobufCMessage *req;
 
 	atomic_int refs;
@@ -231,6 +253,8 @@ static void call_free(struct rpc_call *c)
 {
 	struct rpc_server *s = c->srv;
 
+	if (c->open_read) /* its read never completed */
+		atomic_fetch_sub(&s->open_reads, 1);
 	/* First: rpc_server_shutdown() cancels the calls on s->ops. */
 	if (call_is_ops(c)) {
 		pthread_mutex_lock(&s->lock);
@@ -1006,6 +1030,8 @@ static bool call_authorized(const struct rpc_server *s, const struct rpc_call *c
 	return found;
 }
 
+static void call_begin(struct rpc_call *c);
+
 /* A new call arrived (any thread for cq methods, loop for loop methods). */
 static void call_start(struct rpc_call *c)
 {
@@ -1027,6 +1053,43 @@ static void call_start(struct rpc_call *c)
 			 "missing or wrong bearer token (send metadata 'authorization: Bearer TOKEN')");
 		return;
 	}
+	if (m->kind != RPC_CLIENT_STREAM && m->kind != RPC_OPS) {
+		/* The request is read only now, once the call is authorized:
+		 * gRPC reads no more of it than flow control lets in before
+		 * (methods are registered GRPC_SRM_PAYLOAD_NONE), so callers
+		 * without the token cannot make agentd hold 64 MiB requests;
+		 * of a method served without it (health checks), a few at a
+		 * time. */
+		if (s->token && m->no_auth && !call_authorized(s, c)) {
+			if (atomic_fetch_add(&s->open_reads, 1) >= RPC_OPEN_READS_MAX) {
+				atomic_fetch_sub(&s->open_reads, 1);
+				call_end(c, WSB_RESOURCE_EXHAUSTED, 0,
+					 "too many calls without the token at once; try again");
+				return;
+			}
+			c->open_read = true;
+		}
+		memset(&op, 0, sizeof(op));
+		op.op = GRPC_OP_RECV_MESSAGE;
+		op.data.recv_message.recv_message = &c->payload;
+		tag_init(&c->t_recv, TAG_PAYLOAD, c);
+		if (start_batch(c, &op, 1, &c->t_recv) < 0)
+			call_end(c, WSB_INTERNAL, 0, "could not read the request");
+		return;
+	}
+	call_begin(c);
+}
+
+/*
+ * The request of @p c was read (TAG_PAYLOAD; or none is read first: a
+ * client stream, an Ops stream): decode it and run the handler. The
+ * thread of call_start().
+ */
+static void call_begin(struct rpc_call *c)
+{
+	const struct rpc_method *m = c->reg->m;
+	struct rpc_server *s = c->srv;
+
 	if (m->kind == RPC_OPS) {
 		pthread_mutex_lock(&s->lock);
 		c->ops_next = s->ops;
@@ -1043,11 +1106,23 @@ static void call_start(struct rpc_call *c)
 		int r;
 
 		if (!c->payload) {
-			call_end(c, WSB_INVALID_ARGUMENT, 0, "the call carried no request message");
+			if (atomic_load(&c->cancelled))
+				call_end(c, WSB_CANCELLED, 0, "the call was cancelled");
+			else
+				call_end(c, WSB_INVALID_ARGUMENT, 0,
+					 "the call carried no request message");
 			return;
 		}
 		size_t wire = grpc_byte_buffer_length(c->payload);
 
+		if (m->no_auth && wire > RPC_OPEN_REQUEST_MAX) {
+			grpc_byte_buffer_destroy(c->payload);
+			c->payload = NULL;
+			rpc_finish(c, WSB_INVALID_ARGUMENT, EMSGSIZE,
+				   "a %s request of %zu bytes (at most %d)", m->request->name, wire,
+				   RPC_OPEN_REQUEST_MAX);
+			return;
+		}
 		r = unpack_buffer(c->payload, m->request, &c->req);
 		grpc_byte_buffer_destroy(c->payload);
 		c->payload = NULL;
@@ -1126,10 +1201,8 @@ static int post_slot(struct rpc_server *s, const struct rpc_reg *reg)
 	tag_init(&c->t_req, reg ? TAG_REQUEST : TAG_UNKNOWN, c);
 	atomic_fetch_add(&s->live, 1);
 	if (reg) {
-		bool payload = reg->m->kind != RPC_CLIENT_STREAM && reg->m->kind != RPC_OPS;
 		e = grpc_server_request_registered_call(s->server, reg->handle, &c->call,
-							&c->deadline, &c->md,
-							payload ? &c->payload : NULL, s->cq, s->cq,
+							&c->deadline, &c->md, NULL, s->cq, s->cq,
 							&c->t_req);
 	} else {
 		grpc_call_details_init(&c->details);
@@ -1182,6 +1255,16 @@ static void handle_tag(struct rpc_server *s, struct rpc_tag *t)
 			atomic_store(&c->cancelled, true);
 		if (!c->ended && c->sent)
 			c->sent(c, t->ok, c->sent_arg);
+		call_unref(c);
+		return;
+	case TAG_PAYLOAD:
+		if (c->open_read) {
+			atomic_fetch_sub(&s->open_reads, 1);
+			c->open_read = false;
+		}
+		if (!t->ok)
+			atomic_store(&c->cancelled, true);
+		call_begin(c);
 		call_unref(c);
 		return;
 	case TAG_RECV: {
@@ -1419,7 +1502,7 @@ static void grpc_log(gpr_log_func_args *a)
 int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 {
 	struct rpc_server *s;
-	grpc_arg args[6];
+	grpc_arg args[7];
 	grpc_channel_args chargs;
 
 	if (!cfg || !cfg->loop || cfg->cq_threads < 1)
@@ -1447,6 +1530,7 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	/* The gate's timed waits use CLOCK_MONOTONIC, like wsb_mono_ns(). */
 	wsb_cond_init_mono(&s->gate_cond);
 	atomic_init(&s->live, 0);
+	atomic_init(&s->open_reads, 0);
 	atomic_init(&s->threads_done, 0);
 	atomic_init(&s->shutting_down, false);
 
@@ -1458,22 +1542,25 @@ int rpc_server_new(const struct rpc_server_config *cfg, struct rpc_server **ret)
 	args[1].type = GRPC_ARG_INTEGER;
 	args[1].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
 	args[1].value.integer = s->max_recv > INT32_MAX ? INT32_MAX : (int)s->max_recv;
-	chargs.num_args = 2;
+	args[2].type = GRPC_ARG_INTEGER;
+	args[2].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+	args[2].value.integer = RPC_STREAMS_MAX;
+	chargs.num_args = 3;
 	if (cfg->keepalive_ms) {
 		int ms = cfg->keepalive_ms > INT32_MAX ? INT32_MAX : (int)cfg->keepalive_ms;
 
-		args[2].type = args[3].type = args[4].type = args[5].type = GRPC_ARG_INTEGER;
-		args[2].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
-		args[2].value.integer = ms;
-		args[3].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+		args[3].type = args[4].type = args[5].type = args[6].type = GRPC_ARG_INTEGER;
+		args[3].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
 		args[3].value.integer = ms;
+		args[4].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+		args[4].value.integer = ms;
 		/* Keep pinging while a stream is open and nothing flows (an
 		 * idle Watch): by default the pings stop after two. */
-		args[4].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
-		args[4].value.integer = 0;
-		args[5].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
-		args[5].value.integer = 1;
-		chargs.num_args = 6;
+		args[5].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
+		args[5].value.integer = 0;
+		args[6].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+		args[6].value.integer = 1;
+		chargs.num_args = 7;
 	}
 	chargs.args = args;
 	s->server = grpc_server_create(&chargs, NULL);
@@ -1508,11 +1595,8 @@ int rpc_server_register(struct rpc_server *s, const struct rpc_method *m)
 	if (!regs)
 		return -ENOMEM;
 	s->regs = regs;
-	h = grpc_server_register_method(s->server, m->path, NULL,
-					m->kind == RPC_CLIENT_STREAM || m->kind == RPC_OPS ?
-						GRPC_SRM_PAYLOAD_NONE :
-						GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
-					0);
+	/* No payload with the call: call_start() checks the token first. */
+	h = grpc_server_register_method(s->server, m->path, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
 	if (!h)
 		return -EINVAL;
 	s->regs[s->nregs].m = m;

@@ -7,6 +7,7 @@ Environment: WSB_TARGET, WSB_ROOT; WSB_TOKEN when agentd was started with
 Run by tests/integration/agentd.bats.
 """
 import os
+import re
 import time
 import unittest
 
@@ -167,6 +168,38 @@ class Token(unittest.TestCase):
                                  metadata=md))
         self.assertEqual(b"".join(e.stdout.data for e in evs if e.HasField("stdout")), b"hi\n")
         self.assertEqual([e.exited.code for e in evs if e.HasField("exited")], [0])
+
+    def test_large_requests_without_token_are_not_read(self):
+        # A request is read only once its call is authorized (before: in
+        # full, 40 MiB of path and as much again decoded, for each
+        # caller without the token); a health check's, read without the
+        # token, is not decoded past 4 KiB, a few at a time.
+        pid = os.environ.get("WSB_AGENTD_PID")
+        big = b"x" * (40 << 20)
+
+        def hwm_mib():
+            with open("/proc/%s/status" % pid) as fh:
+                return int(re.search(r"VmHWM:\s+(\d+) kB", fh.read()).group(1)) // 1024
+        if pid:
+            with open("/proc/%s/clear_refs" % pid, "w") as fh:
+                fh.write("5")  # reset VmHWM (proc(5))
+            before = hwm_mib()
+        for _ in range(3):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.ws.Stat(pb.StatRequest(path=big), timeout=TIMEOUT)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAUTHENTICATED,
+                             describe(cm.exception))
+        if pid:
+            self.assertLess(hwm_mib() - before, 20, "agentd's peak RSS grew (MiB)")
+        with self.assertRaises(grpc.RpcError) as cm:
+            health_pb2_grpc.HealthStub(self.ch).Check(
+                health_pb2.HealthCheckRequest(service="x" * 5000), timeout=TIMEOUT)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT,
+                         describe(cm.exception))
+        self.assertIn("(at most 4096)", cm.exception.details())
+        r = health_pb2_grpc.HealthStub(self.ch).Check(health_pb2.HealthCheckRequest(),
+                                                      timeout=TIMEOUT)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
 
     def test_health_exempt(self):
         r = health_pb2_grpc.HealthStub(self.ch).Check(health_pb2.HealthCheckRequest(),
