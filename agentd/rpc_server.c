@@ -757,6 +757,11 @@ static void ops_recv(struct rpc_call *p, bool ok)
 		rpc_finish(c, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
 		return;
 	}
+	if (r == -E2BIG) {
+		rpc_finish(c, WSB_INVALID_ARGUMENT, E2BIG, "the %s request has more than %zu fields",
+			   c->reg->m->request->name, WSB_UNPACK_FIELDS_MAX);
+		return;
+	}
 	if (r < 0) {
 		rpc_finish(c, WSB_INVALID_ARGUMENT, EBADMSG, "the request does not decode as a %s message",
 			   c->reg->m->request->name);
@@ -1128,6 +1133,12 @@ static void call_begin(struct rpc_call *c)
 		c->payload = NULL;
 		if (r == -ENOMEM) {
 			rpc_finish(c, WSB_RESOURCE_EXHAUSTED, ENOMEM, "out of memory");
+			return;
+		}
+		if (r == -E2BIG) {
+			rpc_finish(c, WSB_INVALID_ARGUMENT, E2BIG,
+				   "the %s request has more than %zu fields", m->request->name,
+				   WSB_UNPACK_FIELDS_MAX);
 			return;
 		}
 		if (r < 0) {

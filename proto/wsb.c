@@ -689,9 +689,14 @@ int wsb_unpack_pieces(const ProtobufCMessageDescriptor *desc, struct wsb_pieces 
 	struct gather g = { 0 };
 	struct wsb_wire_field f;
 	ProtobufCMessage *m = NULL;
+	size_t nfields = 0;
 	int r;
 
 	while ((r = wsb_pieces_field(c, &f)) > 0) {
+		if (++nfields > WSB_UNPACK_FIELDS_MAX) {
+			r = -E2BIG;
+			break;
+		}
 		const ProtobufCFieldDescriptor *fd =
 			protobuf_c_message_descriptor_get_field(desc, f.number);
 		size_t i, free_slot = DIRECT_MAX;

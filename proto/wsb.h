@@ -387,6 +387,15 @@ size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n);
 #define WSB_UNPACK_DIRECT_MIN ((size_t)4096)
 
 /**
+ * Most fields a message wsb_unpack_pieces() decodes may have at its top
+ * level: protobuf-c allocates each element of a repeated field apart, so a
+ * 60 MB request of 30,000,000 empty strings took 2.2 GB to decode.
+ * ReadDir's 4096 entries and a CreateFiles of thousands of files are far
+ * below it.
+ */
+#define WSB_UNPACK_FIELDS_MAX ((size_t)1 << 20)
+
+/**
  * Decode the rest of @p c's range as a message of @p desc, as
  * protobuf_c_message_unpack() would the same bytes in one buffer, with one
  * copy of the bytes: a
@@ -397,7 +406,8 @@ size_t wsb_pieces_limit(struct wsb_pieces *c, size_t n);
  * a buffer that protobuf-c unpacks. When a field appears more than once the
  * last wins, as protobuf's rule is. Returns 0 with *@p ret_msg (the
  * caller's, protobuf_c_message_free_unpacked()), -EBADMSG (the bytes do not
- * decode; *@p ret_msg untouched) or -ENOMEM. On success the range is read
+ * decode; *@p ret_msg untouched), -E2BIG (more than WSB_UNPACK_FIELDS_MAX
+ * fields at the top level) or -ENOMEM. On success the range is read
  * to its end; on failure the reader is left anywhere in it. Required
  * (proto2) and oneof fields are always gathered. Unlike protobuf-c it takes
  * keys and lengths in up to 10 bytes, and unknown fields come back

@@ -55,8 +55,8 @@ static inline int wsb_grpc_pieces(grpc_byte_buffer *bb, grpc_byte_buffer_reader 
 /**
  * Decode the @p len bytes at byte @p at of @p bb (SIZE_MAX: all from @p at
  * on) as a message of @p desc, with wsb_unpack_pieces(). Returns 0 with
- * *@p ret (the caller's), -EBADMSG (also when @p bb has fewer bytes) or
- * -ENOMEM.
+ * *@p ret (the caller's), -EBADMSG (also when @p bb has fewer bytes),
+ * -E2BIG (WSB_UNPACK_FIELDS_MAX) or -ENOMEM.
  */
 static inline int wsb_grpc_unpack(grpc_byte_buffer *bb, size_t at, size_t len,
 				  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **ret)

@@ -590,6 +590,30 @@ static void check_merged(const uint8_t *a, size_t alen, const uint8_t *b, size_t
 	free(two);
 }
 
+/* A message of more than WSB_UNPACK_FIELDS_MAX fields is refused before
+ * protobuf-c allocates an element for each (CreateFiles of 30,000,000
+ * empty names took 2.2 GB); one of exactly that many decodes. */
+static void test_unpack_fields_max(void **state)
+{
+	size_t n = WSB_UNPACK_FIELDS_MAX + 1;
+	uint8_t *b = malloc(2 * n);
+	ProtobufCMessage *m = NULL;
+
+	(void)state;
+	assert_non_null(b);
+	for (size_t i = 0; i < n; i++) {
+		b[2 * i] = 1 << 3 | 2; /* files = 1, LEN */
+		b[2 * i + 1] = 0;
+	}
+	assert_int_equal(unpack_cut(&create_file_request__descriptor, b, 2 * n, 2 * n, &m), -E2BIG);
+	assert_null(m);
+	assert_int_equal(unpack_cut(&create_file_request__descriptor, b, 2 * (n - 1), 2 * (n - 1), &m),
+			 0);
+	assert_int_equal(((CreateFileRequest *)m)->n_files, n - 1);
+	protobuf_c_message_free_unpacked(m, NULL);
+	free(b);
+}
+
 /* wsb_unpack_pieces() decodes what protobuf-c does, from pieces of any
  * size, with the large bytes field in a block of its own and the last
  * occurrence of a field winning. */
@@ -779,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_wire),
 		cmocka_unit_test(test_unpack_pieces),
+		cmocka_unit_test(test_unpack_fields_max),
 		cmocka_unit_test(test_pieces_fields),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
