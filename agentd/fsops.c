@@ -202,6 +202,7 @@ struct fsops_handles {
 	pthread_mutex_t lock;
 	unsigned max;
 	unsigned count;            /* handles in the table + slots reserved */
+	unsigned unowned;          /* of them, of no session (owner 0) */
 	struct fsops_handle *buckets[HANDLE_BUCKETS];
 };
 
@@ -298,6 +299,8 @@ int fsops_release(struct fsops_handles *h, uint64_t id)
 	if (e) {
 		*pp = e->next;
 		h->count--;
+		if (e->owner == 0)
+			h->unowned--;
 	}
 	pthread_mutex_unlock(&h->lock);
 	if (!e)
@@ -416,21 +419,26 @@ static int open_create(const struct resolve_root *root, const void *path, size_t
 	return fd;
 }
 
-/* Reserve a slot of @p h for a handle about to be opened: 0 and a zeroed
- * entry in *ret, -ENOMEM, or -EMFILE when the table is full. */
-static int handle_reserve(struct fsops_handles *h, struct fsops_handle **ret)
+/* Reserve a slot of @p h for a handle about to be opened for session
+ * @p owner: 0 and a zeroed entry in *ret, -ENOMEM, or -EMFILE when the
+ * table is full, or when @p owner is 0 and half of it holds handles of no
+ * session: those live until Release or agentd's exit, and a client that
+ * opened them and went would otherwise shut every mount out for good. */
+static int handle_reserve(struct fsops_handles *h, uint64_t owner, struct fsops_handle **ret)
 {
 	struct fsops_handle *e = calloc(1, sizeof(*e));
 
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_lock(&h->lock);
-	if (h->count >= h->max) {
+	if (h->count >= h->max || (owner == 0 && h->unowned >= h->max / 2)) {
 		pthread_mutex_unlock(&h->lock);
 		free(e);
 		return -EMFILE;
 	}
 	h->count++;
+	if (owner == 0)
+		h->unowned++;
 	pthread_mutex_unlock(&h->lock);
 	*ret = e;
 	return 0;
@@ -445,6 +453,8 @@ static int handle_enter(struct fsops_handles *h, struct fsops_handle *e, int fd,
 	pthread_mutex_lock(&h->lock);
 	if (fd < 0) {
 		h->count--;
+		if (owner == 0)
+			h->unowned--;
 		pthread_mutex_unlock(&h->lock);
 		free(e);
 		return fd;
@@ -483,7 +493,7 @@ int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_
 	if ((flags & ~allowed) || (flags & O_ACCMODE) == O_ACCMODE ||
 	    (flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY))
 		return -EINVAL;
-	r = handle_reserve(h, &e);
+	r = handle_reserve(h, owner, &e);
 	if (r < 0)
 		return r;
 	oflags = flags | O_NONBLOCK | O_NOCTTY;
@@ -516,7 +526,7 @@ int fsops_reopen(struct fsops_handles *h, uint64_t owner, uint64_t id, int flags
 	src = handle_get(h, id);
 	if (!src)
 		return -EBADF;
-	r = handle_reserve(h, &e);
+	r = handle_reserve(h, owner, &e);
 	if (r < 0) {
 		handle_put(h, src);
 		return r;
@@ -554,7 +564,7 @@ int fsops_pin(const struct resolve_root *root, struct fsops_handles *h, uint64_t
 	/* Only while the table stays at most three quarters full with it (the
 	 * rest stays for opens), as fsops_rename_keep(). */
 	if (4 * ((size_t)fsops_handles_count(h) + 1) > 3 * (size_t)h->max ||
-	    handle_reserve(h, &e) < 0)
+	    handle_reserve(h, owner, &e) < 0)
 		e = NULL; /* a stat only */
 	fd = fstat_ident_or_close(root, resolve_open(root, path, len, O_PATH | O_NOFOLLOW, 0),
 				  ret_st, ret_ident);
@@ -1370,7 +1380,7 @@ int fsops_rename_keep(const struct resolve_root *root, struct fsops_handles *h,
 		if (kfd >= 0 && (fstat(kfd, &st) < 0 || !S_ISREG(st.st_mode) ||
 				 (fstatat(fdir, fname, &src, AT_SYMLINK_NOFOLLOW) == 0 &&
 				  src.st_dev == st.st_dev && src.st_ino == st.st_ino) ||
-				 handle_reserve(h, &e) < 0)) {
+				 handle_reserve(h, owner, &e) < 0)) {
 			close(kfd);
 			kfd = -1;
 		}

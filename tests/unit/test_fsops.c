@@ -179,14 +179,14 @@ static void test_handles(void **state)
 	assert_int_equal(fsops_handles_new(3, &h), 0);
 	assert_int_equal(fsops_handles_limit(h), 3);
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[i], &st, NULL, NULL), 0);
+		assert_int_equal(fsops_open(&fx->root, h, 5, P("f"), O_RDONLY, 0, &ids[i], &st, NULL, NULL), 0);
 		assert_int_not_equal(ids[i], 0);
 		assert_int_equal(st.st_size, 5);
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(ids[i], ids[j]);
 	}
 	assert_int_equal(fsops_handles_count(h), 3);
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL), -EMFILE);
+	assert_int_equal(fsops_open(&fx->root, h, 5, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL), -EMFILE);
 	assert_int_equal(fsops_read(h, ids[1], 1, buf, sizeof(buf)), 4);
 	assert_memory_equal(buf, "ello", 4);
 	assert_int_equal(fsops_read(h, ids[1], 100, buf, sizeof(buf)), 0);
@@ -247,6 +247,38 @@ static void test_handles(void **state)
 		assert_string_equal(s, "hello!!");
 		free(s);
 	}
+}
+
+/* Handles of no session (which only Release frees) take at most half the
+ * table: a client that opened 4096 and went shut every mount out until
+ * agentd's exit; sessions' handles still have the rest. */
+static void test_unowned_half(void **state)
+{
+	struct fx *fx = *state;
+	struct fsops_handles *h;
+	uint64_t none[4], mine[4], id;
+
+	assert_int_equal(fsops_handles_new(8, &h), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &none[i], NULL, NULL,
+					    NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL),
+			 -EMFILE);
+	assert_int_equal(fsops_reopen(h, 0, none[0], O_RDONLY, &id, NULL), -EMFILE);
+	/* a failed open gives its slot back */
+	assert_int_equal(fsops_open(&fx->root, h, 3, P("missing"), O_RDONLY, 0, &id, NULL, NULL,
+				    NULL), -ENOENT);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(fsops_reopen(h, 3, none[i], O_RDONLY, &mine[i], NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 3, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL),
+			 -EMFILE);
+	assert_int_equal(fsops_release(h, mine[0]), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL),
+			 -EMFILE); /* still 4 of no session */
+	assert_int_equal(fsops_release(h, none[1]), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL), 0);
+	assert_int_equal(fsops_handles_count(h), 7);
+	fsops_handles_free(h);
 }
 
 /* fsops_handles_release_owner: a session's handles go, opened by path, by
@@ -344,19 +376,19 @@ static void test_pin(void **state)
 
 	assert_int_equal(fsops_handles_new(2, &h), 0);
 	write_at(fx->rootdir, "p", "two");
-	assert_int_equal(fsops_pin(&fx->root, h, 0, P("p"), &pin, &st, &id), 0);
+	assert_int_equal(fsops_pin(&fx->root, h, 1, P("p"), &pin, &st, &id), 0);
 	assert_int_not_equal(pin, 0);
 	assert_int_equal(st.st_size, 3);
 	assert_true(S_ISREG(st.st_mode));
 	write_at(fx->rootdir, "p.new", "three");
 	assert_int_equal(fsops_rename(&fx->root, P("p.new"), P("p"), 0), 0);
 	assert_int_equal(fsops_write(h, pin, 0, "x", 1, NULL), -EBADF); /* read-only */
-	assert_int_equal(fsops_reopen(h, 0, pin, O_RDONLY, &ro, &st2), 0);
+	assert_int_equal(fsops_reopen(h, 1, pin, O_RDONLY, &ro, &st2), 0);
 	assert_int_equal(st2.st_ino, st.st_ino);
 	assert_int_equal(fsops_read(h, ro, 0, buf, sizeof(buf)), 3);
 	assert_memory_equal(buf, "two", 3);
 	/* Past three quarters of the table (2 of 2): a stat, no handle. */
-	assert_int_equal(fsops_pin(&fx->root, h, 0, P("p"), &other, &st2, NULL), 0);
+	assert_int_equal(fsops_pin(&fx->root, h, 1, P("p"), &other, &st2, NULL), 0);
 	assert_int_equal(other, 0);
 	assert_int_equal(st2.st_size, 5);
 	assert_int_equal(fsops_handles_count(h), 2);
@@ -366,15 +398,15 @@ static void test_pin(void **state)
 	 * name fails as lstat(2). */
 	snprintf(path, sizeof(path), "%s/pd", fx->rootdir);
 	assert_int_equal(mkdir(path, 0755), 0);
-	assert_int_equal(fsops_pin(&fx->root, h, 0, P("pd"), &other, &st2, NULL), 0);
+	assert_int_equal(fsops_pin(&fx->root, h, 1, P("pd"), &other, &st2, NULL), 0);
 	assert_int_equal(other, 0);
 	assert_true(S_ISDIR(st2.st_mode));
 	snprintf(path, sizeof(path), "%s/pl", fx->rootdir);
 	assert_int_equal(symlink("p", path), 0);
-	assert_int_equal(fsops_pin(&fx->root, h, 0, P("pl"), &other, &st2, NULL), 0);
+	assert_int_equal(fsops_pin(&fx->root, h, 1, P("pl"), &other, &st2, NULL), 0);
 	assert_int_equal(other, 0);
 	assert_true(S_ISLNK(st2.st_mode));
-	assert_int_equal(fsops_pin(&fx->root, h, 0, P("nope"), &other, &st2, NULL), -ENOENT);
+	assert_int_equal(fsops_pin(&fx->root, h, 1, P("nope"), &other, &st2, NULL), -ENOENT);
 	assert_int_equal(other, 0);
 	assert_int_equal(fsops_handles_count(h), 0);
 	fsops_handles_free(h);
@@ -395,20 +427,20 @@ static void test_rename_keep(void **state)
 	write_at(fx->rootdir, "a.new", "new");
 	snprintf(path, sizeof(path), "%s/a", fx->rootdir);
 	assert_int_equal(stat(path, &old), 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("a.new"), P("a"), 0, &kept, &st), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("a.new"), P("a"), 0, &kept, &st), 0);
 	assert_int_not_equal(kept, 0);
 	assert_int_equal(st.st_ino, old.st_ino);
 	assert_int_equal(st.st_nlink, 0);
 	assert_int_equal(fsops_write(h, kept, 0, "x", 1, NULL), -EBADF); /* read-only */
-	assert_int_equal(fsops_reopen(h, 0, kept, O_RDONLY, &ro, NULL), 0);
+	assert_int_equal(fsops_reopen(h, 1, kept, O_RDONLY, &ro, NULL), 0);
 	assert_int_equal(fsops_read(h, ro, 0, buf, sizeof(buf)), 3);
 	assert_memory_equal(buf, "old", 3);
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* Nothing replaced, a failed rename, an exchange, a rename onto
 	 * itself or another name of the same file: nothing kept. */
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("a"), P("b"), 0, &kept, NULL), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("a"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("b"), P("b"), 0, &kept, &st), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("b"), P("b"), 0, &kept, &st), 0);
 	assert_int_equal(kept, 0);
 	snprintf(path, sizeof(path), "%s/b", fx->rootdir);
 	{
@@ -416,22 +448,22 @@ static void test_rename_keep(void **state)
 
 		snprintf(other, sizeof(other), "%s/b.link", fx->rootdir);
 		assert_int_equal(link(path, other), 0);
-		assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("b.link"), P("b"), 0, &kept,
+		assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("b.link"), P("b"), 0, &kept,
 						   &st), 0);
 		assert_int_equal(kept, 0);
 		assert_int_equal(unlink(other), 0);
 	}
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("nope"), P("b"), 0, &kept, NULL),
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("nope"), P("b"), 0, &kept, NULL),
 			 -ENOENT);
 	assert_int_equal(kept, 0);
 	write_at(fx->rootdir, "c", "c");
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("c"), P("b"), RENAME_EXCHANGE, &kept,
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("c"), P("b"), RENAME_EXCHANGE, &kept,
 					   NULL), 0);
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 2);
 	/* Three of four handles open: no room kept for it. */
-	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL, NULL), 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("c"), P("b"), 0, &kept, NULL), 0);
+	assert_int_equal(fsops_open(&fx->root, h, 1, P("f"), O_RDONLY, 0, &ids[0], NULL, NULL, NULL), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("c"), P("b"), 0, &kept, NULL), 0);
 	assert_int_equal(kept, 0);
 	assert_int_equal(fsops_handles_count(h), 3);
 	/* A replaced (empty) directory: its attributes once gone, r 1, no
@@ -441,13 +473,13 @@ static void test_rename_keep(void **state)
 	assert_int_equal(stat(path, &old), 0);
 	snprintf(path, sizeof(path), "%s/dnew", fx->rootdir);
 	assert_int_equal(mkdir(path, 0700), 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("dnew"), P("dold"), 0, &kept, &st), 1);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("dnew"), P("dold"), 0, &kept, &st), 1);
 	assert_int_equal(kept, 0);
 	assert_int_equal(st.st_ino, old.st_ino);
 	assert_int_equal(st.st_mode, old.st_mode);
 	assert_true(S_ISDIR(st.st_mode));
 	assert_int_equal(st.st_nlink, 0);
-	assert_int_equal(fsops_rename_keep(&fx->root, h, 0, P("dold"), P("dnew"), 0, &kept, &st), 0);
+	assert_int_equal(fsops_rename_keep(&fx->root, h, 1, P("dold"), P("dnew"), 0, &kept, &st), 0);
 	assert_int_equal(fsops_rename(&fx->root, P("dnew"), P("e"), 0), 0);
 	assert_int_equal(fsops_handles_count(h), 3);
 	fsops_handles_free(h);
@@ -1614,6 +1646,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		BOTH(test_handles),
+		BOTH(test_unowned_half),
 		BOTH(test_release_owner),
 		BOTH(test_reopen),
 		BOTH(test_pin),
