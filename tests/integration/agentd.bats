@@ -160,6 +160,10 @@ teardown() {
 		run --separate-stderr "$WSCTL" -a "127.0.0.1:$port" --token-file "$BATS_TEST_TMPDIR/$t" health
 		assert_status 2
 		assert_contains "$stderr" "holds no valid token"
+		mkdir -p "$BATS_TEST_TMPDIR/mnt"
+		run --separate-stderr timeout 10 "$WSFS" --token-file "$BATS_TEST_TMPDIR/$t" "127.0.0.1:$port" "$BATS_TEST_TMPDIR/mnt"
+		assert_status 1
+		assert_contains "$stderr" "$t': no valid token (one word of printable ASCII)"
 	done
 }
 
