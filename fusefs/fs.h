@@ -540,9 +540,11 @@ void wsfs_store_free(struct wsfs_store *s);
 int wsfs_monitor_stop(struct wsfs *fs, unsigned ms);
 
 /**
- * Drop every kernel dentry and attribute/page cache entry this mount knows
- * (notify_inval_entry/inval_inode for each node), and the negative
- * dentries wsfs_neg_add() recorded. Monitor thread only: it must never run
+ * Drop every kernel dentry and attribute cache entry this mount knows
+ * (notify_inval_entry, and inval_inode of the attributes only, for each
+ * node), and the negative dentries wsfs_neg_add() recorded; a file's pages
+ * go when the kernel finds its size or mtime changed (FUSE_AUTO_INVAL_DATA
+ * at a read, keep_cache at an open). Monitor thread only: it must never run
  * on a FUSE request thread (deadlock rule above).
  */
 void wsfs_invalidate_all(struct wsfs *fs);

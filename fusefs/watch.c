@@ -164,9 +164,18 @@ void wsfs_invalidate_all(struct wsfs *fs)
 		inval_inode(fs, NODE_ROOT_ID, 0);
 		return;
 	}
+	/*
+	 * Attributes, not pages: the kernel drops a file's pages itself once
+	 * a read(2) (which asks for the attributes again, FUSE_AUTO_INVAL_DATA)
+	 * or an open(2) (keep_cache, file_opened()) finds its size or mtime
+	 * changed. Dropping them here unmapped the pages of every program run
+	 * from the mount while agentd was gone, and the next instruction
+	 * fetch failed with SIGBUS; a shared mapping's dirty pages were
+	 * written back into the outage and lost.
+	 */
 	for (size_t i = 0; i < n; i++) {
 		node_seen_set(fs->nodes, refs[i].nodeid, NULL);
-		inval_inode(fs, refs[i].nodeid, 0);
+		inval_inode(fs, refs[i].nodeid, -1);
 	}
 	for (size_t i = 0; i < n; i++)
 		if (refs[i].name)
