@@ -260,16 +260,27 @@ static void ev_name(struct wsfs *fs, const ProtobufCBinaryData *path)
 	if (node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			 &len) < 0)
 		return;
-	/* Each after inval_*() bumped inval_seq (node_known_begin()). */
+	/*
+	 * The sets go after inval_seq moved (above: a listing fetched before
+	 * cannot begin one again, node_known_begin()) and before the kernel's
+	 * entry: a LOOKUP that comes after the invalidation must not be
+	 * answered "missing" from the set (it was, for 60 s of negative
+	 * dentry, when the pod created a name in a directory the mount had
+	 * just listed). One answered from it before holds the directory's
+	 * lock in the kernel until its reply is in, which the invalidation
+	 * waits for (fuse_reverse_inval_entry()), so that goes too.
+	 */
+	if (parent)
+		node_known_drop(fs->nodes, parent);
+	if (id)
+		node_known_drop(fs->nodes, id); /* a directory moved or removed */
 	if (parent) {
 		inval_entry(fs, parent, name, len);
 		inval_inode(fs, parent, 0); /* mtime, nlink and cached listing */
-		node_known_drop(fs->nodes, parent);
 	}
 	if (id) {
 		node_seen_set(fs->nodes, id, NULL);
 		inval_inode(fs, id, 0);
-		node_known_drop(fs->nodes, id); /* a directory moved or removed */
 	}
 }
 

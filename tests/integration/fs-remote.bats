@@ -185,6 +185,31 @@ if libc.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), 2):
 	show_latencies
 }
 
+@test "R1: a name the POD makes in a directory the mount just listed shows at once to a lookup loop" {
+	wsb_runsc && skip "changes the pod's files from the host; gVisor's inotify sees only changes made in the sandbox"
+	up tcp
+	# A lookup that came between the kernel's invalidation and the drop
+	# of the directory's known names was answered missing from them, and
+	# the kernel kept that for watch_timeout (60 s): 31 of 40 here.
+	local k stuck=0 t0
+	ls "$MNT" >/dev/null # the root listed whole: its names are known
+	for k in $(seq 20); do
+		mkdir "$ROOT/rq$k"
+		sleep 0.02 # the event of the mkdir in first: the listing is trusted
+		ls "$MNT/rq$k" >/dev/null
+		echo v >"$ROOT/rq$k/f0"
+		t0=$SECONDS
+		until [ -e "$MNT/rq$k/f0" ]; do
+			if ((SECONDS - t0 >= 3)); then
+				echo "# rq$k/f0 still missing on MNT after 3 s" >&3
+				stuck=$((stuck + 1))
+				break
+			fi
+		done
+	done
+	assert_eq "$stuck" 0 "names missing on MNT"
+}
+
 @test "R1: an unchanged directory is listed from the kernel's cache; a change in the POD drops it" {
 	agentd_unix
 	mount_wsfs -d -o "rpc_timeout=$RPC_TIMEOUT"
