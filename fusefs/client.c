@@ -539,6 +539,18 @@ static bool reap_wait(pid_t pid, unsigned ms)
 	}
 }
 
+/* Stop the exec_cmd child @pid (its process group: SIGTERM, 1 s, SIGKILL)
+ * and reap it. Blocks for up to 1 s. */
+static void reap_child_now(pid_t pid)
+{
+	(void)kill(-pid, SIGTERM);
+	if (reap_wait(pid, 1000))
+		return;
+	(void)kill(-pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
 /* Reap the exec_cmd child after its transport was closed: it has 2 s to
  * exit by itself (kubectl exec ends its stream), then SIGTERM, 1 s more,
  * then SIGKILL. Blocks for up to those 3 s. */
@@ -546,12 +558,7 @@ static void reap_child(pid_t pid)
 {
 	if (reap_wait(pid, 2000))
 		return;
-	(void)kill(-pid, SIGTERM);
-	if (reap_wait(pid, 1000))
-		return;
-	(void)kill(-pid, SIGKILL);
-	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-		;
+	reap_child_now(pid);
 }
 
 struct reaper {
@@ -810,7 +817,9 @@ pid_t wsc_transport_pid(struct wsc *c)
 	return pid;
 }
 
-static void chan_put(struct wsc *c, struct wsc_chan *ch)
+/* Drop a reference to @ch; the last destroys it and reaps its command.
+ * Returns whether that was the last. */
+static bool chan_put(struct wsc *c, struct wsc_chan *ch)
 {
 	bool last;
 
@@ -818,11 +827,12 @@ static void chan_put(struct wsc *c, struct wsc_chan *ch)
 	last = --ch->refs == 0;
 	pthread_mutex_unlock(&c->lock);
 	if (!last)
-		return;
+		return false;
 	grpc_channel_destroy(ch->ch);
 	if (ch->pid > 0)
 		reap_child_later(c, ch->pid);
 	free(ch);
+	return true;
 }
 
 /* ---- completion-queue pool ---- */
@@ -1262,6 +1272,7 @@ static void unary_free(struct wsc *c, struct unary *u);
 struct wsc *wsc_free(struct wsc *c)
 {
 	gpr_timespec until;
+	pid_t pid;
 
 	if (!c)
 		return NULL;
@@ -1302,7 +1313,13 @@ struct wsc *wsc_free(struct wsc *c)
 	for (size_t i = 0; i < c->n_cq; i++)
 		cq_destroy(c->cq[i]);
 	free(c->cq);
-	chan_put(c, c->chan);
+	pid = c->chan->pid;
+	if (!chan_put(c, c->chan) && pid > 0) {
+		/* A stuck call keeps the channel (above), so its command
+		 * would see no end of its stream: stop it now, or it outlives
+		 * us (a kubectl exec, and the agentd it started in the pod). */
+		reap_child_now(pid);
+	}
 	reapers_wait(c);
 	for (size_t i = 0; i < c->n_md; i++)
 		grpc_slice_unref(c->md[i].value);

@@ -139,6 +139,23 @@ only_http2_frames() {
 	done
 }
 
+@test "wsctl --exec: a command that never answers is stopped when wsctl gives up on it" {
+	local tag="wsb-stdio-$$-$RANDOM" dur="96.$RANDOM" c
+	# A stream's wait asks for health after --rpc-timeout, and gives up;
+	# the call it left stuck kept the channel, whose command was never
+	# stopped (a kubectl exec and its agentd in the pod, each time).
+	for c in "cat f" "exec -- true" "ls"; do
+		# shellcheck disable=SC2086 # c is the command and its words
+		run --separate-stderr timeout 30 "$WSCTL" --rpc-timeout 1 --exec "sleep $dur; : $tag" $c
+		[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || { echo "wsctl $c: exit $status" >&2; return 1; }
+		sleep 0.3
+		run pgrep -f "$tag"
+		assert_eq "$output" "" "the --exec shell left after wsctl $c"
+		run pgrep -f "sleep $dur"
+		assert_eq "$output" "" "the --exec command's sleep left after wsctl $c"
+	done
+}
+
 @test "wsctl --exec with a command that is not agentd fails cleanly" {
 	run --separate-stderr timeout 30 "$WSCTL" --exec "echo not-grpc" health
 	[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || assert_status 1
