@@ -109,6 +109,8 @@ static struct {
 
 /* The --exec command's process (group leader), once connected; 0 without. */
 static _Atomic pid_t g_transport_pid;
+/* The token file given (--token-file, WSBRIDGE_TOKEN_FILE), or NULL. */
+static const char *g_token_file;
 
 /* exec -t: the local terminal's mode before raw mode. */
 static struct {
@@ -188,7 +190,10 @@ static void report_what(const char *what, const struct wsc_status *st)
 		msg("%s: %s (%s: %s)", what, strerror(st->err), wsb_status_name(st->code), st->msg);
 	else
 		msg("%s: %s (%s)", what, strerror(st->err), wsb_status_name(st->code));
-	if (st->code == WSB_UNAUTHENTICATED)
+	if (st->code == WSB_UNAUTHENTICATED && g_token_file)
+		msg("agentd refused the bearer token in %s: it is not the one agentd has "
+		    "(its --token-file)", q(g_token_file));
+	else if (st->code == WSB_UNAUTHENTICATED)
 		msg("agentd wants its bearer token: give wsctl the file that holds it with "
 		    "--token-file FILE or WSBRIDGE_TOKEN_FILE=FILE");
 }
@@ -3399,6 +3404,7 @@ int main(int argc, char **argv)
 			exit(EXIT_USAGE);
 		}
 		o.token = token;
+		g_token_file = token_file;
 	}
 	g_umask = umask(0);
 	umask(g_umask);

@@ -49,6 +49,8 @@ teardown() {
 	run --separate-stderr "$WSCTL" --token-file "$BATS_TEST_TMPDIR/wrong" cat x
 	assert_status 1
 	assert_contains "$stderr" "UNAUTHENTICATED"
+	# A file was given: it holds the wrong token (not "give wsctl the file").
+	assert_contains "$stderr" "wsctl: agentd refused the bearer token in '$BATS_TEST_TMPDIR/wrong': it is not the one agentd has (its --token-file)"
 }
 
 @test "wsctl with --token-file (or \$WSBRIDGE_TOKEN_FILE) works" {
