@@ -2726,15 +2726,24 @@ static void ws_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void ws_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
 	struct wsfs *fs = FS(req);
+	struct node_info info;
 	struct stat st;
 	int r;
 
-	wb_wait(fs);
-	if (!(mask & X_OK)) {
+	/* A directory is always searchable here (below), and a node never
+	 * changes its kind: no call, so chdir(2) into a directory the
+	 * kernel knows works while agentd is away (it failed ENOTCONN). */
+	if (!(mask & X_OK) ||
+	    (node_info(fs->nodes, ino, &info) == 0 && S_ISDIR(info.mode))) {
 		fuse_reply_err(req, 0);
 		return;
 	}
+	wb_wait(fs);
 	r = node_stat(fs, ino, NULL, &st);
+	/* agentd away: the mode the kernel was told last, as getattr. */
+	if ((r == -ENOTCONN || (r == -EIO && atomic_load(&fs->conn_down))) &&
+	    node_told_get(fs->nodes, ino, &st))
+		r = 0;
 	if (r < 0)
 		reply_err(req, r);
 	else

@@ -2546,10 +2546,17 @@ relay_up() {
 	write_synced "$MNT/g" "$BATS_TEST_TMPDIR/small"
 	cmp "$ROOT/f" "$BATS_TEST_TMPDIR/data"
 	cmp "$MNT/f" "$BATS_TEST_TMPDIR/data"
+	mkdir -p "$MNT/d/sub"
+	ls -R "$MNT/d" >/dev/null
 	local orig_wsfs=$WSFS_PID
 
 	kill -KILL "$AGENTD_PID"
 	wait_gone "$AGENTD_PID" 5
+	# Directories the kernel knows: a shell moves among them (chdir(2)
+	# asked agentd for access and failed ENOTCONN).
+	run timeout 30 bash -c 'cd "$1/d/sub" && cd .. && cd sub && test -x . && pwd' _ "$MNT"
+	assert_status 0
+	assert_eq "$output" "$MNT/d/sub" "cd among known directories while agentd is away"
 	bounded_fail "cat" cat "$MNT/f"
 	bounded_fail "cat again" cat "$MNT/g"
 	bounded_fail "create" bash -c 'echo x > "$1"' _ "$MNT/new"
@@ -2570,7 +2577,7 @@ relay_up() {
 	echo after >"$MNT/after"
 	assert_content "$ROOT/after" $'after\n'
 	run ls "$MNT"
-	assert_eq "$output" $'after\nf\ng'
+	assert_eq "$output" $'after\nd\nf\ng'
 	no_problems
 }
 
