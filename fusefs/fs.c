@@ -7006,6 +7006,7 @@ int wsfs_new(const struct wsfs_config *cfg, struct wsc *c, struct wsfs **ret)
 	fs->client = c;
 	atomic_init(&fs->conn_gen, 1);
 	atomic_init(&fs->conn_down, false);
+	atomic_init(&fs->auth_refused, false);
 	atomic_init(&fs->inval_seq, 0);
 	atomic_init(&fs->mgen, 0);
 	atomic_init(&fs->pf_mgen, 0);

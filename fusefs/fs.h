@@ -206,6 +206,9 @@ struct wsfs {
 	atomic_uint_fast64_t conn_gen;
 	/** A transport failure was seen and no call has succeeded since. */
 	atomic_bool conn_down;
+	/** The monitor's probe found agentd refusing the mount's token
+	 * (logged once until a probe passes again). */
+	atomic_bool auth_refused;
 	/** wsfs_now_ns() of the first transport failure of this down
 	 * period, 0 while agentd answers (wsfs_conn_failed()). */
 	atomic_int_fast64_t down_ns;

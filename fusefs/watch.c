@@ -1488,8 +1488,21 @@ static int probe(struct wsfs *fs)
 	r = wsc_unary_ex(fs->client, "/wsbridge.v1.Workspace/Stat", &q.base,
 			 &wsbridge__v1__stat_reply__descriptor, NULL, fs->cfg.rpc_timeout_ms, &st);
 	if (r == 0 || st.has_errno) {
+		atomic_store(&fs->auth_refused, false);
 		wsfs_conn_ok(fs);
 		return 0;
+	}
+	if (st.code == WSB_UNAUTHENTICATED) {
+		/* agentd answers, with another token than at the mount (it
+		 * was started again with another --token-file): calls fail
+		 * EACCES, not ENOTCONN for good as if it were away. */
+		if (!atomic_exchange(&fs->auth_refused, true))
+			wsb_err("agentd answers but refuses this mount's bearer token "
+				"(UNAUTHENTICATED: %s): calls fail with EACCES until agentd has "
+				"the mount's token again, or remount with its new one",
+				st.msg);
+		wsfs_conn_ok(fs);
+		return r;
 	}
 	if (st.code == WSB_UNAVAILABLE || st.code == WSB_DEADLINE_EXCEEDED)
 		wsfs_conn_failed(fs, st.code);

@@ -2680,6 +2680,28 @@ os.close(fd)' "$MNT/mapped" "$BATS_TEST_TMPDIR/go" >"$BATS_TEST_TMPDIR/map.out" 
 	assert_eq "$(head -c 5 "$ROOT/mapped")" AAAAA "the file in the POD"
 }
 
+@test "C1: agentd back with another token: calls fail EACCES and wsfs says why; back with the mount's: the mount works" {
+	wsb_runsc && skip "restarts agentd outside the sandbox"
+	printf 'tok-a\n' >"$BATS_TEST_TMPDIR/a"
+	printf 'tok-b\n' >"$BATS_TEST_TMPDIR/b"
+	chmod 600 "$BATS_TEST_TMPDIR/a" "$BATS_TEST_TMPDIR/b"
+	agentd_tcp --token-file "$BATS_TEST_TMPDIR/a"
+	mount_wsfs --token-file "$BATS_TEST_TMPDIR/a" -o "rpc_timeout=$RPC_TIMEOUT"
+	echo x >"$MNT/f"
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	agentd_start --root "$ROOT" --listen "$ADDR" --token-file "$BATS_TEST_TMPDIR/b"
+	# Before: ENOTCONN for good, logged as agentd being unreachable.
+	poll_until $((RPC_TIMEOUT + 5)) grep -q "refuses this mount's bearer token" "$WSFS_ERR"
+	run pyerr 'os.stat(sys.argv[2] + "/f")' "$MNT"
+	assert_eq "$output" EACCES "stat with agentd's token changed"
+	kill -KILL "$AGENTD_PID"
+	wait_gone "$AGENTD_PID" 5
+	agentd_start --root "$ROOT" --listen "$ADDR" --token-file "$BATS_TEST_TMPDIR/a"
+	poll_until $((RPC_TIMEOUT + 5)) cat "$MNT/f"
+	assert_content "$MNT/f" $'x\n'
+}
+
 @test "C1: a listing read half-way when agentd goes away reads to its end, every name once" {
 	wsb_runsc && skip "kills agentd outside the sandbox"
 	local fifo=$BATS_TEST_TMPDIR/go rp
