@@ -235,6 +235,16 @@ void fsops_handles_free(struct fsops_handles *h)
 	free(h);
 }
 
+unsigned fsops_handles_unowned(struct fsops_handles *h)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&h->lock);
+	n = h->unowned;
+	pthread_mutex_unlock(&h->lock);
+	return n;
+}
+
 unsigned fsops_handles_count(struct fsops_handles *h)
 {
 	unsigned n;

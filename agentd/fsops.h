@@ -86,6 +86,9 @@ unsigned fsops_handles_release_owner(struct fsops_handles *h, uint64_t owner);
 /** Number of open handles now, and the table's limit. */
 unsigned fsops_handles_count(struct fsops_handles *h);
 unsigned fsops_handles_limit(const struct fsops_handles *h);
+/** Of the open handles, those of no session (owner 0), which may take half
+ * the table at most (fsops_open(): -EMFILE past it). Any thread. */
+unsigned fsops_handles_unowned(struct fsops_handles *h);
 
 /**
  * open(2) @p path, as a new handle of owner @p owner (0: none), with @p flags
@@ -98,8 +101,9 @@ unsigned fsops_handles_limit(const struct fsops_handles *h);
  * rule, the birth time from the same statx(2)), and in *ret_created (may be
  * NULL) whether this call created the file (O_CREAT without O_EXCL opens an
  * existing one: false). Errors: as open(2); -EXDEV (escape); -EMFILE when the table is full
- * (fsops_handles_count() == fsops_handles_limit()) or the process is out of
- * fds.
+ * (fsops_handles_count() == fsops_handles_limit()), when @p owner is 0 and
+ * half of it holds handles of no session (fsops_handles_unowned()), or the
+ * process is out of fds.
  */
 int fsops_open(const struct resolve_root *root, struct fsops_handles *h, uint64_t owner,
 	       const void *path, size_t len, int flags, mode_t mode, uint64_t *ret_handle,

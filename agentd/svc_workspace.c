@@ -590,6 +590,15 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 			   fsops_handles_limit(ad->handles));
 		return;
 	}
+	if (r == -EMFILE && owner == 0 &&
+	    2 * fsops_handles_unowned(ad->handles) >= fsops_handles_limit(ad->handles)) {
+		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENFILE,
+			   "too many open handles of no session (half of agentd --max-handles "
+			   "%u; calls that name a session have the other half: docs/protocol.md "
+			   "\"Sessions\")",
+			   fsops_handles_limit(ad->handles));
+		return;
+	}
 	if (r == -EMFILE || r == -ENFILE) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENFILE,
 			   "agentd is out of file descriptors (%s)", strerror(-r));

@@ -36,6 +36,11 @@ teardown() {
 		{ grep 'Workspace/Read' "$AGENTD_ERR" | tail -5 >&3; false; }
 }
 
+@test "handles of no session take half of --max-handles at most, and the refusal says so (grpcio)" {
+	agentd_unix --max-handles 8
+	WSB_MAX_HANDLES=8 WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_workspace.py Handles
+}
+
 @test "Workspace over a unix socket: the same errno trailers (grpcio)" {
 	agentd_unix
 	WSB_TARGET=$ADDR WSB_ROOT=$ROOT run_py test_workspace.py Errors

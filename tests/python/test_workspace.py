@@ -942,6 +942,29 @@ class OpStream(Base):
             ch.close()
 
 
+@unittest.skipUnless(os.environ.get("WSB_MAX_HANDLES") == "8", "agentd --max-handles 8 only")
+class Handles(Base):
+    def test_no_session_takes_half_the_table(self):
+        """Handles of no session live until Release: they may fill half the
+        table, and the refusal says so (it said agentd was out of file
+        descriptors); calls that name a session have the other half."""
+        with open(os.path.join(wsbtest.env("WSB_ROOT"), "hf"), "w") as fh:
+            fh.write("x")
+        req = pb.OpenRequest(path=b"hf", access=pb.RDONLY)
+        mine = [self.ws.Open(req, timeout=TIMEOUT).handle for _ in range(4)]
+        e = self.fails(SC.RESOURCE_EXHAUSTED, "ENFILE",
+                       lambda: self.ws.Open(req, timeout=TIMEOUT), "a fifth of no session")
+        self.assertIn("of no session", e.details())
+        md = (("wsbridge-session", "handles-test"),)
+        theirs = [self.ws.Open(req, timeout=TIMEOUT, metadata=md).handle for _ in range(4)]
+        self.fails(SC.RESOURCE_EXHAUSTED, "ENFILE",
+                   lambda: self.ws.Open(req, timeout=TIMEOUT, metadata=md), "past the table")
+        for h in mine:
+            self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT)
+        for h in theirs:
+            self.ws.Release(pb.HandleRequest(handle=h), timeout=TIMEOUT, metadata=md)
+
+
 @unittest.skipUnless(os.environ.get("WSB_MAX_REPLY"), "agentd runs without a small "
                      "--max-reply-bytes (workspace.bats starts one with it)")
 class ReplyBudget(Base):

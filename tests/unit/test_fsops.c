@@ -264,6 +264,7 @@ static void test_unowned_half(void **state)
 					    NULL), 0);
 	assert_int_equal(fsops_open(&fx->root, h, 0, P("f"), O_RDONLY, 0, &id, NULL, NULL, NULL),
 			 -EMFILE);
+	assert_int_equal(fsops_handles_unowned(h), 4);
 	assert_int_equal(fsops_reopen(h, 0, none[0], O_RDONLY, &id, NULL), -EMFILE);
 	/* a failed open gives its slot back */
 	assert_int_equal(fsops_open(&fx->root, h, 3, P("missing"), O_RDONLY, 0, &id, NULL, NULL,
