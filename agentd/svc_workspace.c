@@ -590,8 +590,9 @@ static void open_call(struct rpc_call *call, const Wsbridge__V1__OpenRequest *q,
 			   fsops_handles_limit(ad->handles));
 		return;
 	}
+	/* handle_reserve()'s rule (fsops.c), odd limits included. */
 	if (r == -EMFILE && owner == 0 &&
-	    2 * fsops_handles_unowned(ad->handles) >= fsops_handles_limit(ad->handles)) {
+	    fsops_handles_unowned(ad->handles) >= fsops_handles_limit(ad->handles) / 2) {
 		rpc_finish(call, WSB_RESOURCE_EXHAUSTED, ENFILE,
 			   "too many open handles of no session (half of agentd --max-handles "
 			   "%u; calls that name a session have the other half: docs/protocol.md "
