@@ -642,10 +642,10 @@ static void readers_drain(struct wsfs *fs, pthread_rwlock_t *lock)
 		pthread_rwlock_unlock(lock);
 }
 
-/* Wait until every write sent behind before this call (not those still
- * gathered) has reached agentd or failed. Any FUSE request thread;
- * returns at once with none in flight. */
-static void wb_wait_sent(struct wsfs *fs)
+/* Wait until every write (and, unless @writes_only, every unlink) sent
+ * behind before this call (not those still gathered) has reached agentd or
+ * failed. Any FUSE request thread; returns at once with none in flight. */
+static void wb_wait_sent_ex(struct wsfs *fs, bool writes_only)
 {
 	unsigned n = fs->cfg.write_behind;
 	uint64_t upto;
@@ -658,12 +658,19 @@ static void wb_wait_sent(struct wsfs *fs)
 		bool busy = false;
 
 		for (unsigned i = 0; i < n && !busy; i++)
-			busy = fs->wb[i].seq && fs->wb[i].seq < upto;
+			busy = fs->wb[i].seq && fs->wb[i].seq < upto &&
+			       !(writes_only && fs->wb[i].unlink);
 		if (!busy)
 			break;
 		pthread_cond_wait(&fs->wb_cond, &fs->wb_lock);
 	}
 	pthread_mutex_unlock(&fs->wb_lock);
+}
+
+/* wb_wait_sent_ex() of writes and unlinks. */
+static void wb_wait_sent(struct wsfs *fs)
+{
+	wb_wait_sent_ex(fs, false);
 }
 
 /* Wait until every write replied to before this call has reached agentd
@@ -676,10 +683,12 @@ static void wb_wait_writes(struct wsfs *fs)
 
 /*
  * Record a write of bytes [@off, @end) of server inode @ino as in flight,
- * once a slot is free and no write in flight overlaps it. Returns its
- * sequence number, for wb_end().
+ * once a slot is free and no write in flight overlaps it; with @unlink,
+ * an unlink sent behind (@ino, @off, @end 0: it overlaps nothing).
+ * Returns its sequence number, for wb_end().
  */
-static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end)
+static uint64_t wb_begin_ex(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end,
+			    bool unlink)
 {
 	unsigned n = fs->cfg.write_behind, slot;
 	uint64_t seq;
@@ -702,10 +711,18 @@ static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t e
 		pthread_cond_wait(&fs->wb_cond, &fs->wb_lock);
 	}
 	seq = fs->wb_seq++;
-	fs->wb[slot] = (struct wsfs_wb){ .seq = seq, .ino = ino, .off = off, .end = end };
+	fs->wb[slot] = (struct wsfs_wb){
+		.seq = seq, .ino = ino, .off = off, .end = end, .unlink = unlink
+	};
 	atomic_fetch_add(&fs->wb_n, 1);
 	pthread_mutex_unlock(&fs->wb_lock);
 	return seq;
+}
+
+/* wb_begin_ex() of a write. */
+static uint64_t wb_begin(struct wsfs *fs, uint64_t ino, uint64_t off, uint64_t end)
+{
+	return wb_begin_ex(fs, ino, off, end, false);
 }
 
 /*
@@ -3568,19 +3585,202 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 		  WSFS_SELF_CREATED | WSFS_SELF_CHANGED, S_IFLNK, false);
 }
 
+/* ---- unlink-behind ----
+ *
+ * rm -rf waits for one Unlink round trip per entry (sshfs for one SFTP
+ * remove). An UNLINK that cannot fail is replied to before agentd has
+ * done it; its thread then sends it, as a write written behind is sent: it
+ * takes a write-behind slot (wb_begin_ex()), so every later request waits
+ * for it (wb_wait()) but another UNLINK sent behind, which waits only for
+ * the writes and SETATTRs sent behind before it. rm -rf's rmdir of the
+ * directory, a listing, a lookup or a create of the name come after it in
+ * agentd, and `rm -rf DIR` returns once all of DIR is gone in the pod.
+ *
+ * unlink(2) fails (its man page) for the name (ENOENT, ENOTDIR, EISDIR:
+ * the kernel checked those against its dentry before it sent the UNLINK,
+ * fs/namei.c may_delete()), for permission (EACCES: no write or search
+ * permission on the directory; EPERM: a sticky directory and another's
+ * file, an append-only or immutable directory; EROFS), for the file
+ * (EPERM: itself immutable or append-only; EBUSY: mounted over) and for
+ * the disk (EIO). Permission is agentd's (its credentials, its mount of
+ * the workspace): an Unlink or Rmdir through this mount that succeeded in
+ * the same directory (rmdir(2) needs the same of it) proves it for the
+ * next ones (rm_ok) while the directory keeps the mode, owner and group
+ * the kernel was told then, the watch reported no change of it
+ * (node_noted()) and the connection is the same
+ * (conn_gen: agentd may have restarted with other credentials); a sticky
+ * directory is never proven (it depends on each file's owner), nor is one
+ * while the watch is not live. The file must not be open through this
+ * mount (an fstat(2) of it sees nlink drop at once). What is left: a file
+ * flagged immutable or append-only (chattr(1); needs CAP_LINUX_IMMUTABLE),
+ * a file mounted over in the pod, an I/O error, a change the pod made in
+ * the round trip, agentd lost in it. Then unlink(2) returned 0 but the
+ * name stays: wsfs logs it, forgets that the directory was proven and
+ * what it knew of its names, so the next lookup finds the name again (the
+ * kernel asks: fs/fuse/dir.c fuse_unlink() left its dentry expired), and
+ * rm -rf's rmdir fails ENOTEMPTY. ENOENT (the pod removed the name first)
+ * is success.
+ */
+
+/* Whether an Unlink in directory @dir, whose attributes the kernel was
+ * told are @st, is proven to succeed (above). Any thread. */
+static bool rm_ok_has(struct wsfs *fs, uint64_t dir, const struct stat *st)
+{
+	uint64_t gen = atomic_load(&fs->conn_gen);
+	int64_t noted = node_noted(fs->nodes, dir, NULL);
+	bool ok = false;
+
+	pthread_mutex_lock(&fs->wb_lock);
+	for (unsigned i = 0; i < WSFS_RM_OK_MAX && !ok; i++) {
+		const struct wsfs_rm_ok *o = &fs->rm_ok[i];
+
+		ok = o->dir == dir && o->conn_gen == gen && o->noted == noted &&
+		     o->mode == st->st_mode && o->uid == st->st_uid && o->gid == st->st_gid;
+	}
+	pthread_mutex_unlock(&fs->wb_lock);
+	return ok;
+}
+
+/* An Unlink or Rmdir in directory @dir succeeded over connection
+ * generation @gen (conn_gen when it was sent): remember it proven, unless
+ * the kernel has no attributes of it or it is sticky. Any thread. */
+static void rm_ok_add(struct wsfs *fs, uint64_t dir, uint64_t gen)
+{
+	struct wsfs_rm_ok o = { .dir = dir, .conn_gen = gen };
+	struct stat st;
+	unsigned slot;
+
+	if (!fs->cfg.unlink_behind || !node_told_get(fs->nodes, dir, &st) ||
+	    (st.st_mode & S_ISVTX))
+		return;
+	o.noted = node_noted(fs->nodes, dir, NULL);
+	o.mode = st.st_mode;
+	o.uid = st.st_uid;
+	o.gid = st.st_gid;
+	pthread_mutex_lock(&fs->wb_lock);
+	for (slot = 0; slot < WSFS_RM_OK_MAX && fs->rm_ok[slot].dir != dir; slot++)
+		;
+	if (slot == WSFS_RM_OK_MAX)
+		slot = fs->rm_ok_next++ % WSFS_RM_OK_MAX;
+	fs->rm_ok[slot] = o;
+	pthread_mutex_unlock(&fs->wb_lock);
+}
+
+/* Forget every proven directory: an Unlink sent behind failed. */
+static void rm_ok_clear(struct wsfs *fs)
+{
+	pthread_mutex_lock(&fs->wb_lock);
+	memset(fs->rm_ok, 0, sizeof(fs->rm_ok));
+	pthread_mutex_unlock(&fs->wb_lock);
+}
+
+/* Whether the UNLINK of @name in @parent cannot fail (above). Any FUSE
+ * request thread. */
+static bool unlink_behind_ok(struct wsfs *fs, fuse_ino_t parent, const char *name)
+{
+	struct node_info ni;
+	struct stat st;
+	uint64_t id;
+
+	if (!fs->cfg.unlink_behind || atomic_load(&fs->conn_down) ||
+	    !atomic_load(&fs->watch_live))
+		return false;
+	id = node_child(fs->nodes, parent, name, strlen(name));
+	if (!id || node_info(fs->nodes, id, &ni) < 0 || !(ni.mode & S_IFMT) ||
+	    S_ISDIR(ni.mode) || ni.open_files)
+		return false;
+	return node_told_get(fs->nodes, parent, &st) && S_ISDIR(st.st_mode) &&
+	       !(st.st_mode & S_ISVTX) && rm_ok_has(fs, parent, &st);
+}
+
+/* What an Unlink's reply @rep (may be NULL) of @name in @parent, begun at
+ * @at0 with seq_now() @seq0 and mgen @mgen0, tells the mount, once the
+ * name is unbound (node @id, 0 if none): another name may keep the file
+ * (git's objects: link, then unlink of the temporary name); the kernel
+ * dropped its attributes (nlink) and asks next (fs/fuse/dir.c
+ * fuse_unlink). */
+static void unlinked(struct wsfs *fs, uint64_t id, uint64_t seq0, uint64_t mgen0, int64_t at0,
+		     const Wsbridge__V1__AttrReply *rep)
+{
+	struct stat st;
+
+	if (!id || !rep || !rep->attr)
+		return;
+	attr_keep_new(fs, id, seq0, mgen0, at0, rep->attr);
+	if (attr_to_stat(rep->attr, &st) == 0 && st.st_nlink > 0)
+		symlink_names_stale(fs, &st, 0);
+}
+
+/*
+ * UNLINK of @name in @parent, whose wire path is @path (@len bytes), sent
+ * behind (above): replied to at once, then sent. Any FUSE request thread,
+ * which it holds until agentd answered.
+ */
+static void unlink_behind(fuse_req_t req, fuse_ino_t parent, const char *name,
+			  const char *path, size_t len)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id, wseq;
+	int64_t at0 = wsfs_now_ns();
+	int r;
+
+	wseq = wb_begin_ex(fs, 0, 0, 0, true);
+	wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
+	known_update(fs, parent, name, 0, false);
+	id = node_unlink(fs->nodes, parent, name, strlen(name));
+	fuse_reply_err(req, 0);
+	wsb_debug("Unlink '%.*s': answered, sent behind", (int)len, path);
+	q.path = bin(path, len);
+	r = rpc_long(fs, M("Unlink"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+	if (r == -ENOENT)
+		r = 0; /* the pod removed it first */
+	wsfs_self_end(fs, path, len, r == 0, NULL);
+	if (r == 0) {
+		unlinked(fs, id, seq0, mgen0, at0, rep);
+	} else {
+		/* Lost on the way (EIO: the deadline), agentd may have done it. */
+		bool lost = r == -ENOTCONN || r == -EIO || r == -ETIMEDOUT;
+
+		wsb_warn("unlink of '%.*s' failed after the mount had answered it: %s; %s",
+			 (int)len, path, strerror(-r),
+			 lost ? "the name may still be there" : "the name is still there");
+		rm_ok_clear(fs);
+		known_update(fs, parent, name, r, false);
+	}
+	wb_end(fs, wseq);
+	free_reply(rep);
+}
+
 /* Unlink (@dir false) or Rmdir (@dir true) of @name in @parent. */
 static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct wsfs *fs = FS(req);
 	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
 	Wsbridge__V1__AttrReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id;
+	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id, gen;
 	int64_t at0 = wsfs_now_ns();
 	char *path = NULL;
 	size_t len;
 	int r;
 
+	if (!dir && unlink_behind_ok(fs, parent, name)) {
+		/* wb_wait() but for the unlinks sent behind */
+		gb_flush(fs);
+		wb_wait_sent_ex(fs, true);
+		sab_drain(fs);
+		r = child_path(fs, parent, name, &path, &len);
+		if (r == 0 && unlink_behind_ok(fs, parent, name)) {
+			unlink_behind(req, parent, name, path, len);
+			free(path);
+			return;
+		}
+		free(path);
+		path = NULL;
+	}
 	wb_wait(fs);
+	gen = atomic_load(&fs->conn_gen);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
 		q.path = bin(path, len);
@@ -3606,17 +3806,9 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 			if (attr_to_stat(rep->attr, &st) == 0)
 				node_gone_set(fs->nodes, id, &st);
 		}
-		/* Another name keeps the file (git's objects: link, then
-		 * unlink of the temporary name); the kernel dropped its
-		 * attributes (nlink) and asks next (fs/fuse/dir.c
-		 * fuse_unlink). */
-		if (id && !dir && rep && rep->attr) {
-			struct stat st;
-
-			attr_keep_new(fs, id, seq0, mgen0, at0, rep->attr);
-			if (attr_to_stat(rep->attr, &st) == 0 && st.st_nlink > 0)
-				symlink_names_stale(fs, &st, 0);
-		}
+		if (!dir)
+			unlinked(fs, id, seq0, mgen0, at0, rep);
+		rm_ok_add(fs, parent, gen);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);

@@ -53,6 +53,8 @@ static inline uint64_t wsfs_attr_ident(const Wsbridge__V1__Attr *a)
 #define WSFS_WRITE_BEHIND_DEFAULT 4u
 /** Largest wsfs_config.write_behind. */
 #define WSFS_WRITE_BEHIND_MAX 64u
+/** Directories fs.c's unlink-behind remembers as proven (struct wsfs rm_ok). */
+#define WSFS_RM_OK_MAX 16u
 /** Largest run of small sequential writes gathered into one Write RPC
  * (fs.c "Write gathering"), bytes; a WRITE this size or larger is not
  * gathered. */
@@ -138,6 +140,10 @@ struct wsfs_config {
 	 * setattr_behind=0 turns it off; so does gather_ns 0 or write_behind
 	 * 0, which leave the gathering thread unstarted). */
 	bool setattr_behind;
+	/** Reply at once to an UNLINK that cannot fail and send it behind,
+	 * in a write-behind slot (fs.c "Unlink-behind"; -o unlink_behind=0
+	 * turns it off; so does write_behind 0). */
+	bool unlink_behind;
 	/** How long gathered writes wait for more before they are sent anyway
 	 * (fs.c "Write gathering"; -o gather_ms), nanoseconds; 0 = writes are
 	 * not gathered. */
@@ -291,11 +297,24 @@ struct wsfs {
 	atomic_uint wb_n;
 	/** Sequence number of the next one (from 1). */
 	uint64_t wb_seq;
-	/** The writes in flight, of server inode ino, bytes [off, end);
+	/** The writes in flight, of server inode ino, bytes [off, end),
+	 * and the unlinks sent behind (unlink true; ino, off, end 0);
 	 * seq 0 = a free slot. */
 	struct wsfs_wb {
 		uint64_t seq, ino, off, end;
+		bool unlink;
 	} wb[WSFS_WRITE_BEHIND_MAX];
+	/** Directories in which an Unlink through the mount succeeded (fs.c
+	 * "Unlink-behind"): the nodeid, conn_gen then, the watch's last
+	 * invalidation of it then (node_noted(), ns), its mode, owner and
+	 * group then; dir 0 = a free entry. Protected by wb_lock. */
+	struct wsfs_rm_ok {
+		uint64_t dir, conn_gen;
+		int64_t noted;
+		uint32_t mode, uid, gid;
+	} rm_ok[WSFS_RM_OK_MAX];
+	/** The entry of rm_ok the next directory takes (round robin). */
+	unsigned rm_ok_next;
 
 	/* Files with a SETATTR replied to before agentd had it (fs.c sab_*):
 	 * a FIFO of the ones waiting, protected by sab_lock (a leaf lock). */

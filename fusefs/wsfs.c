@@ -61,6 +61,7 @@ struct opts {
 	unsigned max_dir_entries;
 	unsigned write_behind;
 	unsigned setattr_behind;
+	unsigned unlink_behind;
 	unsigned op_streams;
 	unsigned gather_ms;
 	int foreground;
@@ -95,6 +96,7 @@ static const struct fuse_opt spec[] = {
 	FUSE_OPT_KEY("max_dir_entries=", KEY_NUM),
 	FUSE_OPT_KEY("write_behind=", KEY_NUM),
 	FUSE_OPT_KEY("setattr_behind=", KEY_NUM),
+	FUSE_OPT_KEY("unlink_behind=", KEY_NUM),
 	FUSE_OPT_KEY("op_streams=", KEY_NUM),
 	FUSE_OPT_KEY("gather_ms=", KEY_NUM),
 	OPT("token_file=%s", token_file, 0),
@@ -136,6 +138,7 @@ static const struct num_opt {
 	{ "max_dir_entries", offsetof(struct opts, max_dir_entries), false },
 	{ "write_behind", offsetof(struct opts, write_behind), false },
 	{ "setattr_behind", offsetof(struct opts, setattr_behind), false },
+	{ "unlink_behind", offsetof(struct opts, unlink_behind), false },
 	{ "op_streams", offsetof(struct opts, op_streams), false },
 	{ "gather_ms", offsetof(struct opts, gather_ms), false },
 };
@@ -288,6 +291,9 @@ static void usage(FILE *f)
 		"                         holds open for writing reach agentd merged, within\n"
 		"                         10 x gather_ms (close reports their errors; default\n"
 		"                         1; none with gather_ms=0 or write_behind=0)\n"
+		"  -o unlink_behind=0|1   an unlink that cannot fail returns before agentd\n"
+		"                         has done it; the next request waits for it\n"
+		"                         (default 1; none with write_behind=0)\n"
 		"  -o op_streams=0|1      send each worker thread's calls as messages of one\n"
 		"                         stream of its own, not one gRPC call each (default\n"
 		"                         1; agentd without Ops: calls one by one)\n"
@@ -400,6 +406,7 @@ int main(int argc, char **argv)
 		.max_dir_entries = WSFS_MAX_DIR_ENTRIES_DEFAULT,
 		.write_behind = WSFS_WRITE_BEHIND_DEFAULT,
 		.setattr_behind = 1,
+		.unlink_behind = 1,
 		.op_streams = 1,
 		.gather_ms = WSFS_GATHER_MS_DEFAULT,
 	};
@@ -504,6 +511,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wsfs: setattr_behind wants 0 or 1\n");
 		goto out;
 	}
+	if (o.unlink_behind > 1) {
+		fprintf(stderr, "wsfs: unlink_behind wants 0 or 1\n");
+		goto out;
+	}
 	if (o.op_streams > 1) {
 		fprintf(stderr, "wsfs: op_streams wants 0 or 1\n");
 		goto out;
@@ -547,6 +558,7 @@ int main(int argc, char **argv)
 	cfg.max_dir_entries = o.max_dir_entries;
 	cfg.write_behind = o.write_behind;
 	cfg.setattr_behind = o.setattr_behind != 0;
+	cfg.unlink_behind = o.unlink_behind != 0 && o.write_behind > 0;
 	cfg.gather_ns = (int64_t)o.gather_ms * 1000000;
 	/* mount(2) mounts a FUSE file system on a regular file too (and
 	 * hides it); a mount point is a directory (mount(8) says the same).

@@ -34,6 +34,9 @@ teardown() {
 	if [ -n "${NOBODY_DIR:-}" ]; then
 		rm -rf "$NOBODY_DIR"
 	fi
+	if [ -n "${IMMUTABLE[*]:-}" ]; then
+		chattr -i "${IMMUTABLE[@]}" 2>/dev/null || true
+	fi
 	local m
 	for m in ${NESTED_MOUNTS:-}; do
 		umount "$m" || umount -l "$m"
@@ -1145,6 +1148,9 @@ for i in range(20):
     os.close(fd)
     ino = os.stat(M + "/" + t).st_ino
     os.unlink(M + "/" + t)
+    # The mount's next request waits for an unlink it answered before
+    # agentd had done it (fusefs/fs.c "Unlink-behind").
+    assert not os.path.exists(M + "/" + t)
     # The pod makes the name again: the same inode number, the same second.
     fd = os.open(R + "/" + t, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
     os.write(fd, b"B")
@@ -3735,4 +3741,74 @@ time.sleep(120)' "$MNT/held" "$BATS_TEST_TMPDIR/written"
 	assert_content "$ROOT/after" $'after\n'
 	show_latencies
 	no_problems
+}
+
+@test "unlink-behind: removals the mount answered before agentd had done them reach the pod before the next request: a listing, a create of the name, rmdir" {
+	up
+	mkdir "$MNT/ub"
+	for i in $(seq 1 300); do : >"$MNT/ub/f$i"; done
+	ls -l "$MNT/ub" >/dev/null
+	# The first unlink in the directory waits for agentd; the rest go
+	# behind it.
+	rm "$MNT/ub/f1"
+	# One process, no pause between the calls: a name made again
+	# (O_EXCL) right after its unlink, a listing right after unlinks.
+	run "$PY" - "$MNT/ub" "$ROOT/ub" <<'PY'
+import os, sys
+M, R = sys.argv[1:3]
+for i in range(2, 301):
+    os.unlink("%s/f%d" % (M, i))
+    fd = os.open("%s/f%d" % (M, i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, b"again")
+    os.close(fd)
+again = sum(open("%s/f%d" % (R, i)).read() == "again" for i in range(2, 301))
+for i in range(2, 301):
+    os.unlink("%s/f%d" % (M, i))
+print("made again %d; mount %r pod %r" % (again, os.listdir(M), os.listdir(R)))
+PY
+	assert_status 0
+	assert_eq "$output" "made again 299; mount [] pod []" "names made again right after their unlink; listings right after unlinks"
+	# rm -rf returns once all of it is gone in the pod.
+	mkdir -p "$MNT/ub/t/u"
+	for i in $(seq 1 100); do : >"$MNT/ub/t/u/h$i"; : >"$MNT/ub/t/h$i"; done
+	rm -rf "$MNT/ub/t"
+	[ ! -e "$ROOT/ub/t" ]
+}
+
+@test "unlink-behind: an unlink agentd then refuses (an immutable file) leaves the name, logged, and the next one in that directory waits; sticky directories and ones the pod changed are not sent behind" {
+	wsb_runsc && skip "changes the pod's files from the host; gVisor's inotify sees only changes made in the sandbox"
+	up
+	mkdir "$MNT/ub" "$MNT/st"
+	chmod 1777 "$MNT/st"
+	for f in ub/a ub/b ub/c ub/d st/a st/b; do : >"$MNT/$f"; done
+	ls -l "$MNT/ub" "$MNT/st" >/dev/null
+	chattr +i "$ROOT/ub/b" 2>/dev/null || skip "chattr +i is refused on this file system"
+	IMMUTABLE=("$ROOT/ub/b")
+	chattr +i "$ROOT/st/b" "$ROOT/ub/d"
+	IMMUTABLE+=("$ROOT/st/b" "$ROOT/ub/d")
+	rm "$MNT/ub/a" # proves the directory: agentd may remove names in it
+	# Sent behind: rm was answered before agentd refused it (EPERM).
+	rm "$MNT/ub/b"
+	run ls -A "$MNT/ub"
+	assert_eq "$output" $'b\nc\nd' "the name agentd kept is listed again"
+	grep -q "unlink of 'ub/b' failed after the mount had answered it: Operation not permitted; the name is still there" "$WSFS_ERR" ||
+		{ sed 's/^/# wsfs: /' "$WSFS_ERR" >&3; return 1; }
+	# The directory is no longer proven: the next unlink waits and fails.
+	run --separate-stderr rm "$MNT/ub/b"
+	assert_status 1
+	[[ $stderr == *"Operation not permitted"* ]]
+	# A sticky directory is never proven (removal there depends on each
+	# file's owner).
+	rm "$MNT/st/a"
+	run --separate-stderr rm "$MNT/st/b"
+	assert_status 1
+	[[ $stderr == *"Operation not permitted"* ]]
+	# The pod's chmod of a proven directory ends the proof.
+	rm "$MNT/ub/c"
+	chmod 0775 "$ROOT/ub"
+	visible "the pod's chmod" bash -c '[ "$(stat -c %a "$1")" = 775 ]' _ "$MNT/ub"
+	run --separate-stderr rm "$MNT/ub/d"
+	assert_status 1
+	[[ $stderr == *"Operation not permitted"* ]]
+	assert_eq "$(grep -c "failed after the mount had answered it" "$WSFS_ERR")" 1 "unlinks answered then refused"
 }
