@@ -3593,72 +3593,86 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
  * takes a write-behind slot (wb_begin_ex()), so every later request waits
  * for it (wb_wait()) but another UNLINK sent behind, which waits only for
  * the writes and SETATTRs sent behind before it. rm -rf's rmdir of the
- * directory, a listing, a lookup or a create of the name come after it in
- * agentd, and `rm -rf DIR` returns once all of DIR is gone in the pod.
+ * directory, a listing, a lookup or a create of the name, a rename of a
+ * directory above it come after it in agentd, and `rm -rf DIR` returns
+ * once all of DIR is gone in the pod.
  *
  * unlink(2) fails (its man page) for the name (ENOENT, ENOTDIR, EISDIR:
  * the kernel checked those against its dentry before it sent the UNLINK,
  * fs/namei.c may_delete()), for permission (EACCES: no write or search
- * permission on the directory; EPERM: a sticky directory and another's
- * file, an append-only or immutable directory; EROFS), for the file
- * (EPERM: itself immutable or append-only; EBUSY: mounted over) and for
- * the disk (EIO). Permission is agentd's (its credentials, its mount of
- * the workspace): an Unlink or Rmdir through this mount that succeeded in
- * the same directory (rmdir(2) needs the same of it) proves it for the
- * next ones (rm_ok) while the directory keeps the mode, owner and group
- * the kernel was told then, the watch reported no change of it
- * (node_noted()) and the connection is the same
- * (conn_gen: agentd may have restarted with other credentials); a sticky
- * directory is never proven (it depends on each file's owner), nor is one
- * while the watch is not live. The file must not be open through this
- * mount (an fstat(2) of it sees nlink drop at once). What is left: a file
- * flagged immutable or append-only (chattr(1); needs CAP_LINUX_IMMUTABLE),
- * a file mounted over in the pod, an I/O error, a change the pod made in
- * the round trip, agentd lost in it. Then unlink(2) returned 0 but the
- * name stays: wsfs logs it, forgets that the directory was proven and
- * what it knew of its names, so the next lookup finds the name again (the
+ * permission on the directory, no search permission above it; EPERM: a
+ * sticky directory and another's file, an append-only or immutable
+ * directory; EROFS), for the file (EPERM: itself immutable or
+ * append-only; EBUSY: mounted over) and for the disk (EIO). Permission is
+ * agentd's (its credentials, its mount of the workspace): an Unlink or
+ * Rmdir through this mount that succeeded in the same directory (rmdir(2)
+ * needs the same of it) proves it for the next ones (rm_ok) while the
+ * directory keeps the mode, owner and group the kernel was told (fresh:
+ * node_told_fresh()), the watch reported no change of it (node_noted())
+ * nor of any directory's attributes nor a rename in the pod (rm_gen: the
+ * directories above it) since before that call, and the connection is
+ * the same (conn_gen: agentd may have restarted with other credentials);
+ * a sticky directory is never proven (it depends on each file's owner),
+ * nor is one while the watch is not live. The file must not be open
+ * through this mount (an fstat(2) of it sees nlink drop at once). What is
+ * left: a file or directory flagged immutable or append-only in the pod
+ * (chattr(1), which needs CAP_LINUX_IMMUTABLE there and sends no inotify
+ * event), a file mounted over in the pod, an I/O error, a change the pod
+ * made in the round trip, agentd lost in it. Then unlink(2) returned 0 but
+ * the name stays: wsfs logs it, forgets every proof and what it knew of
+ * the directory's names, so the next lookup finds the name again (the
  * kernel asks: fs/fuse/dir.c fuse_unlink() left its dentry expired), and
- * rm -rf's rmdir fails ENOTEMPTY. ENOENT (the pod removed the name first)
- * is success.
+ * rm -rf's rmdir fails ENOTEMPTY. ENOENT is success when the path still
+ * names the directory the kernel meant (the pod removed the name first).
  */
+
+/* The state a proof of directory @dir is made against (struct wsfs_rm_ok),
+ * taken before the call that proves it. Any thread. */
+static struct wsfs_rm_ok rm_ok_state(struct wsfs *fs, uint64_t dir)
+{
+	return (struct wsfs_rm_ok){
+		.dir = dir,
+		.conn_gen = atomic_load(&fs->conn_gen),
+		.rm_gen = atomic_load(&fs->rm_gen),
+		.noted = node_noted(fs->nodes, dir, NULL),
+	};
+}
 
 /* Whether an Unlink in directory @dir, whose attributes the kernel was
  * told are @st, is proven to succeed (above). Any thread. */
 static bool rm_ok_has(struct wsfs *fs, uint64_t dir, const struct stat *st)
 {
-	uint64_t gen = atomic_load(&fs->conn_gen);
-	int64_t noted = node_noted(fs->nodes, dir, NULL);
+	struct wsfs_rm_ok now = rm_ok_state(fs, dir);
 	bool ok = false;
 
 	pthread_mutex_lock(&fs->wb_lock);
 	for (unsigned i = 0; i < WSFS_RM_OK_MAX && !ok; i++) {
 		const struct wsfs_rm_ok *o = &fs->rm_ok[i];
 
-		ok = o->dir == dir && o->conn_gen == gen && o->noted == noted &&
-		     o->mode == st->st_mode && o->uid == st->st_uid && o->gid == st->st_gid;
+		ok = o->dir == dir && o->conn_gen == now.conn_gen && o->rm_gen == now.rm_gen &&
+		     o->noted == now.noted && o->mode == st->st_mode && o->uid == st->st_uid &&
+		     o->gid == st->st_gid;
 	}
 	pthread_mutex_unlock(&fs->wb_lock);
 	return ok;
 }
 
-/* An Unlink or Rmdir in directory @dir succeeded over connection
- * generation @gen (conn_gen when it was sent): remember it proven, unless
- * the kernel has no attributes of it or it is sticky. Any thread. */
-static void rm_ok_add(struct wsfs *fs, uint64_t dir, uint64_t gen)
+/* An Unlink or Rmdir in a directory succeeded, begun in state @o
+ * (rm_ok_state()): remember the directory proven, unless the kernel has
+ * no fresh attributes of it or it is sticky. Any thread. */
+static void rm_ok_add(struct wsfs *fs, struct wsfs_rm_ok o)
 {
-	struct wsfs_rm_ok o = { .dir = dir, .conn_gen = gen };
 	struct stat st;
 	unsigned slot;
 
-	if (!fs->cfg.unlink_behind || !node_told_get(fs->nodes, dir, &st) ||
-	    (st.st_mode & S_ISVTX))
+	if (!fs->cfg.unlink_behind || !node_told_fresh(fs->nodes, o.dir, &st) ||
+	    !S_ISDIR(st.st_mode) || (st.st_mode & S_ISVTX))
 		return;
-	o.noted = node_noted(fs->nodes, dir, NULL);
 	o.mode = st.st_mode;
 	o.uid = st.st_uid;
 	o.gid = st.st_gid;
 	pthread_mutex_lock(&fs->wb_lock);
-	for (slot = 0; slot < WSFS_RM_OK_MAX && fs->rm_ok[slot].dir != dir; slot++)
+	for (slot = 0; slot < WSFS_RM_OK_MAX && fs->rm_ok[slot].dir != o.dir; slot++)
 		;
 	if (slot == WSFS_RM_OK_MAX)
 		slot = fs->rm_ok_next++ % WSFS_RM_OK_MAX;
@@ -3711,32 +3725,87 @@ static void unlinked(struct wsfs *fs, uint64_t id, uint64_t seq0, uint64_t mgen0
 		symlink_names_stale(fs, &st, 0);
 }
 
+/* Most calls remove_rpc() makes. */
+#define REMOVE_TRIES 4
+
 /*
- * UNLINK of @name in @parent, whose wire path is @path (@len bytes), sent
- * behind (above): replied to at once, then sent. Any FUSE request thread,
- * which it holds until agentd answered.
+ * The Rmdir (@dir) or Unlink of @name in @parent, by the path *@path
+ * (*@len bytes; owned by the caller, may be replaced), which the node
+ * table gave at node_names_gen(, 0) @ngen: when agentd says ENOENT after a
+ * rename of a directory through the mount began or ended (one on its way
+ * may have moved the path: node_names_still()), again by the path the
+ * table gives once no such rename is in flight, if it changed;
+ * REMOVE_TRIES calls at most (as ws_open() does). Returns 0 or -errno, and
+ * in *@ret_rep the reply (NULL on error). Any FUSE request thread.
  */
-static void unlink_behind(fuse_req_t req, fuse_ino_t parent, const char *name,
-			  const char *path, size_t len)
+static int remove_rpc(struct wsfs *fs, fuse_ino_t parent, const char *name, bool dir,
+		      uint64_t ngen, char **path, size_t *len, Wsbridge__V1__AttrReply **ret_rep)
 {
-	struct wsfs *fs = FS(req);
 	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
-	Wsbridge__V1__AttrReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id, wseq;
-	int64_t at0 = wsfs_now_ns();
+	char *again;
+	size_t again_len;
 	int r;
 
+	for (unsigned tries = 1;; tries++) {
+		q.path = bin(*path, *len);
+		wsfs_self_begin(fs, *path, *len, WSFS_SELF_DELETED);
+		if (dir)
+			r = rpc(fs, M("Rmdir"), &q.base, &wsbridge__v1__attr_reply__descriptor,
+				ret_rep);
+		else
+			r = rpc_long(fs, M("Unlink"), &q.base,
+				     &wsbridge__v1__attr_reply__descriptor, ret_rep); /* a large file */
+		wsfs_self_end(fs, *path, *len, r == 0, NULL);
+		if (r != -ENOENT || tries == REMOVE_TRIES || node_names_still(fs->nodes, 0, ngen))
+			return r;
+		node_names_wait(fs->nodes, 0, NAMES_WAIT_MS);
+		ngen = node_names_gen(fs->nodes, 0);
+		if (child_path(fs, parent, name, &again, &again_len) < 0)
+			return r;
+		if (again_len == *len && memcmp(again, *path, *len) == 0) {
+			free(again);
+			return r;
+		}
+		free_reply(*ret_rep);
+		*ret_rep = NULL;
+		free(*path);
+		*path = again;
+		*len = again_len;
+	}
+}
+
+/*
+ * UNLINK of @name in @parent sent behind (above): once a write-behind slot
+ * is taken, replied to, then sent. Returns false, having replied nothing,
+ * when it may fail after all (then it goes as any other). Any FUSE request
+ * thread, which it holds until agentd answered.
+ */
+static bool unlink_behind(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct wsfs *fs = FS(req);
+	Wsbridge__V1__AttrReply *rep = NULL;
+	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id, wseq, ngen;
+	int64_t at0 = wsfs_now_ns();
+	char *path = NULL;
+	size_t len;
+	int r;
+
+	/* From now on a request that comes waits for it, a rename of a
+	 * directory above too, so the path stays true, but for a rename
+	 * already on its way: agentd's ENOENT is then checked. */
 	wseq = wb_begin_ex(fs, 0, 0, 0, true);
-	wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
+	ngen = node_names_gen(fs->nodes, 0);
+	if (!unlink_behind_ok(fs, parent, name) || child_path(fs, parent, name, &path, &len) < 0) {
+		wb_end(fs, wseq);
+		return false;
+	}
 	known_update(fs, parent, name, 0, false);
 	id = node_unlink(fs->nodes, parent, name, strlen(name));
 	fuse_reply_err(req, 0);
 	wsb_debug("Unlink '%.*s': answered, sent behind", (int)len, path);
-	q.path = bin(path, len);
-	r = rpc_long(fs, M("Unlink"), &q.base, &wsbridge__v1__attr_reply__descriptor, &rep);
+	r = remove_rpc(fs, parent, name, false, ngen, &path, &len, &rep);
 	if (r == -ENOENT)
-		r = 0; /* the pod removed it first */
-	wsfs_self_end(fs, path, len, r == 0, NULL);
+		r = 0; /* the pod removed it first (remove_rpc() followed renames) */
 	if (r == 0) {
 		unlinked(fs, id, seq0, mgen0, at0, rep);
 	} else {
@@ -3751,16 +3820,18 @@ static void unlink_behind(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	wb_end(fs, wseq);
 	free_reply(rep);
+	free(path);
+	return true;
 }
 
 /* Unlink (@dir false) or Rmdir (@dir true) of @name in @parent. */
 static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool dir)
 {
 	struct wsfs *fs = FS(req);
-	Wsbridge__V1__PathRequest q = WSBRIDGE__V1__PATH_REQUEST__INIT;
 	Wsbridge__V1__AttrReply *rep = NULL;
-	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id, gen;
+	uint64_t seq0 = seq_now(fs), mgen0 = atomic_load(&fs->mgen), id, ngen;
 	int64_t at0 = wsfs_now_ns();
+	struct wsfs_rm_ok proof;
 	char *path = NULL;
 	size_t len;
 	int r;
@@ -3770,28 +3841,15 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 		gb_flush(fs);
 		wb_wait_sent_ex(fs, true);
 		sab_drain(fs);
-		r = child_path(fs, parent, name, &path, &len);
-		if (r == 0 && unlink_behind_ok(fs, parent, name)) {
-			unlink_behind(req, parent, name, path, len);
-			free(path);
+		if (unlink_behind(req, parent, name))
 			return;
-		}
-		free(path);
-		path = NULL;
 	}
 	wb_wait(fs);
-	gen = atomic_load(&fs->conn_gen);
+	proof = rm_ok_state(fs, parent);
+	ngen = node_names_gen(fs->nodes, 0);
 	r = child_path(fs, parent, name, &path, &len);
 	if (r == 0) {
-		q.path = bin(path, len);
-		wsfs_self_begin(fs, path, len, WSFS_SELF_DELETED);
-		if (dir)
-			r = rpc(fs, M("Rmdir"), &q.base, &wsbridge__v1__attr_reply__descriptor,
-				&rep);
-		else
-			r = rpc_long(fs, M("Unlink"), &q.base,
-				     &wsbridge__v1__attr_reply__descriptor, &rep); /* a large file */
-		wsfs_self_end(fs, path, len, r == 0, NULL);
+		r = remove_rpc(fs, parent, name, dir, ngen, &path, &len, &rep);
 		known_update(fs, parent, name, r, false);
 	}
 	if (r == 0) {
@@ -3808,7 +3866,7 @@ static void do_remove(fuse_req_t req, fuse_ino_t parent, const char *name, bool 
 		}
 		if (!dir)
 			unlinked(fs, id, seq0, mgen0, at0, rep);
-		rm_ok_add(fs, parent, gen);
+		rm_ok_add(fs, proof);
 	}
 	fuse_reply_err(req, r < 0 ? errno_out(r, false) : 0);
 	free(path);

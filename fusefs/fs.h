@@ -221,6 +221,12 @@ struct wsfs {
 	/** Bumped by the monitor thread before it sends invalidations; a reply
 	 * computed across a bump gets the short (no-watch) timeouts. */
 	atomic_uint_fast64_t inval_seq;
+	/** Bumped by the watch thread for a change the pod made to a
+	 * directory's attributes (or to attributes it did not send) and for a
+	 * rename in the pod: a permission agentd had on a directory or
+	 * anywhere above it may be gone, so unlink-behind's proofs made
+	 * before it no longer hold (fs.c rm_ok). */
+	atomic_uint_fast64_t rm_gen;
 	/** Bumped after every change this mount makes (fs.c mutated()): names,
 	 * attributes, contents. A listing (prefetched) or bytes (Open's
 	 * read_ahead) fetched across a bump may be stale: the watch does not
@@ -305,11 +311,12 @@ struct wsfs {
 		bool unlink;
 	} wb[WSFS_WRITE_BEHIND_MAX];
 	/** Directories in which an Unlink through the mount succeeded (fs.c
-	 * "Unlink-behind"): the nodeid, conn_gen then, the watch's last
-	 * invalidation of it then (node_noted(), ns), its mode, owner and
-	 * group then; dir 0 = a free entry. Protected by wb_lock. */
+	 * "Unlink-behind"): the nodeid, conn_gen and rm_gen before the call,
+	 * the watch's last invalidation of it before the call (node_noted(),
+	 * ns), its mode, owner and group then; dir 0 = a free entry.
+	 * Protected by wb_lock. */
 	struct wsfs_rm_ok {
-		uint64_t dir, conn_gen;
+		uint64_t dir, conn_gen, rm_gen;
 		int64_t noted;
 		uint32_t mode, uid, gid;
 	} rm_ok[WSFS_RM_OK_MAX];

@@ -46,6 +46,7 @@ struct node {
 	uint64_t ident; /* node_ident(), 0 unknown: node_same_ident() */
 	int64_t inval_ns; /* node_note() */
 	bool wrote;       /* node_note() */
+	bool told_stale;  /* node_note() invalidated since node_told_set() */
 	int64_t ksize;    /* node_ksize_told()'s bound, bytes, when ksize_known */
 	bool ksize_known;
 	uint32_t mode; /* S_IFMT bits */
@@ -1557,8 +1558,10 @@ void node_note(struct node_table *t, uint64_t id, int64_t inval_ns, bool wrote)
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && inval_ns)
+	if (n && inval_ns) {
 		n->inval_ns = inval_ns;
+		n->told_stale = true;
+	}
 	if (n && wrote)
 		n->wrote = true;
 	pthread_mutex_unlock(&t->lock);
@@ -1802,8 +1805,10 @@ void node_told_set(struct node_table *t, uint64_t id, const struct stat *st)
 		  (S_ISDIR(st->st_mode) && (n->mode & S_IFMT) == S_IFDIR))) {
 		if (!n->told)
 			n->told = malloc(sizeof(*n->told));
-		if (n->told)
+		if (n->told) {
 			*n->told = *st;
+			n->told_stale = false;
+		}
 	}
 	pthread_mutex_unlock(&t->lock);
 }
@@ -1832,19 +1837,32 @@ void node_told_drop(struct node_table *t, uint64_t id)
 	pthread_mutex_unlock(&t->lock);
 }
 
-bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret)
+/* node_told_get(), and with @fresh only while no node_note() of an
+ * invalidation came since the node_told_set(). */
+static bool told_get(struct node_table *t, uint64_t id, bool fresh, struct stat *ret)
 {
 	struct node *n;
 	bool have = false;
 
 	pthread_mutex_lock(&t->lock);
 	n = by_id(t, id);
-	if (n && n->told && (n->n_files || S_ISDIR(n->told->st_mode))) {
+	if (n && n->told && (n->n_files || S_ISDIR(n->told->st_mode)) &&
+	    !(fresh && n->told_stale)) {
 		*ret = *n->told;
 		have = true;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return have;
+}
+
+bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret)
+{
+	return told_get(t, id, false, ret);
+}
+
+bool node_told_fresh(struct node_table *t, uint64_t id, struct stat *ret)
+{
+	return told_get(t, id, true, ret);
 }
 
 bool node_gone_get(struct node_table *t, uint64_t id, struct stat *ret)

@@ -705,6 +705,13 @@ void node_told_drop(struct node_table *t, uint64_t id);
  */
 bool node_told_get(struct node_table *t, uint64_t id, struct stat *ret);
 
+/**
+ * node_told_get(), but false also when the watch had the kernel drop the
+ * attributes (node_note() with an invalidation time) since node_told_set()
+ * kept them: then they may be older than the pod's change. Any thread.
+ */
+bool node_told_fresh(struct node_table *t, uint64_t id, struct stat *ret);
+
 /** Drop what is kept for @p id (a no-op for an unknown id). */
 void node_attr_drop(struct node_table *t, uint64_t id);
 

@@ -155,6 +155,7 @@ void wsfs_invalidate_all(struct wsfs *fs)
 	size_t n;
 
 	atomic_fetch_add(&fs->inval_seq, 1);
+	atomic_fetch_add(&fs->rm_gen, 1);
 	/* Name events may have been lost: the table's names may be wrong. */
 	atomic_store(&fs->pod_names_ns, wsfs_now_ns());
 	node_known_drop_all(fs->nodes);
@@ -195,6 +196,9 @@ static void ev_changed(struct wsfs *fs, const ProtobufCBinaryData *path,
 	/* Even for a file this mount has no node for: its attributes may sit
 	 * in a prefetched listing (fs.c), valid only while inval_seq stays. */
 	atomic_fetch_add(&fs->inval_seq, 1);
+	/* A directory's mode or owner: agentd's permission below it. */
+	if (!attr || S_ISDIR(attr->mode))
+		atomic_fetch_add(&fs->rm_gen, 1);
 	root = node_resolve(fs->nodes, (const char *)path->data, path->len, &parent, &id, &name,
 			    &len) < 0;
 	/*
@@ -1460,6 +1464,7 @@ static bool handle_event(struct wsfs *fs, const Wsbridge__V1__WatchEvent *ev,
 		}
 		self_forget(fs, &ev->from);
 		self_forget(fs, &ev->path);
+		atomic_fetch_add(&fs->rm_gen, 1); /* fs.c rm_ok: new parents */
 		/* The kernel's entries first: ev_moved() changes what the
 		 * paths resolve to. */
 		ev_name(fs, &ev->from);

@@ -3812,3 +3812,80 @@ PY
 	[[ $stderr == *"Operation not permitted"* ]]
 	assert_eq "$(grep -c "failed after the mount had answered it" "$WSFS_ERR")" 1 "unlinks answered then refused"
 }
+
+@test "unlink-behind: unlinks by a directory descriptor while another thread renames the directory back and forth through the mount all succeed and leave nothing, as on a local disk" {
+	up
+	# An unlink whose path a rename on its way moved got ENOENT from
+	# agentd: sent behind it was taken for the pod's own removal (the
+	# file stayed, unlink(2) had returned 0); waited for, it failed.
+	run "$PY" - "$MNT" <<'PY'
+import os, sys, threading, time
+M = sys.argv[1]
+n = 1000
+os.mkdir(M + "/D")
+for i in range(n):
+    open("%s/D/f%d" % (M, i), "w").close()
+os.listdir(M + "/D")
+dfd = os.open(M + "/D", os.O_RDONLY | os.O_DIRECTORY)
+stop = False
+def mover():
+    a, b = M + "/D", M + "/E"
+    while not stop:
+        os.rename(a, b)
+        a, b = b, a
+        time.sleep(0.001)
+t = threading.Thread(target=mover)
+t.start()
+errors = 0
+for i in range(n):
+    try:
+        os.unlink("f%d" % i, dir_fd=dfd)
+    except OSError:
+        errors += 1
+stop = True
+t.join()
+print("errors %d left %d" % (errors, len(os.listdir(dfd))))
+PY
+	assert_status 0
+	assert_eq "$output" "errors 0 left 0" "unlinks crossing renames of their directory"
+	assert_eq "$(find "$ROOT" -type f | wc -l)" 0 "files left in the pod"
+}
+
+# shellcheck disable=SC2031 # bats @test is not a subshell; NOBODY_DIR is the test's global
+@test "unlink-behind: agentd not root: a directory the pod made sticky, or one above it the pod closed, is not taken for proven; the unlinks fail at once" {
+	local d
+	wsb_runsc && skip "agentd runs as root in the sandbox here"
+	agentd_nobody
+	d=$NOBODY_DIR
+	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
+	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+	# S: root's, open to all; c in it root's (the pod's root user).
+	mkdir "$d/root/S"
+	chmod 0777 "$d/root/S"
+	: >"$MNT/S/a"
+	: >"$MNT/S/b"
+	: >"$d/root/S/c"
+	mkdir -p "$MNT/a/d"
+	for i in 1 2 3; do : >"$MNT/a/d/f$i"; done
+	ls -l "$MNT/S" "$MNT/a/d" >/dev/null
+	rm "$MNT/S/a" "$MNT/a/d/f1" # proves S and a/d
+	# The pod makes S sticky: c (root's) is no longer agentd's to remove.
+	# The next unlink (b, agentd's own) waits and succeeds, but must not
+	# prove S from the mode the kernel had before.
+	chmod 1777 "$d/root/S"
+	visible "the pod's chmod +t" bash -c '[ "$(stat -c %a "$1")" = 1777 ]' _ "$MNT/S"
+	rm "$MNT/S/b"
+	run --separate-stderr rm "$MNT/S/c"
+	assert_status 1
+	[[ $stderr == *"Operation not permitted"* ]]
+	# The pod takes search permission off a, above the proven a/d.
+	chmod 0 "$d/root/a"
+	visible "the pod's chmod 0" bash -c '[ "$(stat -c %a "$1")" = 0 ]' _ "$MNT/a"
+	run --separate-stderr rm "$MNT/a/d/f2"
+	chmod 0755 "$d/root/a"
+	assert_status 1
+	[[ $stderr == *"Permission denied"* ]]
+	[ -e "$d/root/a/d/f2" ]
+	run grep -c "failed after the mount had answered it" "$WSFS_ERR"
+	assert_eq "$output" 0 "unlinks answered then refused"
+}

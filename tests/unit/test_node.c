@@ -491,6 +491,18 @@ static void test_told(void **state)
 	assert_true(node_told_get(t, d, &got));
 	assert_int_equal(got.st_mode, S_IFDIR | 0755);
 	assert_false(node_told_get(t, 999999, &got));
+	/* fresh: no invalidation by the watch since they were told */
+	assert_true(node_told_fresh(t, d, &got));
+	node_note(t, d, 0, true); /* a write: no invalidation */
+	assert_true(node_told_fresh(t, d, &got));
+	node_note(t, d, 12345, false); /* the watch had the kernel drop them */
+	assert_false(node_told_fresh(t, d, &got));
+	assert_true(node_told_get(t, d, &got)); /* still what the kernel had */
+	dst.st_mode = S_IFDIR | 01777;
+	node_told_set(t, d, &dst); /* told again: the pod's mode */
+	assert_true(node_told_fresh(t, d, &got));
+	assert_int_equal(got.st_mode, S_IFDIR | 01777);
+	assert_false(node_told_fresh(t, 999999, &got));
 }
 
 /* A node made without a name (a create whose directory lost its name):
