@@ -3618,12 +3618,17 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
  * left: a file or directory flagged immutable or append-only in the pod
  * (chattr(1), which needs CAP_LINUX_IMMUTABLE there and sends no inotify
  * event), a file mounted over in the pod, an I/O error, a change the pod
- * made in the round trip, agentd lost in it. Then unlink(2) returned 0 but
- * the name stays: wsfs logs it, forgets every proof and what it knew of
- * the directory's names, so the next lookup finds the name again (the
- * kernel asks: fs/fuse/dir.c fuse_unlink() left its dentry expired), and
- * rm -rf's rmdir fails ENOTEMPTY. ENOENT is success when the path still
- * names the directory the kernel meant (the pod removed the name first).
+ * made in the round trip or before the watch told of it, agentd lost in
+ * it. Then unlink(2) returned 0 but the name stays: wsfs logs it, forgets
+ * every proof, never proves that directory again (rm_bad: a second rm of
+ * the file reports the error) and forgets what it knew of the directory's
+ * names, so the next lookup finds the name again (the kernel asks:
+ * fs/fuse/dir.c fuse_unlink() left its dentry expired), and rm -rf's rmdir
+ * fails ENOTEMPTY. ENOENT is success when the path still names the
+ * directory the kernel meant (the pod removed the name first). Until the
+ * Unlink lands (one round trip; more on a loaded host) the pod still has
+ * the file under its name: what the pod writes into it in that time (an
+ * O_TRUNC open of the name) goes with it, as the later change.
  */
 
 /* The state a proof of directory @dir is made against (struct wsfs_rm_ok),
@@ -3672,6 +3677,12 @@ static void rm_ok_add(struct wsfs *fs, struct wsfs_rm_ok o)
 	o.uid = st.st_uid;
 	o.gid = st.st_gid;
 	pthread_mutex_lock(&fs->wb_lock);
+	for (slot = 0; slot < WSFS_RM_OK_MAX; slot++) {
+		if (fs->rm_bad[slot] == o.dir) {
+			pthread_mutex_unlock(&fs->wb_lock);
+			return;
+		}
+	}
 	for (slot = 0; slot < WSFS_RM_OK_MAX && fs->rm_ok[slot].dir != o.dir; slot++)
 		;
 	if (slot == WSFS_RM_OK_MAX)
@@ -3680,11 +3691,13 @@ static void rm_ok_add(struct wsfs *fs, struct wsfs_rm_ok o)
 	pthread_mutex_unlock(&fs->wb_lock);
 }
 
-/* Forget every proven directory: an Unlink sent behind failed. */
-static void rm_ok_clear(struct wsfs *fs)
+/* An Unlink sent behind failed in directory @dir: forget every proven
+ * directory, and never prove @dir again. */
+static void rm_ok_failed(struct wsfs *fs, uint64_t dir)
 {
 	pthread_mutex_lock(&fs->wb_lock);
 	memset(fs->rm_ok, 0, sizeof(fs->rm_ok));
+	fs->rm_bad[fs->rm_bad_next++ % WSFS_RM_OK_MAX] = dir;
 	pthread_mutex_unlock(&fs->wb_lock);
 }
 
@@ -3815,7 +3828,7 @@ static bool unlink_behind(fuse_req_t req, fuse_ino_t parent, const char *name)
 		wsb_warn("unlink of '%.*s' failed after the mount had answered it: %s; %s",
 			 (int)len, path, strerror(-r),
 			 lost ? "the name may still be there" : "the name is still there");
-		rm_ok_clear(fs);
+		rm_ok_failed(fs, parent);
 		known_update(fs, parent, name, r, false);
 	}
 	wb_end(fs, wseq);

@@ -322,6 +322,11 @@ struct wsfs {
 	} rm_ok[WSFS_RM_OK_MAX];
 	/** The entry of rm_ok the next directory takes (round robin). */
 	unsigned rm_ok_next;
+	/** Directories in which an Unlink sent behind failed: never proven
+	 * again (the file that failed is still there, and a second rm of it
+	 * must report the error); round robin, 0 = free. Under wb_lock. */
+	uint64_t rm_bad[WSFS_RM_OK_MAX];
+	unsigned rm_bad_next;
 
 	/* Files with a SETATTR replied to before agentd had it (fs.c sab_*):
 	 * a FIFO of the ones waiting, protected by sab_lock (a leaf lock). */

@@ -3775,25 +3775,27 @@ PY
 	[ ! -e "$ROOT/ub/t" ]
 }
 
-@test "unlink-behind: an unlink agentd then refuses (an immutable file) leaves the name, logged, and the next one in that directory waits; sticky directories and ones the pod changed are not sent behind" {
+@test "unlink-behind: an unlink agentd then refuses (an immutable file) leaves the name, logged, and every later one in that directory waits; sticky directories and ones the pod changed are not sent behind" {
 	wsb_runsc && skip "changes the pod's files from the host; gVisor's inotify sees only changes made in the sandbox"
 	up
-	mkdir "$MNT/ub" "$MNT/st"
+	mkdir "$MNT/ub" "$MNT/st" "$MNT/pc"
 	chmod 1777 "$MNT/st"
-	for f in ub/a ub/b ub/c ub/d st/a st/b; do : >"$MNT/$f"; done
-	ls -l "$MNT/ub" "$MNT/st" >/dev/null
+	for f in ub/a ub/b ub/c pc/a pc/b st/a st/b; do : >"$MNT/$f"; done
+	ls -l "$MNT/ub" "$MNT/st" "$MNT/pc" >/dev/null
 	chattr +i "$ROOT/ub/b" 2>/dev/null || skip "chattr +i is refused on this file system"
 	IMMUTABLE=("$ROOT/ub/b")
-	chattr +i "$ROOT/st/b" "$ROOT/ub/d"
-	IMMUTABLE+=("$ROOT/st/b" "$ROOT/ub/d")
+	chattr +i "$ROOT/st/b" "$ROOT/pc/b"
+	IMMUTABLE+=("$ROOT/st/b" "$ROOT/pc/b")
 	rm "$MNT/ub/a" # proves the directory: agentd may remove names in it
 	# Sent behind: rm was answered before agentd refused it (EPERM).
 	rm "$MNT/ub/b"
 	run ls -A "$MNT/ub"
-	assert_eq "$output" $'b\nc\nd' "the name agentd kept is listed again"
+	assert_eq "$output" $'b\nc' "the name agentd kept is listed again"
 	grep -q "unlink of 'ub/b' failed after the mount had answered it: Operation not permitted; the name is still there" "$WSFS_ERR" ||
 		{ sed 's/^/# wsfs: /' "$WSFS_ERR" >&3; return 1; }
-	# The directory is no longer proven: the next unlink waits and fails.
+	# The directory is no longer proven, nor proven again by an unlink
+	# that succeeds: a second rm of the file waits and fails.
+	rm "$MNT/ub/c"
 	run --separate-stderr rm "$MNT/ub/b"
 	assert_status 1
 	[[ $stderr == *"Operation not permitted"* ]]
@@ -3804,10 +3806,10 @@ PY
 	assert_status 1
 	[[ $stderr == *"Operation not permitted"* ]]
 	# The pod's chmod of a proven directory ends the proof.
-	rm "$MNT/ub/c"
-	chmod 0775 "$ROOT/ub"
-	visible "the pod's chmod" bash -c '[ "$(stat -c %a "$1")" = 775 ]' _ "$MNT/ub"
-	run --separate-stderr rm "$MNT/ub/d"
+	rm "$MNT/pc/a"
+	chmod 0775 "$ROOT/pc"
+	visible "the pod's chmod" bash -c '[ "$(stat -c %a "$1")" = 775 ]' _ "$MNT/pc"
+	run --separate-stderr rm "$MNT/pc/b"
 	assert_status 1
 	[[ $stderr == *"Operation not permitted"* ]]
 	assert_eq "$(grep -c "failed after the mount had answered it" "$WSFS_ERR")" 1 "unlinks answered then refused"
