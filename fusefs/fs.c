@@ -3606,9 +3606,11 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
  * append-only; EBUSY: mounted over) and for the disk (EIO). Permission is
  * agentd's (its credentials, its mount of the workspace): an Unlink or
  * Rmdir through this mount that succeeded in the same directory (rmdir(2)
- * needs the same of it) proves it for the next ones (rm_ok) while the
- * directory keeps the mode, owner and group the kernel was told (fresh:
- * node_told_fresh()), the watch reported no change of it (node_noted())
+ * needs the same of it) proves it for the next ones (rm_ok), and for
+ * those in a directory in it that has its mode, owner and group (the
+ * same permission for agentd, an ACL aside: rm -rf of a tree of small
+ * directories), while the directory keeps the mode, owner and group the
+ * kernel was told (fresh: node_told_fresh()), the watch reported no change of it (node_noted())
  * nor of any directory's attributes nor a rename in the pod (rm_gen: the
  * directories above it) since before that call, and the connection is
  * the same (conn_gen: agentd may have restarted with other credentials);
@@ -3662,6 +3664,18 @@ static bool rm_ok_has(struct wsfs *fs, uint64_t dir, const struct stat *st)
 	return ok;
 }
 
+/* Whether an Unlink sent behind failed in directory @dir (rm_bad). */
+static bool rm_bad_has(struct wsfs *fs, uint64_t dir)
+{
+	bool bad = false;
+
+	pthread_mutex_lock(&fs->wb_lock);
+	for (unsigned i = 0; i < WSFS_RM_OK_MAX && !bad; i++)
+		bad = fs->rm_bad[i] == dir;
+	pthread_mutex_unlock(&fs->wb_lock);
+	return bad;
+}
+
 /* An Unlink or Rmdir in a directory succeeded, begun in state @o
  * (rm_ok_state()): remember the directory proven, unless the kernel has
  * no fresh attributes of it or it is sticky. Any thread. */
@@ -3676,13 +3690,9 @@ static void rm_ok_add(struct wsfs *fs, struct wsfs_rm_ok o)
 	o.mode = st.st_mode;
 	o.uid = st.st_uid;
 	o.gid = st.st_gid;
+	if (rm_bad_has(fs, o.dir))
+		return;
 	pthread_mutex_lock(&fs->wb_lock);
-	for (slot = 0; slot < WSFS_RM_OK_MAX; slot++) {
-		if (fs->rm_bad[slot] == o.dir) {
-			pthread_mutex_unlock(&fs->wb_lock);
-			return;
-		}
-	}
 	for (slot = 0; slot < WSFS_RM_OK_MAX && fs->rm_ok[slot].dir != o.dir; slot++)
 		;
 	if (slot == WSFS_RM_OK_MAX)
@@ -3716,8 +3726,18 @@ static bool unlink_behind_ok(struct wsfs *fs, fuse_ino_t parent, const char *nam
 	if (!id || node_info(fs->nodes, id, &ni) < 0 || !(ni.mode & S_IFMT) ||
 	    S_ISDIR(ni.mode) || ni.open_files)
 		return false;
-	return node_told_get(fs->nodes, parent, &st) && S_ISDIR(st.st_mode) &&
-	       !(st.st_mode & S_ISVTX) && rm_ok_has(fs, parent, &st);
+	if (!node_told_get(fs->nodes, parent, &st) || !S_ISDIR(st.st_mode) ||
+	    (st.st_mode & S_ISVTX))
+		return false;
+	if (rm_ok_has(fs, parent, &st))
+		return true;
+	/* A directory with the mode, owner and group of the proven one it
+	 * is in grants agentd the same (an ACL aside): rm -rf of a tree of
+	 * small directories (node_modules) sends all but the first unlink
+	 * of the tree behind. */
+	return node_info(fs->nodes, parent, &ni) == 0 && ni.parent &&
+	       node_told_fresh(fs->nodes, parent, &st) && !rm_bad_has(fs, parent) &&
+	       rm_ok_has(fs, ni.parent, &st);
 }
 
 /* What an Unlink's reply @rep (may be NULL) of @name in @parent, begun at

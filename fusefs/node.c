@@ -1476,6 +1476,7 @@ int node_info(struct node_table *t, uint64_t id, struct node_info *ret)
 		ret->ino = n->ino;
 		ret->ident = n->ident;
 		ret->parent_ino = n == t->root ? n->ino : n->links ? n->links->parent->ino : 0;
+		ret->parent = n != t->root && n->links ? n->links->parent->id : 0;
 		ret->mode = n->mode;
 		ret->nlookup = n->nlookup;
 		ret->attached = attached(t, n);

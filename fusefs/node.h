@@ -80,6 +80,7 @@ struct node_info {
 	uint64_t ino;     /**< server inode number; 0 = not known yet */
 	uint64_t ident;   /**< node_ident(); 0 = unknown (node_same_ident()) */
 	uint64_t parent_ino; /**< the parent's server inode; the root's own for the root, 0 if detached */
+	uint64_t parent;  /**< the nodeid of that parent; 0 for the root and if detached */
 	uint32_t mode;    /**< file type bits (S_IFMT) as last seen */
 	uint64_t nlookup; /**< kernel lookups outstanding */
 	bool attached;    /**< has a path (the root always has) */

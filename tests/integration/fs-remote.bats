@@ -3799,6 +3799,18 @@ PY
 	run --separate-stderr rm "$MNT/ub/b"
 	assert_status 1
 	[[ $stderr == *"Operation not permitted"* ]]
+	# A directory with the mode, owner and group of the proven one it is
+	# in is taken for proven too (rm -rf of many small directories).
+	mkdir -p "$MNT/pt/sub"
+	: >"$MNT/pt/a"
+	: >"$MNT/pt/sub/x"
+	ls -l "$MNT/pt" "$MNT/pt/sub" >/dev/null
+	chattr +i "$ROOT/pt/sub/x"
+	IMMUTABLE+=("$ROOT/pt/sub/x")
+	rm "$MNT/pt/a"
+	rm "$MNT/pt/sub/x"
+	grep -q "unlink of 'pt/sub/x' failed after the mount had answered it" "$WSFS_ERR"
+	[ -e "$MNT/pt/sub/x" ]
 	# A sticky directory is never proven (removal there depends on each
 	# file's owner).
 	rm "$MNT/st/a"
@@ -3812,7 +3824,7 @@ PY
 	run --separate-stderr rm "$MNT/pc/b"
 	assert_status 1
 	[[ $stderr == *"Operation not permitted"* ]]
-	assert_eq "$(grep -c "failed after the mount had answered it" "$WSFS_ERR")" 1 "unlinks answered then refused"
+	assert_eq "$(grep -c "failed after the mount had answered it" "$WSFS_ERR")" 2 "unlinks answered then refused"
 }
 
 @test "unlink-behind: unlinks by a directory descriptor while another thread renames the directory back and forth through the mount all succeed and leave nothing, as on a local disk" {
