@@ -3610,10 +3610,11 @@ static void ws_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
  * those in a directory in it that has its mode, owner and group (the
  * same permission for agentd, an ACL aside: rm -rf of a tree of small
  * directories), while the directory keeps the mode, owner and group the
- * kernel was told (fresh: node_told_fresh()), the watch reported no change of it (node_noted())
- * nor of any directory's attributes nor a rename in the pod (rm_gen: the
- * directories above it) since before that call, and the connection is
- * the same (conn_gen: agentd may have restarted with other credentials);
+ * kernel was told (fresh: node_told_fresh()), the watch reported no
+ * change of it (node_noted()) nor of any directory's attributes nor a
+ * rename in the pod (rm_gen: the directories above it) since before that
+ * call, and the connection is the same (conn_gen: agentd may have
+ * restarted with other credentials);
  * a sticky directory is never proven (it depends on each file's owner),
  * nor is one while the watch is not live. The file must not be open
  * through this mount (an fstat(2) of it sees nlink drop at once). What is
@@ -3767,7 +3768,8 @@ static void unlinked(struct wsfs *fs, uint64_t id, uint64_t seq0, uint64_t mgen0
  * table gave at node_names_gen(, 0) @ngen: when agentd says ENOENT after a
  * rename of a directory through the mount began or ended (one on its way
  * may have moved the path: node_names_still()), again by the path the
- * table gives once no such rename is in flight, if it changed;
+ * table gives once no such rename is in flight (NAMES_WAIT_MS at most: a
+ * rename may wait for an unlink sent behind), if it changed;
  * REMOVE_TRIES calls at most (as ws_open() does). Returns 0 or -errno, and
  * in *@ret_rep the reply (NULL on error). Any FUSE request thread.
  */
