@@ -43,6 +43,14 @@ teardown() {
 	done
 }
 
+# up_nobody: start agentd as user nobody (agentd_nobody: the pod is
+# NOBODY_DIR/root) and mount it.
+up_nobody() {
+	agentd_nobody
+	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
+	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
+}
+
 # up [tcp]: start agentd (unix socket, or TCP) and mount it.
 up() {
 	if [ "${1:-unix}" = tcp ]; then
@@ -2312,10 +2320,8 @@ fd True 5000000000" "$d"
 @test "A1: agentd not root: the bits the pod's kernel clears on agentd's write are gone on the mount too" {
 	local d
 	wsb_runsc && skip "agentd runs as root in the sandbox here"
-	agentd_nobody
+	up_nobody
 	d=$NOBODY_DIR
-	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
-	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	printf 'x\n' >"$MNT/s"
 	chmod 4755 "$MNT/s"
 	stat "$MNT/s" >/dev/null # the kernel holds 4755
@@ -2335,10 +2341,8 @@ fd True 5000000000" "$d"
 	# agentd's writable handle back (so that the pod can run the file);
 	# a write on another descriptor opens it again, which a mode of no
 	# write bits forbids an agentd that is not root: such a handle stays.
-	agentd_nobody
+	up_nobody
 	d=$NOBODY_DIR
-	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
-	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	run "$PY" - "$MNT/x" <<-'EOF'
 	import os, sys
 	fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o555)
@@ -3869,10 +3873,8 @@ PY
 @test "unlink-behind: agentd not root: a directory the pod made sticky, or one above it the pod closed, is not taken for proven; the unlinks fail at once" {
 	local d
 	wsb_runsc && skip "agentd runs as root in the sandbox here"
-	agentd_nobody
+	up_nobody
 	d=$NOBODY_DIR
-	# shellcheck disable=SC2153 # NOBODY_ADDR: set by agentd_nobody
-	ADDR=$NOBODY_ADDR mount_wsfs -o "rpc_timeout=$RPC_TIMEOUT"
 	# S: root's, open to all; c in it root's (the pod's root user).
 	mkdir "$d/root/S"
 	chmod 0777 "$d/root/S"
