@@ -284,7 +284,7 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$ROOT/big"
 		setattr_behind=1x write_behind=4k max_threads=' 4' setattr_behind=yes \
 		setattr_behind= rpc_timeout=0x1 entry_timeout=inf attr_timeout=1e3 \
 		max_threads=99999999999 gather_ms=600001 gather_ms=5ms read_chunk_kb=6 \
-		read_chunk_kb=1028; do
+		read_chunk_kb=1028 unlink_behind=2 unlink_behind=yes; do
 		run --separate-stderr "$WSFS" -f -o "$o" "$ADDR" "$m"
 		assert_status 1
 		assert_contains "$stderr" "${o%%=*} wants"
