@@ -358,7 +358,9 @@ sparse_1g() {
 	mkfifo "$fifo"
 	bg putter sh -c '"$1" put - idle <"$2"; echo "$?" >"$3"' sh "$WSCTL" "$fifo" "$BATS_TEST_TMPDIR/rc"
 	exec 7>"$fifo"
-	poll_until 10 pgrep -f "put - idle"
+	# Anchored: the sh -c around it says "put - idle" too, before wsctl
+	# has started.
+	poll_until 10 pgrep -f "^$WSCTL put - idle"
 	p=$(pgrep -f "^$WSCTL put - idle")
 	[ -n "$p" ]
 	sleep 0.3 # its upload stream is open
